@@ -1,0 +1,49 @@
+"""The contract every event codec fulfils.
+
+A codec turns one Kafka message value (+ headers) into a `Decoded` request, stacks
+the payloads of a batch into model feeds, and splits the model outputs back into one
+result document per request. Codecs do no I/O and never see Kafka objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+
+class DecodeError(ValueError):
+    """Input that can never be scored. The message is the one-line reason that goes
+    into the dead-letter record, e.g. "items[3].C14: expected string, got int"."""
+
+
+@dataclass(slots=True)
+class Decoded:
+    request_id: str
+    rows: int  # model rows this request occupies (a CTR request with 50 items = 50)
+    payload: Any  # codec-specific, consumed by collate()
+    priority: int = 0
+    deadline_ms: int | None = None  # request's own budget in ms; may only tighten the SLO
+    tenant: str | None = None
+    bucket: Hashable = 0  # shape bucket key; requests of different buckets never share a batch
+    extra: dict[str, Any] = field(default_factory=dict)  # echoed into the result (e.g. item ids)
+
+
+class Codec(Protocol):
+    name: str
+
+    def decode(self, value: bytes | None, headers: Mapping[str, bytes] | None) -> Decoded:
+        """Raise DecodeError with a precise one-line reason for anything invalid."""
+        ...
+
+    def collate(self, payloads: Sequence[Any], pad_to_rows: int | None = None) -> dict[str, np.ndarray]:
+        """Stack payloads into the model's input feeds (input name -> array). If
+        pad_to_rows is given, pad the batch axis up to it (padding never reaches a result)."""
+        ...
+
+    def split(self, outputs: Mapping[str, np.ndarray], decoded: Sequence[Decoded]) -> list[dict[str, Any]]:
+        """One JSON-ready dict per request, in order, from the model outputs of the
+        batch (rows in the same order collate() stacked them)."""
+        ...

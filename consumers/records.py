@@ -1,0 +1,32 @@
+"""Client-neutral record types, so the worker does not depend on one Kafka client."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+TopicPartition = tuple[str, int]
+# Called once per produced record with None on success or a one-line error.
+AckCallback = Callable[[str | None], None]
+
+
+@dataclass(slots=True)
+class SourceRecord:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: dict[str, bytes]
+    timestamp_ms: int | None  # CreateTime (or LogAppendTime) of the request
+
+    @property
+    def tp(self) -> TopicPartition:
+        return (self.topic, self.partition)
+
+
+def headers_to_dict(headers: list[tuple[str, bytes | None]] | None) -> dict[str, bytes]:
+    """Kafka headers are a list and may repeat; the last value of a name wins."""
+    if not headers:
+        return {}
+    return {k: (v if v is not None else b"") for k, v in headers}

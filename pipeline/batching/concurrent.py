@@ -1,0 +1,113 @@
+"""Thread-safe face of the Batcher for the worker: the source thread puts requests,
+executor threads block for batches. All decisions stay in the pure Batcher; this
+module only adds a lock, a condition variable and the clock."""
+
+from __future__ import annotations
+
+import threading
+
+from pipeline.batching.batcher import Batcher
+from pipeline.batching.request import Batch, Request
+from pipeline.clock import Clock, MonotonicClock
+
+# Upper bound on a blocking wait, so a closed queue is noticed promptly even when the
+# policy has no timer pending.
+_MAX_WAIT = 0.05
+
+
+class BatchQueue:
+    def __init__(
+        self,
+        batcher: Batcher,
+        clock: Clock | None = None,
+        high_watermark_rows: int = 20_000,
+        low_watermark_rows: int | None = None,
+    ) -> None:
+        if high_watermark_rows < 1:
+            raise ValueError("high_watermark_rows must be >= 1")
+        low = high_watermark_rows // 2 if low_watermark_rows is None else low_watermark_rows
+        if not 0 <= low < high_watermark_rows:
+            raise ValueError("low_watermark_rows must be in [0, high_watermark_rows)")
+        self.batcher = batcher
+        self.clock = clock or MonotonicClock()
+        self.high_watermark_rows = high_watermark_rows
+        self.low_watermark_rows = low
+        self._cond = threading.Condition()
+        self._closed = False
+        self._busy_executors = 0
+        self._drained: list[Batch] = []
+
+    def now(self) -> float:
+        return self.clock.now()
+
+    def put(self, req: Request) -> None:
+        with self._cond:
+            self.batcher.add(req, self.clock.now())
+            self._cond.notify()
+
+    def put_many(self, reqs: list[Request]) -> None:
+        """One lock round for a whole poll's worth of requests."""
+        with self._cond:
+            now = self.clock.now()
+            for req in reqs:
+                self.batcher.add(req, now)
+            self._cond.notify_all()
+
+    def get_batch(self) -> Batch | None:
+        """Block until the policy dispatches a batch; None once closed and empty."""
+        with self._cond:
+            while True:
+                now = self.clock.now()
+                batch = self.batcher.next_batch(now)
+                if batch is not None:
+                    self._busy_executors += 1
+                    return batch
+                if self._closed:
+                    # Shutting down: no point waiting for a linger timer; flush what is left.
+                    if not self._drained:
+                        self._drained = self.batcher.drain(now)
+                    if not self._drained:
+                        return None
+                    self._busy_executors += 1
+                    return self._drained.pop(0)
+                wake = self.batcher.next_wakeup()
+                timeout = _MAX_WAIT if wake is None else min(max(wake - now, 0.0), _MAX_WAIT)
+                self._cond.wait(timeout)
+
+    def done(self, batch: Batch, seconds: float) -> None:
+        """An executor finished a batch: feed the cost model."""
+        with self._cond:
+            self._busy_executors -= 1
+            self.batcher.observe(batch, seconds)
+            self._cond.notify()
+
+    def pop_routed_late(self) -> list[Request]:
+        with self._cond:
+            return self.batcher.pop_routed_late()
+
+    @property
+    def rows(self) -> int:
+        """Rows held in memory (in-time queue + late lane)."""
+        with self._cond:
+            return self.batcher.rows
+
+    @property
+    def backpressure_rows(self) -> int:
+        """Rows the watermarks count: the in-time queue (Batcher.backpressure_rows)."""
+        with self._cond:
+            return self.batcher.backpressure_rows
+
+    def above_high_watermark(self) -> bool:
+        """Pause the Kafka partitions: the in-time queue holds high_watermark_rows."""
+        return self.backpressure_rows >= self.high_watermark_rows
+
+    def below_low_watermark(self) -> bool:
+        """Resume the Kafka partitions."""
+        return self.backpressure_rows <= self.low_watermark_rows
+
+    def close(self) -> None:
+        """Executors get what is still queued as drain batches, then None."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+

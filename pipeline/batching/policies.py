@@ -1,0 +1,413 @@
+"""Batching policies: given the queue and the time, dispatch a batch now or say when
+to look again. Policies are consulted only when an executor is free, so "dispatch"
+always means "run it now". Pure: no clock of their own, no I/O.
+
+- none      every request alone.
+- static    Triton-like: dispatch at max_batch_rows, or when the OLDEST queued request
+            has waited max_queue_delay (the timer counts from its arrival, not from the
+            start of a wait — the trap Faust, TorchServe and Bytewax fall into).
+- greedy    work-conserving: whatever is queued, up to the max, the moment an executor
+            frees.
+- adaptive  greedy's work-conservation plus what greedy lacks: EDF within a priority
+            level, a batch-size cap so the batch's predicted service time does not blow
+            the tightest deadline in it, requests that cannot make their deadline in a
+            batch big enough to keep up with the load moved off the model's path (the
+            batcher's late lane), strict priority between levels, and, only when
+            executor time has a price (hold_for_efficiency), spending SLO slack to grow
+            batches. docs/BATCHING.md explains the choice.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+
+from pipeline.batching.cost import AffineCost, CostModel
+from pipeline.batching.queue import Ordering, RequestQueue
+from pipeline.batching.request import (
+    REASON_DEADLINE,
+    REASON_FULL,
+    REASON_IDLE,
+    REASON_LINGER,
+    REASON_SINGLE,
+    Request,
+)
+
+
+@dataclass(slots=True)
+class Dispatch:
+    bucket: Hashable
+    max_rows: int
+    reason: str
+    fits: Callable[[int, Request], bool] | None = None
+
+
+@dataclass(slots=True)
+class Wait:
+    until: float | None  # None: nothing to do until the next arrival
+
+
+Decision = Dispatch | Wait
+
+
+def _no_pad(rows: int) -> int:
+    return rows
+
+
+class PolicyContext:
+    """What a policy may look at besides the queue. Rates are computed on first use:
+    the batcher builds a context per arrival and most decisions never need them."""
+
+    __slots__ = ("cost", "max_rows", "pad", "_rate", "_rate_fn", "_prio", "_prio_fn")
+
+    def __init__(
+        self,
+        cost: CostModel,
+        arrival_rate: float | None = None,
+        max_rows: int = 0,
+        priority_rates: dict[int, float] | None = None,
+        pad: Callable[[int], int] = _no_pad,
+        *,
+        rate_fn: Callable[[], float] | None = None,
+        priority_rates_fn: Callable[[], dict[int, float]] | None = None,
+    ) -> None:
+        self.cost = cost
+        # The batcher's effective max rows (allowed_batch_sizes may lower the policy's
+        # own); 0: the policy's own max_batch_rows.
+        self.max_rows = max_rows
+        # Rows a batch of n rows actually runs as (allowed_batch_sizes padding).
+        self.pad = pad
+        self._rate = arrival_rate
+        self._rate_fn = rate_fn
+        self._prio = priority_rates
+        self._prio_fn = priority_rates_fn
+
+    @property
+    def arrival_rate(self) -> float:
+        """Recent arrival rate, rows/s, all priorities."""
+        if self._rate is None:
+            self._rate = self._rate_fn() if self._rate_fn else 0.0
+        return self._rate
+
+    @property
+    def priority_rates(self) -> dict[int, float]:
+        """Recent arrival rate (rows/s) of each priority level."""
+        if self._prio is None:
+            self._prio = self._prio_fn() if self._prio_fn else {}
+        return self._prio
+
+    def rate_upto(self, priority: int) -> float:
+        """Arrival rate of this priority level and every level served before it: the
+        load a request of this level competes with under strict priority."""
+        rates = self.priority_rates
+        if not rates:
+            return self.arrival_rate
+        return sum(r for p, r in rates.items() if p <= priority)
+
+
+class Policy:
+    name = "base"
+    ordering: Ordering = "fifo"
+    separates_late = False  # moves requests that cannot make their deadline off the model's path
+
+    def __init__(self, max_batch_rows: int) -> None:
+        if max_batch_rows < 1:
+            raise ValueError("max_batch_rows must be >= 1")
+        self.max_batch_rows = max_batch_rows
+
+    def max_rows(self, ctx: PolicyContext) -> int:
+        return min(ctx.max_rows, self.max_batch_rows) if ctx.max_rows else self.max_batch_rows
+
+    def decide(self, queue: RequestQueue, ctx: PolicyContext, now: float) -> Decision:
+        raise NotImplementedError
+
+    def hopeless(self, req: Request, ctx: PolicyContext, now: float, queued_rows: int) -> bool:
+        """Whether req should leave the model's path (only asked when separates_late).
+        Base rule: it could not finish in time even if served alone right now."""
+        return now + ctx.cost.predict(req.bucket, ctx.pad(req.rows)) > req.deadline
+
+    def describe(self) -> dict:
+        return {"policy": self.name, "max_batch_rows": self.max_batch_rows}
+
+
+# batch_cap never chases the last percent of capacity (see there).
+_SATURATION = 0.998
+
+
+def _rows_for_rate(cost: AffineCost, rate: float, max_rows: int) -> int:
+    """Smallest n whose throughput n / t(n) reaches `rate` rows/s; max_rows when no
+    batch size does."""
+    if rate <= 0:
+        return 1
+    denom = 1.0 - rate * cost.b
+    if denom <= 0:
+        return max_rows
+    return int(min(max(math.ceil(rate * cost.a / denom), 1), max_rows))
+
+
+def _first_bucket(queue: RequestQueue, key: Callable[[Request], tuple]) -> Hashable | None:
+    heads = list(queue.heads())
+    if not heads:
+        return None
+    return min(heads, key=key).bucket
+
+
+def _fifo_key(req: Request) -> tuple:
+    return (req.priority, req.seq)
+
+
+def _edf_key(req: Request) -> tuple:
+    return (req.priority, req.deadline, req.seq)
+
+
+class NonePolicy(Policy):
+    name = "none"
+
+    def __init__(self, max_batch_rows: int = 1) -> None:
+        super().__init__(max_batch_rows)
+
+    def decide(self, queue: RequestQueue, ctx: PolicyContext, now: float) -> Decision:
+        bucket = _first_bucket(queue, _fifo_key)
+        if bucket is None:
+            return Wait(None)
+        # max_rows 0: take() still takes the first request, and never a second.
+        return Dispatch(bucket, 0, REASON_SINGLE)
+
+
+class GreedyPolicy(Policy):
+    name = "greedy"
+
+    def decide(self, queue: RequestQueue, ctx: PolicyContext, now: float) -> Decision:
+        bucket = _first_bucket(queue, _fifo_key)
+        if bucket is None:
+            return Wait(None)
+        max_rows = self.max_rows(ctx)
+        full = queue.bucket_rows(bucket) >= max_rows
+        return Dispatch(bucket, max_rows, REASON_FULL if full else REASON_IDLE)
+
+
+class StaticPolicy(Policy):
+    name = "static"
+
+    def __init__(self, max_batch_rows: int = 64, max_queue_delay: float = 0.010) -> None:
+        super().__init__(max_batch_rows)
+        if max_queue_delay < 0:
+            raise ValueError("max_queue_delay must be >= 0")
+        self.max_queue_delay = max_queue_delay
+
+    def decide(self, queue: RequestQueue, ctx: PolicyContext, now: float) -> Decision:
+        max_rows = self.max_rows(ctx)
+        ready: list[tuple[tuple, Hashable, str]] = []
+        next_due: float | None = None
+        for head in queue.heads():
+            bucket = head.bucket
+            if queue.bucket_rows(bucket) >= max_rows:
+                ready.append((_fifo_key(head), bucket, REASON_FULL))
+                continue
+            due = queue.oldest_arrival(bucket) + self.max_queue_delay  # type: ignore[operator]
+            if due <= now:
+                ready.append((_fifo_key(head), bucket, REASON_LINGER))
+            else:
+                next_due = due if next_due is None else min(next_due, due)
+        if ready:
+            _, bucket, reason = min(ready, key=lambda r: r[0])
+            return Dispatch(bucket, max_rows, reason)
+        return Wait(next_due)
+
+    def describe(self) -> dict:
+        return {**super().describe(), "max_queue_delay_ms": self.max_queue_delay * 1e3}
+
+
+class AdaptivePolicy(Policy):
+    """Work-conserving EDF with a deadline-aware size cap and early drop.
+
+    Early drop: a request leaves the model's path (to the batcher's late lane) when it
+    could not finish in time in a batch of the size that keeps up with the load it
+    competes with (its own priority level and the levels above). At low load that size
+    is one request, so only truly hopeless requests go; under overload it is the max
+    batch, so the executor never spends its time on small batches of nearly-expired
+    requests (EDF's known collapse under overload) and runs full batches of requests
+    that will make it.
+
+    hold_for_efficiency: when executor time has a price beyond this queue (a GPU shared
+    with other models, cost per GPU-second), hold an idle executor until the batch is
+    big enough that the executor would be busy at most `hold_utilization` of the time
+    at the current arrival rate — never past the tightest request's slack, and never
+    when batching does not pay. Off by default: with a dedicated executor, holding only
+    adds latency.
+    """
+
+    name = "adaptive"
+    ordering: Ordering = "edf"
+    separates_late = True
+
+    def __init__(
+        self,
+        max_batch_rows: int = 512,
+        hold_for_efficiency: bool = False,
+        safety: float = 0.2,
+        hold_utilization: float = 0.5,
+        keep_up_headroom: float = 1.1,
+        split_tolerance: float = 0.05,
+        split_headroom: float = 1.25,
+    ) -> None:
+        super().__init__(max_batch_rows)
+        if safety < 0:
+            raise ValueError("safety must be >= 0")
+        if not 0.0 < hold_utilization <= 1.0:
+            raise ValueError("hold_utilization must be within (0, 1]")
+        if keep_up_headroom < 1.0 or split_headroom < 1.0:
+            raise ValueError("keep_up_headroom and split_headroom must be >= 1")
+        if not 0.0 <= split_tolerance < 1.0:
+            raise ValueError("split_tolerance must be within [0, 1)")
+        self.hold_for_efficiency = hold_for_efficiency
+        # Fraction of predicted service time kept in reserve against cost-model error.
+        self.safety = safety
+        self.hold_utilization = hold_utilization
+        self.keep_up_headroom = keep_up_headroom
+        # Batch-size cap (see batch_cap): at most this fraction of capacity given up, and
+        # never below the keep-up size at split_headroom × the arrival rate.
+        self.split_tolerance = split_tolerance
+        self.split_headroom = split_headroom
+
+    def decide(self, queue: RequestQueue, ctx: PolicyContext, now: float) -> Decision:
+        bucket = _first_bucket(queue, _edf_key)
+        if bucket is None:
+            return Wait(None)
+        max_rows = self.batch_cap(ctx, bucket)
+        rows = queue.bucket_rows(bucket)
+        if rows >= max_rows:
+            return self._dispatch(queue, bucket, ctx, now, max_rows, REASON_FULL)
+        if self.hold_for_efficiency and ctx.cost.cost(bucket).batching_pays():
+            hold_until = self._hold_until(queue, bucket, ctx, now)
+            if hold_until is not None and hold_until > now:
+                return Wait(hold_until)
+        return self._dispatch(queue, bucket, ctx, now, max_rows, REASON_IDLE)
+
+    def _dispatch(
+        self,
+        queue: RequestQueue,
+        bucket: Hashable,
+        ctx: PolicyContext,
+        now: float,
+        max_rows: int,
+        reason: str,
+    ) -> Dispatch:
+        """A dispatch whose `fits` caps the batch so its predicted service time (with the
+        safety margin) ends before the tightest deadline in it."""
+        cost = ctx.cost.cost(bucket)
+        margin = 1.0 + self.safety
+        pad = ctx.pad
+        head = queue.head(bucket)
+        assert head is not None
+        tightest = [head.deadline]
+        d = Dispatch(bucket, max_rows, reason)
+
+        def fits(rows_after: int, req: Request) -> bool:
+            deadline = min(tightest[0], req.deadline)
+            if now + cost.predict(pad(rows_after)) * margin > deadline:
+                d.reason = REASON_DEADLINE  # the cap, not the queue, closed this batch
+                return False
+            tightest[0] = deadline
+            return True
+
+        d.fits = fits
+        return d
+
+    def hopeless(self, req: Request, ctx: PolicyContext, now: float, queued_rows: int) -> bool:
+        cost = ctx.cost.cost(req.bucket)
+        margin = 1.0 + self.safety
+        slack = req.deadline - now
+        if cost.predict(ctx.pad(max(self.max_rows(ctx), req.rows))) * margin <= slack:
+            return False  # would make it even in a full batch: the common case, no rates
+        if cost.predict(ctx.pad(req.rows)) > slack:
+            return True  # could not make it even alone
+        # Early drop: the batch this request should ride is at least the keep-up size
+        # for the load of its level and above — no bigger than the batch the policy
+        # would form (batch_cap) nor than what is queued.
+        target = min(
+            self.keep_up_rows(ctx, req.bucket, ctx.rate_upto(req.priority)),
+            self.batch_cap(ctx, req.bucket),
+        )
+        rows = min(max(target, req.rows), max(queued_rows, req.rows))
+        return cost.predict(ctx.pad(rows)) * margin > slack
+
+    def batch_cap(self, ctx: PolicyContext, bucket: Hashable) -> int:
+        """The biggest batch worth forming now. Rows in one batch all wait for the whole
+        batch, so past the size where batching stops paying a bigger batch only adds
+        latency. Cap at the smallest size that reaches (1 - split_tolerance) of capacity,
+        or, when the load needs more throughput than that, the smallest size that keeps
+        up with split_headroom × the arrival rate (at most 99.8 % of capacity: the last
+        fraction costs a disproportionate batch size). For a GPU-like curve (per-call
+        cost dominates) this is close to the max, so nothing changes; for t(n) ≈ b·n (a
+        convolutional model on CPU) it is one request per batch, which latency wants."""
+        cost = ctx.cost.cost(bucket)
+        max_rows = self.max_rows(ctx)
+        capacity = max_rows / cost.predict(max_rows)
+        n_eff = _rows_for_rate(cost, (1.0 - self.split_tolerance) * capacity, max_rows)
+        if n_eff >= max_rows:
+            return max_rows
+        need = min(ctx.arrival_rate * self.split_headroom, _SATURATION * capacity)
+        return max(n_eff, _rows_for_rate(cost, need, max_rows))
+
+    def keep_up_rows(
+        self,
+        ctx: PolicyContext,
+        bucket: Hashable,
+        rate: float | None = None,
+        headroom: float | None = None,
+    ) -> int:
+        """Smallest n whose service rate n / t(n) matches the arrival rate times
+        headroom: batches smaller than this fall behind under the current load."""
+        lam = (ctx.arrival_rate if rate is None else rate) * (headroom or self.keep_up_headroom)
+        return _rows_for_rate(ctx.cost.cost(bucket), lam, self.max_rows(ctx))
+
+    def _hold_until(
+        self, queue: RequestQueue, bucket: Hashable, ctx: PolicyContext, now: float
+    ) -> float | None:
+        # The size at which the executor is busy hold_utilization of the time.
+        target = self.keep_up_rows(ctx, bucket, headroom=1.0 / self.hold_utilization)
+        rows = queue.bucket_rows(bucket)
+        if rows >= target or ctx.arrival_rate <= 0:
+            return None
+        deadline = queue.earliest_deadline(bucket)
+        assert deadline is not None
+        cost = ctx.cost.cost(bucket)
+        # Latest start that still lets a target-sized batch finish before the tightest
+        # deadline; spend slack up to there, never more.
+        latest_start = deadline - cost.predict(ctx.pad(target)) * (1.0 + self.safety)
+        # Expected time for the missing rows to arrive; no point holding much longer.
+        fill_by = now + (target - rows) / ctx.arrival_rate
+        until = min(latest_start, fill_by)
+        return until if until > now else None
+
+    def describe(self) -> dict:
+        out = {
+            **super().describe(),
+            "hold_for_efficiency": self.hold_for_efficiency,
+            "split_tolerance": self.split_tolerance,
+        }
+        if self.hold_for_efficiency:
+            out["hold_utilization"] = self.hold_utilization
+        return out
+
+
+POLICY_NAMES = ("none", "static", "greedy", "adaptive")
+
+
+def make_policy(name: str, **params) -> Policy:
+    """Build a policy by name; unknown names and parameters give one-line errors."""
+    classes: dict[str, type[Policy]] = {
+        "none": NonePolicy,
+        "static": StaticPolicy,
+        "greedy": GreedyPolicy,
+        "adaptive": AdaptivePolicy,
+    }
+    cls = classes.get(name)
+    if cls is None:
+        raise ValueError(f"unknown batching policy {name!r}; choose one of {', '.join(POLICY_NAMES)}")
+    try:
+        return cls(**params)
+    except TypeError as exc:
+        raise ValueError(f"policy {name!r}: {exc}") from None

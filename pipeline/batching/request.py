@@ -1,0 +1,46 @@
+"""What the batching core queues and what it hands to an executor."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True, eq=False)
+class Request:
+    """One queued request. Times are on the batcher's clock (seconds)."""
+
+    rows: int
+    arrival: float
+    deadline: float
+    priority: int = 0  # lower number = served first
+    bucket: Hashable = 0
+    item: Any = None  # opaque to the core: what the batch runner needs
+    seq: int = field(default=0)  # arrival order, set by the queue (FIFO tie-break)
+    late: bool = False  # set when the request is moved to the late lane
+
+
+# Why a batch closed; also the label of the batch-close metric.
+REASON_FULL = "full"  # reached max rows
+REASON_LINGER = "linger"  # static: oldest waited max_queue_delay
+REASON_IDLE = "idle"  # work-conserving: an executor was free and waiting could not help
+REASON_DEADLINE = "deadline"  # waiting longer would miss a deadline
+REASON_SINGLE = "single"  # policy none
+REASON_LATE = "late"  # expired requests, scored after in-time work
+REASON_DRAIN = "drain"  # shutdown: flush what is queued
+
+
+@dataclass(slots=True)
+class Batch:
+    requests: list[Request]
+    rows: int
+    bucket: Hashable
+    reason: str
+    formed_at: float
+    late: bool = False  # every request in it already missed its deadline
+    pad_to_rows: int | None = None  # allowed_batch_sizes: pad the batch axis up to this
+
+    @property
+    def oldest_arrival(self) -> float:
+        return min(r.arrival for r in self.requests)

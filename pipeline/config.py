@@ -1,0 +1,247 @@
+"""Worker configuration: one YAML file per deployment, every key overridable by an
+environment variable, validated at start with errors that name the key.
+
+Environment overrides: TIDEBATCH_<SECTION>__<KEY>=value (double underscore between
+levels), e.g. TIDEBATCH_BATCHING__POLICY=static, TIDEBATCH_BOOTSTRAP_SERVERS=kafka:9092.
+Values are parsed as YAML scalars, so numbers and booleans keep their types.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pipeline.errors import UserError
+
+ENV_PREFIX = "TIDEBATCH_"
+
+
+@dataclass
+class BatchingConfig:
+    policy: str = "adaptive"
+    max_batch_rows: int = 512
+    max_queue_delay_ms: float = 10.0  # static only
+    slo_ms: float = 100.0  # latency budget from the request's Kafka timestamp
+    priority_slo_ms: dict[int, float] = field(default_factory=dict)  # per priority level
+    expiry_action: str = "score_late"  # or route_late
+    late_share: float = 0.05
+    max_late_rows: int = 100_000
+    queue_high_rows: int = 20_000  # pause partitions above
+    queue_low_rows: int = 10_000  # resume below
+    allowed_batch_sizes: list[int] = field(default_factory=list)
+    hold_for_efficiency: bool = False
+
+
+@dataclass
+class RuntimeConfig:
+    providers: str = "auto"
+    intra_op_threads: int = 1
+    executors: int = 1
+    warmup: bool = True
+
+
+@dataclass
+class MetricsConfig:
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: int = 9400
+
+
+@dataclass
+class KafkaOverrides:
+    consumer: dict[str, Any] = field(default_factory=dict)
+    producer: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class WorkerConfig:
+    pipeline: str = "ctr"
+    bootstrap_servers: str = "127.0.0.1:9092"
+    broker_profile: str = "kafka"  # or "embedded" (Tansu workarounds, ../shared/BROKER.md)
+    client: str = "confluent"  # or "kafka-python"
+    group_id: str | None = None  # default: tidebatch-<pipeline>
+    input_topic: str | None = None  # default: the pipeline's
+    output_topic: str | None = None
+    dlq_topic: str | None = None  # default: <input_topic>.dlq
+    late_topic: str | None = None  # default: <input_topic>.late
+    commit_interval_ms: int = 200
+    create_topics: bool = True  # create missing topics at start (input with `partitions`)
+    partitions: int = 4  # for topics this worker creates
+    max_items: int = 1000
+    batching: BatchingConfig = field(default_factory=BatchingConfig)
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    kafka: KafkaOverrides = field(default_factory=KafkaOverrides)
+
+    def slo_seconds(self, priority: int) -> float:
+        ms = self.batching.priority_slo_ms.get(priority, self.batching.slo_ms)
+        return ms / 1000.0
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _coerce(value, inner[0], key)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, Mapping):
+            raise UserError(f"config key '{key}': expected a mapping, got {type(value).__name__}")
+        return _build(tp, value, key + ".")
+    if origin is dict:
+        if not isinstance(value, Mapping):
+            raise UserError(f"config key '{key}': expected a mapping, got {type(value).__name__}")
+        kt, vt = args
+        return {_coerce(k, kt, f"{key}.{k}"): _coerce(v, vt, f"{key}.{k}") for k, v in value.items()}
+    if origin is list:
+        if not isinstance(value, list):
+            raise UserError(f"config key '{key}': expected a list, got {type(value).__name__}")
+        return [_coerce(v, args[0], f"{key}[{i}]") for i, v in enumerate(value)]
+    if tp is Any:
+        return value
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise UserError(f"config key '{key}': expected true or false, got {value!r}")
+    if tp is float and isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if tp is int and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if tp is int and isinstance(value, str) and value.lstrip("-").isdigit():
+        return int(value)  # dict keys from YAML/env may arrive as strings
+    if tp is str and isinstance(value, str):
+        return value
+    raise UserError(f"config key '{key}': expected {_type_name(tp)}, got {value!r}")
+
+
+def _build(cls: type, data: Mapping[str, Any], prefix: str = "") -> Any:
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs = {}
+    for key, value in data.items():
+        if key not in names:
+            close = difflib.get_close_matches(str(key), names, n=1)
+            hint = f"; did you mean '{prefix}{close[0]}'?" if close else ""
+            raise UserError(f"config key '{prefix}{key}' is not known{hint}")
+        kwargs[key] = _coerce(value, hints[key], prefix + key)
+    return cls(**kwargs)
+
+
+def _set_path(tree: dict, path: list[str], value: Any) -> None:
+    for part in path[:-1]:
+        node = tree.get(part)
+        if not isinstance(node, dict):
+            node = tree[part] = {}
+        tree = node
+    tree[path[-1]] = value
+
+
+def env_overrides(environ: Mapping[str, str]) -> dict:
+    tree: dict = {}
+    for name, raw in environ.items():
+        if not name.startswith(ENV_PREFIX) or name == ENV_PREFIX:
+            continue
+        path = [p.lower() for p in name[len(ENV_PREFIX):].split("__")]
+        try:
+            value = yaml.safe_load(raw) if raw != "" else None
+        except yaml.YAMLError:
+            value = raw
+        _set_path(tree, path, value)
+    return tree
+
+
+def _merge(base: dict, extra: Mapping) -> dict:
+    out = dict(base)
+    for k, v in extra.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def load_config(
+    path: str | Path | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> WorkerConfig:
+    """File < environment < explicit overrides (CLI flags). Validated."""
+    data: dict = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise UserError(f"config file not found: {p}")
+        try:
+            loaded = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise UserError(f"config file {p} is not valid YAML: {str(exc).splitlines()[0]}") from None
+        if not isinstance(loaded, dict):
+            raise UserError(f"config file {p}: the top level must be a mapping")
+        data = loaded
+    data = _merge(data, env_overrides(os.environ if environ is None else environ))
+    data = _merge(data, overrides or {})
+    cfg = _build(WorkerConfig, data)
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: WorkerConfig) -> None:
+    from pipeline.batching.batcher import EXPIRY_ACTIONS
+    from pipeline.batching.policies import POLICY_NAMES
+
+    b = cfg.batching
+
+    def bad(key: str, why: str) -> UserError:
+        return UserError(f"config key '{key}': {why}")
+
+    if b.policy not in POLICY_NAMES:
+        raise bad("batching.policy", f"{b.policy!r} is not one of {', '.join(POLICY_NAMES)}")
+    if b.max_batch_rows < 1:
+        raise bad("batching.max_batch_rows", "must be >= 1")
+    if b.max_queue_delay_ms < 0:
+        raise bad("batching.max_queue_delay_ms", "must be >= 0")
+    if b.slo_ms <= 0:
+        raise bad("batching.slo_ms", "must be > 0")
+    if any(v <= 0 for v in b.priority_slo_ms.values()):
+        raise bad("batching.priority_slo_ms", "every budget must be > 0")
+    if b.expiry_action not in EXPIRY_ACTIONS:
+        raise bad("batching.expiry_action", f"{b.expiry_action!r} is not one of {', '.join(EXPIRY_ACTIONS)}")
+    if not 0 <= b.late_share <= 1:
+        raise bad("batching.late_share", "must be within [0, 1]")
+    if not 0 <= b.queue_low_rows < b.queue_high_rows:
+        raise bad("batching.queue_low_rows", "must be >= 0 and below batching.queue_high_rows")
+    if any(s < 1 for s in b.allowed_batch_sizes):
+        raise bad("batching.allowed_batch_sizes", "sizes must be >= 1")
+    if b.allowed_batch_sizes and cfg.max_items > max(b.allowed_batch_sizes):
+        raise bad("max_items", f"{cfg.max_items} exceeds the largest allowed batch size {max(b.allowed_batch_sizes)}")
+    if cfg.max_items > b.queue_high_rows:
+        raise bad("max_items", "must not exceed batching.queue_high_rows")
+    if cfg.runtime.executors < 1:
+        raise bad("runtime.executors", "must be >= 1")
+    if cfg.runtime.intra_op_threads < 1:
+        raise bad("runtime.intra_op_threads", "must be >= 1")
+    if cfg.client not in ("confluent", "kafka-python"):
+        raise bad("client", f"{cfg.client!r} is not one of confluent, kafka-python")
+    if cfg.broker_profile not in ("kafka", "embedded"):
+        raise bad("broker_profile", f"{cfg.broker_profile!r} is not one of kafka, embedded")
+    if cfg.partitions < 1:
+        raise bad("partitions", "must be >= 1")
+    if cfg.commit_interval_ms < 1:
+        raise bad("commit_interval_ms", "must be >= 1")
+    if not 0 <= cfg.metrics.port <= 65535:
+        raise bad("metrics.port", "must be a TCP port (0 picks a free one)")

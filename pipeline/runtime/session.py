@@ -1,0 +1,104 @@
+"""ONNX Runtime session with provider selection by what actually loads.
+
+`onnxruntime-gpu` lists CUDA/TensorRT as *available* even on a machine without a GPU;
+asking for them there silently falls back to CPU. So we ask, then read back which
+provider the session really got, and report that one.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from pipeline.batching.cost import AffineCost
+from pipeline.errors import UserError
+
+log = logging.getLogger(__name__)
+
+PROVIDER_PREFERENCE = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
+_SHORT = {
+    "TensorrtExecutionProvider": "tensorrt",
+    "CUDAExecutionProvider": "cuda",
+    "CPUExecutionProvider": "cpu",
+}
+
+
+def _requested(providers: str | Sequence[str]) -> list[str]:
+    available = ort.get_available_providers()
+    if providers == "auto":
+        # TensorRT builds engines per shape on first use (minutes): only on request.
+        wanted = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    else:
+        names = [providers] if isinstance(providers, str) else list(providers)
+        by_short = {v: k for k, v in _SHORT.items()}
+        wanted = [by_short.get(n.lower(), n) for n in names]
+        unknown = [n for n in wanted if n not in _SHORT]
+        if unknown:
+            raise UserError(f"unknown ONNX Runtime provider {unknown[0]!r}; use auto, cpu, cuda or tensorrt")
+        if "CPUExecutionProvider" not in wanted:
+            wanted.append("CPUExecutionProvider")
+    return [p for p in wanted if p in available]
+
+
+class InferenceSession:
+    def __init__(
+        self,
+        onnx_path: str | Path,
+        providers: str | Sequence[str] = "auto",
+        intra_op_threads: int = 1,
+        inter_op_threads: int = 1,
+    ) -> None:
+        path = Path(onnx_path)
+        if not path.is_file():
+            raise UserError(f"model file not found: {path}")
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = intra_op_threads
+        opts.inter_op_num_threads = inter_op_threads
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        # Failing GPU providers log an error per attempt; we report the outcome ourselves.
+        opts.log_severity_level = 3
+        requested = _requested(providers)
+        try:
+            self._session = ort.InferenceSession(str(path), sess_options=opts, providers=requested)
+        except Exception as exc:  # ORT raises its own exception types per failure
+            raise UserError(f"cannot load model {path.name}: {exc}".splitlines()[0]) from None
+        active = self._session.get_providers()
+        self.provider = _SHORT.get(active[0], active[0])
+        self.path = path
+        self.input_names = [i.name for i in self._session.get_inputs()]
+        self.output_names = [o.name for o in self._session.get_outputs()]
+        log.info(
+            "model %s loaded on provider %s (asked for %s; intra-op threads %d)",
+            path.name, self.provider, ",".join(_SHORT.get(p, p) for p in requested), intra_op_threads,
+        )
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        outputs = self._session.run(self.output_names, dict(feeds))
+        return dict(zip(self.output_names, outputs, strict=True))
+
+    def profile(
+        self,
+        make_feeds: Callable[[int], Mapping[str, np.ndarray]],
+        sizes: Sequence[int] = (1, 8, 32, 128, 512),
+        repeats: int = 5,
+    ) -> AffineCost:
+        """Warm-up profile: median latency per batch size, least-squares a + b·n.
+        Seeds the online cost model so the first decisions are not guesses."""
+        xs, ys = [], []
+        for n in sizes:
+            feeds = make_feeds(n)
+            self.run(feeds)  # first call per shape allocates; not representative
+            samples = []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                self.run(feeds)
+                samples.append(time.perf_counter() - t0)
+            xs.append(n)
+            ys.append(float(np.median(samples)))
+        b, a = np.polyfit(np.array(xs, float), np.array(ys, float), 1)
+        return AffineCost(a=max(float(a), 0.0), b=max(float(b), 1e-9))

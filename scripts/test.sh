@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Set everything up and run the whole test suite (unit + integration).
+# The integration tests start the embedded Kafka broker themselves; Redis is started
+# here when none answers on 127.0.0.1:6379.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+bash scripts/ensure_redis.sh
+.venv/bin/ruff check .
+exec .venv/bin/python -m pytest -q -ra "$@"

@@ -1,0 +1,57 @@
+from consumers.offsets import OffsetTracker
+
+TP = ("t", 0)
+
+
+def test_watermark_is_contiguous_done_prefix() -> None:
+    tr = OffsetTracker()
+    for off in range(5):
+        tr.track(TP, off)
+    tr.ack(TP, 1)
+    tr.ack(TP, 2)
+    assert tr.committable() == {}  # offset 0 still in flight: nothing may be committed
+    tr.ack(TP, 0)
+    assert tr.committable() == {TP: 3}  # next offset to consume after 0..2
+    assert tr.committable() == {}  # unchanged watermarks are not re-committed
+    tr.ack(TP, 4)
+    assert tr.committable() == {}
+    tr.ack(TP, 3)
+    assert tr.committable() == {TP: 5}
+    assert tr.pending(TP) == 0
+
+
+def test_multiple_acks_needed_before_done() -> None:
+    tr = OffsetTracker()
+    tr.track(TP, 10)
+    tr.add_acks(TP, 10, 1)  # e.g. the Parquet sink joins the Kafka result
+    tr.ack(TP, 10)
+    assert tr.committable() == {}
+    tr.ack(TP, 10)
+    assert tr.committable() == {TP: 11}
+
+
+def test_partitions_are_independent() -> None:
+    tr = OffsetTracker()
+    a, b = ("t", 0), ("t", 1)
+    tr.track(a, 0)
+    tr.track(b, 7)
+    tr.ack(b, 7)
+    assert tr.committable() == {b: 8}
+    assert tr.pending(a) == 1
+
+
+def test_forget_drops_revoked_partition_and_ignores_late_acks() -> None:
+    tr = OffsetTracker()
+    tr.track(TP, 0)
+    tr.forget([TP])
+    tr.ack(TP, 0)  # a result delivered after the revoke must not resurrect it
+    assert tr.committable() == {}
+    assert tr.partitions() == []
+
+
+def test_redelivered_offset_in_flight_is_tracked_once() -> None:
+    tr = OffsetTracker()
+    tr.track(TP, 0)
+    tr.track(TP, 0)
+    tr.ack(TP, 0)
+    assert tr.committable() == {TP: 1}
