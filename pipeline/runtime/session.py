@@ -63,6 +63,9 @@ class InferenceSession:
         # Failing GPU providers log an error per attempt; we report the outcome ourselves.
         opts.log_severity_level = 3
         requested = _requested(providers)
+        # The CUDA provider library logs through the default logger while it fails to
+        # load (no GPU, no CUDA libraries); the outcome is reported below instead.
+        ort.set_default_logger_severity(3)
         try:
             self._session = ort.InferenceSession(str(path), sess_options=opts, providers=requested)
         except Exception as exc:  # ORT raises its own exception types per failure

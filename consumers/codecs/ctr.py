@@ -1,0 +1,325 @@
+"""Codec for CTR ranking requests: one JSON request = one user context + N candidate
+items = N model rows of the ``ctr`` model (models/ctr).
+
+Request schema (UTF-8 JSON object; also in docs/schemas/ctr_request.md)::
+
+    {
+      "request_id": str, 1..128 characters          required
+      "tenant":      str | null                      optional
+      "priority":    int 0..9 | null                 optional, default 0 (lower runs first)
+      "deadline_ms": int > 0 | null                  optional, the request's own latency budget
+      "user_id":     str | null                      optional (the producer's Kafka key)
+      "context": {                                   required object (may be {})
+        "I1".."I6":   number | null                  counts; absent or null = missing
+        "C1".."C13":  hex string | null              Criteo-style tokens, e.g. "68fd1e64"
+      },
+      "items": [                                     required, 1..max_items entries
+        {"item_id": str (non-empty),                 required
+         "I7".."I13": number | null,
+         "C14".."C26": hex string | null}, ...
+      ]
+    }
+
+Unknown extra fields are ignored. An absent feature key counts as missing (Criteo has
+missing values); a present key with the wrong type is an error. A hex string is 1..16
+ASCII hex digits (either case); "" is not a token (send null). Negative counts are
+accepted and treated as 0 by the model; counts above 1e9 saturate.
+
+Every invalid input raises DecodeError with a one-line reason, e.g.::
+
+    empty message value
+    value is not valid UTF-8 (byte 0xff at offset 12)
+    malformed JSON: unexpected end of data at line 1 column 41
+    missing field 'items'
+    items[3].C14: expected hex string or null, got int
+    too many items: 1500 > max_items 1000
+    request_id: expected non-empty string, got int
+
+Model feeds (see models/ctr/features.py): ``dense`` float32 [n,13] raw counts with NaN
+for missing, ``cat`` int64 [n,26] hashed ids (context fields repeated on every item
+row). Result per request: ``{"request_id", "item_ids", "scores"}`` with one click
+probability per item, in request order.
+
+Speed: decoding is on the hot path, so per-value work stays in C where it can (orjson;
+``map(dict.get, keys)``; ``set(map(type, ...))`` for type checks; one ``bytes.fromhex``
+for all tokens of a request; the hashing is a few numpy ops on the whole request). The
+slow, per-value error search runs only once a request is known to be invalid.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from itertools import chain
+from typing import Any
+
+import numpy as np
+import orjson
+
+from consumers.codecs.base import Decoded, DecodeError
+from models.ctr import features as F
+
+MAX_REQUEST_ID_CHARS = 128
+_N_CTX_CAT = len(F.CONTEXT_CAT)  # 13
+_N_ITEM_CAT = len(F.ITEM_CAT)  # 13
+_N_CTX_DENSE = len(F.CONTEXT_DENSE)  # 6
+_N_ITEM_DENSE = len(F.ITEM_DENSE)  # 7
+_NUMBER_TYPES = frozenset({int, float, type(None)})
+_TYPE_NAMES = {
+    type(None): "null",
+    bool: "bool",
+    int: "int",
+    float: "float",
+    str: "string",
+    list: "array",
+    dict: "object",
+}
+
+
+@dataclass(slots=True)
+class CtrPayload:
+    dense: np.ndarray  # float32 [n, 13], NaN = missing
+    cat: np.ndarray  # int64 [n, 26]
+
+
+def _type_name(value: object) -> str:
+    return _TYPE_NAMES.get(type(value), type(value).__name__)
+
+
+def _short(value: str, limit: int = 40) -> str:
+    return repr(value) if len(value) <= limit else repr(value[: limit - 3]) + "..."
+
+
+class CtrCodec:
+    """Decode CTR ranking requests, stack them into model feeds, split the scores."""
+
+    name = "ctr"
+
+    def __init__(self, max_items: int = 1000) -> None:
+        if isinstance(max_items, bool) or not isinstance(max_items, int) or max_items < 1:
+            raise ValueError(f"max_items must be a positive integer, got {max_items!r}")
+        self.max_items = max_items
+
+    # ------------------------------------------------------------------------ decode
+    def decode(self, value: bytes | None, headers: Mapping[str, bytes] | None = None) -> Decoded:
+        """Validate and featurise one request. ``headers`` are not used."""
+        doc = _parse_json(value)
+        request_id = _request_id(doc)
+        priority, deadline_ms, tenant = _meta(doc)
+        context = doc.get("context")
+        items = doc.get("items")
+        if type(context) is not dict:
+            raise _missing_or_type(doc, "context", "object")
+        if type(items) is not list:
+            raise _missing_or_type(doc, "items", "array")
+        n = len(items)
+        if n == 0:
+            raise DecodeError("items: expected at least 1 item, got 0")
+        if n > self.max_items:
+            raise DecodeError(f"too many items: {n} > max_items {self.max_items}")
+        if set(map(type, items)) != {dict}:
+            i = next(i for i, it in enumerate(items) if type(it) is not dict)
+            raise DecodeError(f"items[{i}]: expected object, got {_type_name(items[i])}")
+        item_ids = _item_ids(items)
+        payload = CtrPayload(_dense(context, items), _cat(context, items))
+        return Decoded(
+            request_id=request_id,
+            rows=n,
+            payload=payload,
+            priority=priority,
+            deadline_ms=deadline_ms,
+            tenant=tenant,
+            extra={"item_ids": item_ids},
+        )
+
+    # ------------------------------------------------------------------------ batch
+    def collate(
+        self, payloads: Sequence[CtrPayload], pad_to_rows: int | None = None
+    ) -> dict[str, np.ndarray]:
+        """Stack payloads in order; padding rows (dense 0, cat = missing ids) go last."""
+        total = sum(len(p.cat) for p in payloads)
+        rows = total if pad_to_rows is None else pad_to_rows
+        if rows < total:
+            raise ValueError(f"pad_to_rows {pad_to_rows} < {total} rows in the batch")
+        dense = np.empty((rows, F.N_DENSE), dtype=np.float32)
+        cat = np.empty((rows, F.N_CAT), dtype=np.int64)
+        if payloads:
+            np.concatenate([p.dense for p in payloads], out=dense[:total])
+            np.concatenate([p.cat for p in payloads], out=cat[:total])
+        dense[total:] = 0.0
+        cat[total:] = F.MISSING_IDS
+        return {"dense": dense, "cat": cat}
+
+    def split(
+        self, outputs: Mapping[str, np.ndarray], decoded: Sequence[Decoded]
+    ) -> list[dict[str, Any]]:
+        """Slice ``prob`` back per request in collate order; trailing padding is dropped."""
+        prob = np.asarray(outputs["prob"]).reshape(-1)
+        total = sum(d.rows for d in decoded)
+        if len(prob) < total:
+            raise ValueError(f"model returned {len(prob)} scores for {total} rows")
+        scores = prob[:total].tolist()  # one C-level conversion for the whole batch
+        results: list[dict[str, Any]] = []
+        offset = 0
+        for d in decoded:
+            results.append(
+                {
+                    "request_id": d.request_id,
+                    "item_ids": d.extra["item_ids"],
+                    "scores": scores[offset : offset + d.rows],
+                }
+            )
+            offset += d.rows
+        return results
+
+
+# ---------------------------------------------------------------------------- helpers
+def _parse_json(value: bytes | None) -> dict[str, Any]:
+    if value is None or len(value) == 0:
+        raise DecodeError("empty message value")
+    try:
+        doc = orjson.loads(value)
+    except orjson.JSONDecodeError as exc:
+        raise DecodeError(_json_error(value, exc)) from None
+    if type(doc) is not dict:
+        raise DecodeError(f"expected a JSON object at top level, got {_type_name(doc)}")
+    return doc
+
+
+def _json_error(value: bytes, exc: orjson.JSONDecodeError) -> str:
+    # orjson reports bad UTF-8 as "str is not valid UTF-8" at char 0; find the byte.
+    try:
+        bytes(value).decode("utf-8")
+    except UnicodeDecodeError as bad:
+        byte = bytes(value)[bad.start]
+        return f"value is not valid UTF-8 (byte 0x{byte:02x} at offset {bad.start})"
+    return f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+
+
+def _missing_or_type(doc: Mapping[str, Any], key: str, expected: str) -> DecodeError:
+    if key not in doc:
+        return DecodeError(f"missing field {key!r}")
+    return DecodeError(f"{key}: expected {expected}, got {_type_name(doc[key])}")
+
+
+def _request_id(doc: Mapping[str, Any]) -> str:
+    rid = doc.get("request_id")
+    if type(rid) is str and 0 < len(rid) <= MAX_REQUEST_ID_CHARS:
+        return rid
+    if "request_id" not in doc:
+        raise DecodeError("missing field 'request_id'")
+    if type(rid) is not str:
+        raise DecodeError(f"request_id: expected non-empty string, got {_type_name(rid)}")
+    if not rid:
+        raise DecodeError("request_id: expected non-empty string, got ''")
+    raise DecodeError(
+        f"request_id: expected at most {MAX_REQUEST_ID_CHARS} characters, got {len(rid)}"
+    )
+
+
+def _meta(doc: Mapping[str, Any]) -> tuple[int, int | None, str | None]:
+    """priority, deadline_ms, tenant; null or absent = default. user_id is checked only."""
+    priority = doc.get("priority")
+    if priority is None:
+        priority = 0
+    elif type(priority) is not int or not 0 <= priority <= 9:
+        got = priority if type(priority) is int else _type_name(priority)
+        raise DecodeError(f"priority: expected int 0..9, got {got}")
+    deadline = doc.get("deadline_ms")
+    if deadline is not None and (type(deadline) is not int or deadline <= 0):
+        got = deadline if type(deadline) is int else _type_name(deadline)
+        raise DecodeError(f"deadline_ms: expected int > 0, got {got}")
+    tenant = doc.get("tenant")
+    if tenant is not None and type(tenant) is not str:
+        raise DecodeError(f"tenant: expected string or null, got {_type_name(tenant)}")
+    user_id = doc.get("user_id")
+    if user_id is not None and type(user_id) is not str:
+        raise DecodeError(f"user_id: expected string or null, got {_type_name(user_id)}")
+    return priority, deadline, tenant
+
+
+def _item_ids(items: list[dict[str, Any]]) -> list[str]:
+    ids = [it.get("item_id") for it in items]
+    if set(map(type, ids)) == {str} and "" not in ids:
+        return ids
+    for i, (it, iid) in enumerate(zip(items, ids, strict=True)):
+        if "item_id" not in it:
+            raise DecodeError(f"missing field 'items[{i}].item_id'")
+        if type(iid) is not str or not iid:
+            got = "''" if iid == "" else _type_name(iid)
+            raise DecodeError(f"items[{i}].item_id: expected non-empty string, got {got}")
+    raise AssertionError("unreachable")
+
+
+def _dense(context: dict[str, Any], items: list[dict[str, Any]]) -> np.ndarray:
+    ctx_vals = list(map(context.get, F.CONTEXT_DENSE))
+    item_vals = list(chain.from_iterable(map(it.get, F.ITEM_DENSE) for it in items))
+    if not set(map(type, ctx_vals)) <= _NUMBER_TYPES:
+        raise _first_bad(context, "context", F.CONTEXT_DENSE, "number or null")
+    if not set(map(type, item_vals)) <= _NUMBER_TYPES:
+        raise _first_bad_item(items, F.ITEM_DENSE, "number or null")
+    n = len(items)
+    dense = np.empty((n, F.N_DENSE), dtype=np.float64)
+    # np.array(..., float64) turns None into NaN, the model's "missing".
+    dense[:, :_N_CTX_DENSE] = np.array(ctx_vals, dtype=np.float64)
+    dense[:, _N_CTX_DENSE:] = np.array(item_vals, dtype=np.float64).reshape(n, _N_ITEM_DENSE)
+    # clip before the float32 cast so absurd counts saturate instead of overflowing to inf
+    np.minimum(dense, F.DENSE_CLIP, out=dense)
+    return dense.astype(np.float32)
+
+
+@functools.lru_cache(maxsize=256)
+def _field_layout(n: int) -> np.ndarray:
+    """Field index of each token in the flat list of a request with n items."""
+    return np.concatenate([np.arange(_N_CTX_CAT), np.tile(np.arange(_N_CTX_CAT, F.N_CAT), n)])
+
+
+def _cat(context: dict[str, Any], items: list[dict[str, Any]]) -> np.ndarray:
+    # one flat list: 13 context tokens, then 13 per item (row-major); one parse, one hash
+    toks = list(map(context.get, F.CONTEXT_CAT))
+    toks.extend(chain.from_iterable(map(it.get, F.ITEM_CAT) for it in items))
+    try:
+        values, present = F.parse_tokens(toks)  # also the type check
+    except F.HexTokenError as exc:
+        raise _bad_token(exc) from None
+    n = len(items)
+    ids = F.hash_ids(values, present, _field_layout(n))
+    cat = np.empty((n, F.N_CAT), dtype=np.int64)
+    cat[:, :_N_CTX_CAT] = ids[:_N_CTX_CAT]
+    cat[:, _N_CTX_CAT:] = ids[_N_CTX_CAT:].reshape(n, _N_ITEM_CAT)
+    return cat
+
+
+# ---------------------------------------------------------------------------- error paths
+def _first_bad(obj: dict[str, Any], where: str, keys: Sequence[str], expected: str) -> DecodeError:
+    for key in keys:
+        v = obj.get(key)
+        if type(v) not in _NUMBER_TYPES:
+            return DecodeError(f"{where}.{key}: expected {expected}, got {_type_name(v)}")
+    raise AssertionError("no bad value found")
+
+
+def _first_bad_item(items: list[dict[str, Any]], keys: Sequence[str], expected: str) -> DecodeError:
+    for i, it in enumerate(items):
+        for key in keys:
+            v = it.get(key)
+            if type(v) not in _NUMBER_TYPES:
+                return DecodeError(f"items[{i}].{key}: expected {expected}, got {_type_name(v)}")
+    raise AssertionError("no bad value found")
+
+
+def _bad_token(exc: F.HexTokenError) -> DecodeError:
+    """Name the field of the bad token from its position in the flat token list."""
+    pos = exc.index
+    if pos < _N_CTX_CAT:
+        where = f"context.{F.CONTEXT_CAT[pos]}"
+    else:
+        i, j = divmod(pos - _N_CTX_CAT, _N_ITEM_CAT)
+        where = f"items[{i}].{F.ITEM_CAT[j]}"
+    token = exc.token
+    if type(token) is not str:
+        got = _type_name(token)
+    else:
+        got = "''" if token == "" else _short(token)
+    return DecodeError(f"{where}: expected hex string or null, got {got}")

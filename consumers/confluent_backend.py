@@ -1,0 +1,151 @@
+"""confluent-kafka (librdkafka) source and producer: the default, fast backend.
+
+Threading: the source is used by the worker's source thread only. The producer's
+produce() is called from executor threads too (it is thread-safe); delivery callbacks
+run in whichever thread calls poll()/flush(), which is the source thread, except during
+shutdown.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import TopicPartition as CkTopicPartition
+
+from consumers.records import AckCallback, SourceRecord, TopicPartition, headers_to_dict
+
+log = logging.getLogger(__name__)
+
+RebalanceCallback = Callable[[list[TopicPartition]], None]
+
+
+class ConfluentSource:
+    def __init__(
+        self,
+        config: Mapping[str, object],
+        topics: list[str],
+        on_assign: RebalanceCallback,
+        on_revoke: RebalanceCallback,
+    ) -> None:
+        self._consumer = Consumer(dict(config))
+        self._on_assign = on_assign
+        self._on_revoke = on_revoke
+        self._paused = False
+        self._consumer.subscribe(
+            topics, on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._revoked
+        )
+
+    # Rebalance callbacks run inside poll()/consume(), in the source thread.
+    def _assigned(self, consumer: Consumer, parts: list[CkTopicPartition]) -> None:
+        tps = [(p.topic, p.partition) for p in parts]
+        if self._paused and parts:
+            # Partitions handed over during backpressure must start paused too.
+            consumer.pause(parts)
+        self._on_assign(tps)
+
+    def _revoked(self, consumer: Consumer, parts: list[CkTopicPartition]) -> None:
+        self._on_revoke([(p.topic, p.partition) for p in parts])
+
+    def poll_batch(self, max_records: int, timeout: float) -> list[SourceRecord]:
+        msgs = self._consumer.consume(num_messages=max_records, timeout=timeout)
+        out: list[SourceRecord] = []
+        for m in msgs:
+            err = m.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    continue
+                if err.fatal():
+                    raise KafkaException(err)
+                log.warning("consumer error: %s", err.str())
+                continue
+            ts_type, ts = m.timestamp()
+            out.append(
+                SourceRecord(
+                    topic=m.topic(),
+                    partition=m.partition(),
+                    offset=m.offset(),
+                    key=m.key(),
+                    value=m.value(),
+                    headers=headers_to_dict(m.headers()),
+                    timestamp_ms=ts if ts_type != 0 and ts >= 0 else None,
+                )
+            )
+        return out
+
+    def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        if not offsets:
+            return
+        parts = [CkTopicPartition(t, p, o) for (t, p), o in offsets.items()]
+        self._consumer.commit(offsets=parts, asynchronous=False)
+
+    def assignment(self) -> list[TopicPartition]:
+        return [(p.topic, p.partition) for p in self._consumer.assignment()]
+
+    def pause_all(self) -> None:
+        self._paused = True
+        parts = self._consumer.assignment()
+        if parts:
+            self._consumer.pause(parts)
+
+    def resume_all(self) -> None:
+        self._paused = False
+        parts = self._consumer.assignment()
+        if parts:
+            self._consumer.resume(parts)
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def lag(self) -> dict[TopicPartition, int]:
+        """High watermark from the last fetch (cached) minus our position. Never the
+        ListOffsets "latest" answer, which is wrong on the embedded broker."""
+        out: dict[TopicPartition, int] = {}
+        parts = self._consumer.assignment()
+        if not parts:
+            return out
+        for p in self._consumer.position(parts):
+            _, high = self._consumer.get_watermark_offsets(p, cached=True)
+            if high is None or high < 0 or p.offset < 0:
+                continue
+            out[(p.topic, p.partition)] = max(high - p.offset, 0)
+        return out
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+class ConfluentProducer:
+    def __init__(self, config: Mapping[str, object]) -> None:
+        self._producer = Producer(dict(config))
+
+    def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes]] | None,
+        on_ack: AckCallback,
+    ) -> None:
+        def delivered(err: KafkaError | None, _msg: object) -> None:
+            on_ack(None if err is None else err.str())
+
+        while True:
+            try:
+                self._producer.produce(topic, value=value, key=key, headers=headers, on_delivery=delivered)
+                return
+            except BufferError:
+                # Local queue full: serve delivery reports to make room, then retry.
+                self._producer.poll(0.05)
+
+    def poll(self, timeout: float = 0.0) -> int:
+        return self._producer.poll(timeout)
+
+    def flush(self, timeout: float) -> int:
+        """Block until every record is acked or timeout; returns how many are left."""
+        return self._producer.flush(timeout)
+
+    def __len__(self) -> int:
+        return len(self._producer)

@@ -1,0 +1,61 @@
+"""Shipped models: each lives in models/<name>/ with a spec.json next to its ONNX file.
+
+``load_spec("ctr")`` reads models/ctr/spec.json. The name is the directory, not the
+model's own ``name`` field (which is e.g. "ctr_deepfm")."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import UserError
+
+MODELS_DIR = Path(__file__).resolve().parent
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")  # no path separators, no "..": a directory name
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    name: str  # the model's own name from spec.json, e.g. "ctr_deepfm"
+    version: str
+    onnx_path: Path  # absolute
+    inputs: list[dict[str, Any]]  # {"name", "dtype", "shape", ...} in feed order
+    outputs: list[dict[str, Any]]
+    raw: dict[str, Any]  # the whole spec.json
+
+
+def shipped_models() -> list[str]:
+    """Directory names under models/ that hold a spec.json, sorted."""
+    return sorted(p.parent.name for p in MODELS_DIR.glob("*/spec.json"))
+
+
+def load_spec(name: str) -> ModelSpec:
+    """Read models/<name>/spec.json. Raises UserError (one line) for an unknown model,
+    an unreadable spec or a missing ONNX file."""
+    spec_path = MODELS_DIR / name / "spec.json"
+    if not _NAME.match(name) or name.startswith(".") or not spec_path.is_file():
+        shipped = ", ".join(shipped_models()) or "none"
+        raise UserError(f"unknown model {name!r}; shipped models: {shipped}")
+    try:
+        raw = json.loads(spec_path.read_text())
+        onnx_path = (spec_path.parent / raw["onnx"]).resolve()
+        spec = ModelSpec(
+            name=str(raw["name"]),
+            version=str(raw["version"]),
+            onnx_path=onnx_path,
+            inputs=list(raw["inputs"]),
+            outputs=list(raw["outputs"]),
+            raw=raw,
+        )
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        detail = f"missing key {exc}" if isinstance(exc, KeyError) else str(exc).splitlines()[0]
+        raise UserError(f"model {name!r}: cannot read {spec_path}: {detail}") from None
+    if not onnx_path.is_file():
+        raise UserError(
+            f"model {name!r}: ONNX file {onnx_path} is missing; "
+            f"rebuild it with `python -m models.{name}.build`"
+        )
+    return spec

@@ -1,0 +1,33 @@
+"""`tidebatch demo`: broker + worker + load generator on this machine, then a summary."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("demo", help="run the CTR pipeline end to end on the embedded broker")
+    p.add_argument("--duration", type=float, default=15.0, help="seconds of load (default 15)")
+    p.add_argument("--rate", type=float, default=400.0, help="requests per second (default 400)")
+    p.add_argument("--policy", default="adaptive", choices=("none", "static", "greedy", "adaptive"))
+    p.add_argument("--partitions", type=int, default=2)
+    p.add_argument("--out", default="out/demo", help="where logs and the summary go")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pipeline.demo import format_summary, run_demo
+
+    summary = run_demo(
+        duration=args.duration, rate=args.rate, policy=args.policy,
+        partitions=args.partitions, out_dir=Path(args.out), json_output=args.json,
+    )
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(format_summary(summary))
+    ok = summary["missing"] == 0 and summary["worker_exit_code"] == 0
+    return 0 if ok else 1

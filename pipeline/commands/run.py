@@ -1,0 +1,75 @@
+"""`tidebatch run`: one worker, from a YAML config and/or flags."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from pipeline.config import WorkerConfig, load_config
+from pipeline.pipelines import PIPELINES
+
+log = logging.getLogger(__name__)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="run a worker (consumer-group member)")
+    p.add_argument("-c", "--config", help="YAML config file (env TIDEBATCH_* and flags override it)")
+    p.add_argument("--bootstrap-servers", metavar="HOST:PORT")
+    p.add_argument("--pipeline", choices=sorted(PIPELINES))
+    p.add_argument("--policy", choices=("none", "static", "greedy", "adaptive"))
+    p.add_argument("--group-id")
+    p.add_argument("--input-topic")
+    p.add_argument("--output-topic")
+    p.add_argument("--broker-profile", choices=("kafka", "embedded"))
+    p.add_argument("--client", choices=("confluent", "kafka-python"))
+    p.add_argument("--metrics-port", type=int, help="0 picks a free port")
+    p.add_argument("--slo-ms", type=float)
+    p.set_defaults(func=run)
+
+
+def flag_overrides(args: argparse.Namespace) -> dict:
+    flat = {
+        "bootstrap_servers": args.bootstrap_servers,
+        "pipeline": args.pipeline,
+        "group_id": args.group_id,
+        "input_topic": args.input_topic,
+        "output_topic": args.output_topic,
+        "broker_profile": args.broker_profile,
+        "client": args.client,
+    }
+    out: dict = {k: v for k, v in flat.items() if v is not None}
+    batching = {"policy": args.policy, "slo_ms": args.slo_ms}
+    batching = {k: v for k, v in batching.items() if v is not None}
+    if batching:
+        out["batching"] = batching
+    if args.metrics_port is not None:
+        out["metrics"] = {"port": args.metrics_port}
+    return out
+
+
+def prepare_topics(cfg: WorkerConfig) -> None:
+    from consumers.admin import ensure_topics
+    from pipeline.pipelines import get_pipeline
+
+    spec = get_pipeline(cfg.pipeline)
+    inp = cfg.input_topic or spec.input_topic
+    names = [
+        inp,
+        cfg.output_topic or spec.output_topic,
+        cfg.dlq_topic or f"{inp}.dlq",
+        cfg.late_topic or f"{inp}.late",
+    ]
+    from consumers.admin import existing_topics
+
+    present = existing_topics(cfg.bootstrap_servers)
+    missing = {n: cfg.partitions for n in names if n not in present}
+    if missing:
+        ensure_topics(cfg.bootstrap_servers, missing)
+        log.info("created topics %s", ", ".join(sorted(missing)))
+
+
+def run(args: argparse.Namespace) -> int:
+    from pipeline.serve import serve
+
+    cfg = load_config(args.config, flag_overrides(args))
+    return serve(cfg)

@@ -1,0 +1,34 @@
+"""The one place that picks the Kafka client backend (config key `client`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from consumers.profiles import consumer_config, producer_config
+from consumers.records import TopicPartition
+from pipeline.config import WorkerConfig
+from pipeline.errors import UserError
+
+
+def make_source(
+    cfg: WorkerConfig,
+    group_id: str,
+    topics: list[str],
+    on_assign: Callable[[list[TopicPartition]], None],
+    on_revoke: Callable[[list[TopicPartition]], None],
+) -> Any:
+    if cfg.client == "confluent":
+        from consumers.confluent_backend import ConfluentSource
+
+        conf = consumer_config(cfg.broker_profile, cfg.bootstrap_servers, group_id, cfg.kafka.consumer)
+        return ConfluentSource(conf, topics, on_assign, on_revoke)
+    raise UserError(f"Kafka client {cfg.client!r} is not available in this build")
+
+
+def make_producer(cfg: WorkerConfig) -> Any:
+    if cfg.client == "confluent":
+        from consumers.confluent_backend import ConfluentProducer
+
+        return ConfluentProducer(producer_config(cfg.broker_profile, cfg.bootstrap_servers, cfg.kafka.producer))
+    raise UserError(f"Kafka client {cfg.client!r} is not available in this build")

@@ -1,0 +1,553 @@
+"""One tidebatch worker: a consumer-group member that decodes requests, batches them,
+runs the model and publishes one outcome per request.
+
+Threads (DESIGN.md "Data flow in one worker"):
+- the source thread (the caller of run()) polls Kafka, decodes, queues requests,
+  routes bad input to the DLQ, serves producer delivery reports, applies
+  backpressure and commits offsets. It never waits for a result: many requests are
+  in flight at once, or no batch could ever form.
+- executor threads (runtime.executors) take batches from the BatchQueue, run ONNX
+  Runtime (which releases the GIL) and hand results to the sinks.
+
+Delivery: at-least-once. Each consumed offset is tracked; it is done when every sink
+has acknowledged its outcome; each partition commits its contiguous done watermark.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from consumers.codecs.base import Decoded, DecodeError
+from consumers.dead_letter import dlq_headers, late_headers
+from consumers.offsets import OffsetTracker
+from consumers.records import SourceRecord, TopicPartition
+from models.registry import load_spec
+from pipeline.batching.batcher import Batcher
+from pipeline.batching.concurrent import BatchQueue
+from pipeline.batching.cost import CostModel
+from pipeline.batching.policies import make_policy
+from pipeline.batching.request import Batch, Request
+from pipeline.clock import Clock, MonotonicClock, wall_ms
+from pipeline.config import WorkerConfig
+from pipeline.hooks import WorkerHook
+from pipeline.kafka_backend import make_producer, make_source
+from pipeline.metrics import WorkerMetrics
+from pipeline.pipelines import get_pipeline
+from pipeline.runtime.session import InferenceSession
+from pipeline.sinks import ResultSink, ScoredRow
+
+log = logging.getLogger(__name__)
+
+_POLL_RECORDS = 1000
+_POLL_TIMEOUT = 0.02
+_MAX_SEND_ATTEMPTS = 5
+_REVOKE_WAIT = 10.0
+_LAG_INTERVAL = 1.0
+
+
+@dataclass(slots=True)
+class InFlight:
+    """What an executor needs to finish one request."""
+
+    rec: SourceRecord
+    decoded: Decoded
+    deadline_wall_ms: float
+    consumed_wall_ms: int
+
+
+@dataclass
+class WorkerStats:
+    consumed: int = 0
+    scored: int = 0
+    scored_late: int = 0
+    routed_late: int = 0
+    dlq: int = 0
+    duplicates: int = 0
+    batches: int = 0
+    batch_rows: int = 0
+    commits: int = 0
+    pauses: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Worker:
+    def __init__(
+        self,
+        cfg: WorkerConfig,
+        *,
+        clock: Clock | None = None,
+        sinks: list[ResultSink] | None = None,
+        hooks: list[WorkerHook] | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.clock = clock or MonotonicClock()
+        self.pipeline = get_pipeline(cfg.pipeline)
+        self.input_topic = cfg.input_topic or self.pipeline.input_topic
+        self.output_topic = cfg.output_topic or self.pipeline.output_topic
+        self.dlq_topic = cfg.dlq_topic or f"{self.input_topic}.dlq"
+        self.late_topic = cfg.late_topic or f"{self.input_topic}.late"
+        self.group_id = cfg.group_id or f"tidebatch-{cfg.pipeline}"
+        self.model = load_spec(self.pipeline.model)
+        self.codec = self.pipeline.make_codec(cfg)
+        self.session = InferenceSession(
+            self.model.onnx_path, cfg.runtime.providers, cfg.runtime.intra_op_threads
+        )
+        b = cfg.batching
+        self.policy = make_policy(b.policy, **_policy_params(cfg))
+        self.metrics = WorkerMetrics(cfg.pipeline, b.policy)
+        self.metrics.provider.info(
+            {"model": self.model.name, "version": self.model.version, "provider": self.session.provider}
+        )
+        self.cost = CostModel()
+        if cfg.runtime.warmup:
+            self._warm_up()
+        batcher = Batcher(
+            self.policy,
+            self.cost,
+            expiry_action=b.expiry_action,  # type: ignore[arg-type]
+            late_share=b.late_share,
+            max_late_rows=b.max_late_rows,
+            allowed_batch_sizes=b.allowed_batch_sizes or None,
+        )
+        self.queue = BatchQueue(batcher, self.clock, b.queue_high_rows, b.queue_low_rows)
+        self.tracker = OffsetTracker()
+        self.sinks = list(sinks or [])
+        self.hooks = list(hooks or [])
+        self.stats = WorkerStats()
+        self._stats_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._fatal: str | None = None
+        self._executors: list[threading.Thread] = []
+        self.producer = make_producer(cfg)
+        self.source = None  # created in run(): joining the group is the last step
+        self.assigned: list[TopicPartition] = []
+        self.started = threading.Event()  # model loaded, source subscribed
+        self.last_poll_ok: float | None = None
+
+    # ------------------------------------------------------------------ start-up
+    def _warm_up(self) -> None:
+        """Profile the model on real sample requests to seed the cost model."""
+        samples = self.pipeline.make_samples(12345)
+        decoded = []
+        i = 0
+        while sum(d.rows for d in decoded) < 512 and i < 10_000:
+            key, value, headers = samples(i)
+            decoded.append(self.codec.decode(value, dict(headers)))
+            i += 1
+
+        def feeds_for(n: int) -> dict:
+            return self.codec.collate([d.payload for d in decoded[:n]])
+
+        sizes = sorted({1, 2, 4, 8, 16, min(len(decoded), 24)})
+        rows_for = {n: sum(d.rows for d in decoded[:n]) for n in sizes}
+        cost = self.session.profile(feeds_for, sizes)
+        # profile() fits against request counts; convert to rows with the mean size.
+        mean_rows = sum(rows_for.values()) / sum(sizes)
+        cost.b /= mean_rows
+        self.cost = CostModel(prior=cost)
+        log.info(
+            "warm-up profile of %s on %s: t(n) = %.3f ms + %.4f ms/row",
+            self.model.name, self.session.provider, cost.a * 1e3, cost.b * 1e3,
+        )
+
+    def stop(self, reason: str = "stop requested") -> None:
+        if not self._stop.is_set():
+            log.info("stopping: %s", reason)
+        self._stop.set()
+
+    # ------------------------------------------------------------------ main loop
+    def run(self) -> int:
+        """Consume until stop(); finish in-flight work, commit, return an exit code."""
+        self.source = make_source(
+            self.cfg, self.group_id, [self.input_topic], self._on_assign, self._on_revoke
+        )
+        for i in range(self.cfg.runtime.executors):
+            t = threading.Thread(target=self._executor_loop, name=f"executor-{i}", daemon=True)
+            t.start()
+            self._executors.append(t)
+        log.info(
+            "worker %s consuming %s -> %s (group %s, policy %s, provider %s)",
+            self.cfg.pipeline, self.input_topic, self.output_topic, self.group_id,
+            self.cfg.batching.policy, self.session.provider,
+        )
+        self.started.set()
+        next_commit = time.monotonic()
+        next_lag = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                records = self.source.poll_batch(_POLL_RECORDS, _POLL_TIMEOUT)
+                self.last_poll_ok = time.monotonic()
+                if records:
+                    self._admit(records)
+                self.producer.poll(0)
+                self._route_late()
+                self._apply_backpressure()
+                for sink in self.sinks:
+                    sink.poll()
+                now = time.monotonic()
+                if now >= next_commit:
+                    self._commit()
+                    next_commit = now + self.cfg.commit_interval_ms / 1000.0
+                if now >= next_lag:
+                    self._update_lag()
+                    next_lag = now + _LAG_INTERVAL
+            return self._shutdown()
+        except Exception:
+            log.exception("worker failed; offsets not committed past finished work")
+            self._shutdown(commit=True)
+            return 1
+
+    def _shutdown(self, commit: bool = True) -> int:
+        """Stop consuming, finish in-flight batches, flush sinks, commit, leave."""
+        self.queue.close()
+        for t in self._executors:
+            t.join(timeout=60)
+        self._route_late()
+        remaining = self.producer.flush(30.0)
+        for sink in self.sinks:
+            sink.flush()
+        self.producer.flush(5.0)
+        if commit:
+            self._commit()
+        if self.source is not None:
+            self.source.close()
+        for sink in self.sinks:
+            sink.close()
+        if remaining:
+            log.error("%d records were not acknowledged by Kafka before shutdown", remaining)
+        if self._fatal:
+            log.error("worker stopped on error: %s", self._fatal)
+            return 1
+        log.info("worker stopped cleanly: %s", self.stats_line())
+        return 0
+
+    # ------------------------------------------------------------------ source side
+    def _admit(self, records: list[SourceRecord]) -> None:
+        now = self.clock.now()
+        now_wall = wall_ms()
+        requests: list[Request] = []
+        for rec in records:
+            self.tracker.track(rec.tp, rec.offset)
+            try:
+                decoded = self.codec.decode(rec.value, rec.headers)
+            except DecodeError as exc:
+                self._dead_letter(rec, str(exc), "decode")
+                continue
+            except Exception as exc:  # a codec bug must not kill the worker
+                self._dead_letter(rec, f"decoder crashed: {type(exc).__name__}: {exc}", "decode")
+                continue
+            budget_ms = self.cfg.slo_seconds(decoded.priority) * 1000.0
+            if decoded.deadline_ms is not None:
+                budget_ms = min(budget_ms, float(decoded.deadline_ms))  # may only tighten
+            ts = rec.timestamp_ms if rec.timestamp_ms is not None else now_wall
+            deadline_wall = ts + budget_ms
+            requests.append(
+                Request(
+                    rows=decoded.rows,
+                    arrival=now,
+                    deadline=now + (deadline_wall - now_wall) / 1000.0,
+                    priority=decoded.priority,
+                    bucket=decoded.bucket,
+                    item=InFlight(rec, decoded, deadline_wall, now_wall),
+                )
+            )
+        with self._stats_lock:
+            self.stats.consumed += len(records)
+        if requests:
+            self.queue.put_many(requests)
+        self.metrics.queue_rows.labels(self.cfg.pipeline).set(self.queue.rows)
+
+    def _dead_letter(self, rec: SourceRecord, reason: str, stage: str) -> None:
+        log.warning(
+            "dead-letter %s[%d]@%d: %s", rec.topic, rec.partition, rec.offset, reason
+        )
+        self.metrics.outcome(rec.topic, "dlq")
+        with self._stats_lock:
+            self.stats.dlq += 1
+        self._send(self.dlq_topic, rec.key, rec.value, dlq_headers(rec, reason, stage), rec)
+
+    def _route_late(self) -> None:
+        routed = self.queue.pop_routed_late()
+        if not routed:
+            return
+        now_wall = wall_ms()
+        for req in routed:
+            inf: InFlight = req.item
+            missed_by = max(now_wall - inf.deadline_wall_ms, 0.0)
+            self.metrics.outcome(inf.rec.topic, "routed_late")
+            self.metrics.slo_misses.labels(self.cfg.pipeline).inc()
+            self._send(self.late_topic, inf.rec.key, inf.rec.value, late_headers(inf.rec, missed_by), inf.rec)
+        with self._stats_lock:
+            self.stats.routed_late += len(routed)
+
+    def _send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes]] | None,
+        rec: SourceRecord,
+        attempt: int = 1,
+    ) -> None:
+        """Produce one outcome record; its ack completes the source offset. A failed
+        delivery is retried; when retries run out the worker stops without committing
+        past it, so a restart replays the request."""
+
+        def on_ack(err: str | None) -> None:
+            if err is None:
+                self.tracker.ack(rec.tp, rec.offset)
+                return
+            self.metrics.delivery_errors.labels(self.cfg.pipeline, topic).inc()
+            if attempt < _MAX_SEND_ATTEMPTS:
+                log.warning("delivery to %s failed (attempt %d): %s; retrying", topic, attempt, err)
+                self._send(topic, key, value, headers, rec, attempt + 1)
+            else:
+                self._fatal = f"cannot deliver to {topic}: {err}"
+                self.stop(self._fatal)
+
+        self.producer.send(topic, key, value, headers, on_ack)
+
+    def _apply_backpressure(self) -> None:
+        if self.source is None:
+            return
+        if not self.source.paused and self.queue.above_high_watermark():
+            self.source.pause_all()
+            self.metrics.pauses.labels(self.cfg.pipeline).inc()
+            self.metrics.paused.labels(self.cfg.pipeline).set(1)
+            with self._stats_lock:
+                self.stats.pauses += 1
+        elif self.source.paused and self.queue.below_low_watermark():
+            self.source.resume_all()
+            self.metrics.paused.labels(self.cfg.pipeline).set(0)
+
+    def _commit(self, only: list[TopicPartition] | None = None) -> None:
+        if self.source is None:
+            return
+        offsets = self.tracker.committable()
+        if only is not None:
+            wanted = set(only)
+            offsets = {tp: o for tp, o in offsets.items() if tp in wanted}
+        if not offsets:
+            return
+        try:
+            self.source.commit(offsets)
+            self.metrics.commits.labels(self.cfg.pipeline, "ok").inc()
+            with self._stats_lock:
+                self.stats.commits += 1
+        except Exception as exc:  # a failed commit is retried at the next interval
+            self.metrics.commits.labels(self.cfg.pipeline, "error").inc()
+            log.warning("offset commit failed: %s", exc)
+
+    def _update_lag(self) -> None:
+        if self.source is None:
+            return
+        try:
+            for (topic, partition), lag in self.source.lag().items():
+                self.metrics.lag.labels(topic, str(partition)).set(lag)
+        except Exception as exc:
+            log.debug("lag update failed: %s", exc)
+
+    # Rebalance callbacks run in the source thread, inside poll_batch().
+    def _on_assign(self, tps: list[TopicPartition]) -> None:
+        self.assigned = sorted(set(self.assigned) | set(tps))
+        self.metrics.assigned.labels(self.cfg.pipeline).set(len(self.assigned))
+        log.info("assigned %s", tps)
+
+    def _on_revoke(self, tps: list[TopicPartition]) -> None:
+        """Finish the in-flight work of revoked partitions, commit it, let go. Never
+        commit past work that was not done: what is still pending after the wait is
+        replayed by the partition's next owner."""
+        if not tps:
+            return
+        deadline = time.monotonic() + _REVOKE_WAIT
+        while any(self.tracker.pending(tp) for tp in tps) and time.monotonic() < deadline:
+            self._route_late()
+            self.producer.poll(0.01)
+            for sink in self.sinks:
+                sink.poll()
+        if any(self.tracker.pending(tp) for tp in tps):
+            for sink in self.sinks:
+                sink.flush()
+            self.producer.flush(2.0)
+        self._commit(only=tps)
+        self.tracker.forget(tps)
+        self.assigned = sorted(set(self.assigned) - set(tps))
+        self.metrics.assigned.labels(self.cfg.pipeline).set(len(self.assigned))
+        for topic, partition in tps:
+            with contextlib.suppress(KeyError):
+                self.metrics.lag.remove(topic, str(partition))
+        log.info("revoked %s", tps)
+
+    # ------------------------------------------------------------------ executor side
+    def _executor_loop(self) -> None:
+        while True:
+            batch = self.queue.get_batch()
+            if batch is None:
+                return
+            try:
+                self._run_batch(batch)
+            except Exception as exc:  # never lose a batch to a bug: dead-letter it
+                log.exception("batch failed")
+                for req in batch.requests:
+                    inf: InFlight = req.item
+                    self._dead_letter(inf.rec, f"internal error: {type(exc).__name__}: {exc}", "inference")
+
+    def _infer(self, batch: Batch) -> tuple[list[dict] | None, float]:
+        decoded = [r.item.decoded for r in batch.requests]
+        for hook in self.hooks:
+            hook.before_inference(decoded)
+        t0 = time.perf_counter()
+        feeds = self.codec.collate([d.payload for d in decoded], batch.pad_to_rows)
+        outputs = self.session.run(feeds)
+        seconds = time.perf_counter() - t0
+        return self.codec.split(outputs, decoded), seconds
+
+    def _run_batch(self, batch: Batch) -> None:
+        started_wall = wall_ms()
+        try:
+            results, seconds = self._infer(batch)
+        except Exception as exc:
+            self.queue.done(batch, 0.0)
+            self._isolate_failure(batch, exc)
+            return
+        self.queue.done(batch, seconds)
+        pipeline = self.cfg.pipeline
+        self.metrics.batches.labels(pipeline, self.cfg.batching.policy, batch.reason).inc()
+        self.metrics.batch_rows.labels(pipeline, self.cfg.batching.policy).observe(batch.rows)
+        self.metrics.inference.labels(pipeline).observe(seconds)
+        self._publish(batch.requests, results, batch.rows, seconds, started_wall)
+        with self._stats_lock:
+            self.stats.batches += 1
+            self.stats.batch_rows += batch.rows
+
+    def _isolate_failure(self, batch: Batch, exc: Exception) -> None:
+        """A batch the model refused: run its requests one by one so that a single
+        poison request goes to the DLQ and the others are still scored."""
+        log.warning("batch of %d requests failed (%s); retrying one by one", len(batch.requests), exc)
+        for req in batch.requests:
+            single = Batch([req], req.rows, batch.bucket, batch.reason, batch.formed_at, batch.late)
+            started_wall = wall_ms()
+            try:
+                results, seconds = self._infer(single)
+            except Exception as one_exc:
+                inf: InFlight = req.item
+                reason = f"model rejected the request: {type(one_exc).__name__}: {one_exc}"
+                self._dead_letter(inf.rec, reason.splitlines()[0], "inference")
+                continue
+            self._publish([req], results, req.rows, seconds, started_wall)
+
+    def _publish(
+        self,
+        requests: list[Request],
+        results: list[dict] | None,
+        batch_rows: int,
+        seconds: float,
+        started_wall: int,
+    ) -> None:
+        assert results is not None and len(results) == len(requests)
+        done_wall = wall_ms()
+        pipeline = self.cfg.pipeline
+        counts = {"ok": 0, "late": 0, "duplicate": 0}
+        rows: list[ScoredRow] = []
+        infs: list[InFlight] = [req.item for req in requests]
+        docs = [
+            self._result_doc(inf, result, batch_rows, seconds, started_wall, done_wall)
+            for inf, result in zip(infs, results, strict=True)
+        ]
+        keep = [True] * len(docs)
+        for hook in self.hooks:
+            verdicts = hook.after_inference([inf.rec for inf in infs], docs)
+            keep = [k and v for k, v in zip(keep, verdicts, strict=True)]
+        for inf, doc, publish in zip(infs, docs, keep, strict=True):
+            rec = inf.rec
+            # Exactly one outcome per record: a replay is a duplicate, whatever its timing.
+            outcome = "duplicate" if not publish or doc.get("duplicate") else "late" if doc["late"] else "ok"
+            counts[outcome] += 1
+            if not publish:
+                # Dropped replay: its first outcome was already published.
+                self.tracker.ack(rec.tp, rec.offset)
+                continue
+            if self.sinks:
+                self.tracker.add_acks(rec.tp, rec.offset, len(self.sinks))
+                rows.append(ScoredRow(rec, inf.decoded, doc, lambda rec=rec: self.tracker.ack(rec.tp, rec.offset)))
+            self._send(self.output_topic, rec.key, orjson.dumps(doc), None, rec)
+            self.metrics.queue_wait.labels(pipeline).observe(max(started_wall - inf.consumed_wall_ms, 0) / 1000.0)
+            if rec.timestamp_ms is not None:
+                self.metrics.e2e.labels(pipeline).observe(max(done_wall - rec.timestamp_ms, 0) / 1000.0)
+        for sink in self.sinks:
+            sink.write(rows)
+        topic = infs[0].rec.topic
+        for outcome, n in counts.items():
+            if n:
+                self.metrics.outcome(topic, outcome, n)
+        if counts["late"]:
+            self.metrics.slo_misses.labels(pipeline).inc(counts["late"])
+        with self._stats_lock:
+            self.stats.scored += counts["ok"] + counts["late"]
+            self.stats.scored_late += counts["late"]
+            self.stats.duplicates += counts["duplicate"]
+
+    def _result_doc(
+        self, inf: InFlight, result: dict, batch_rows: int, seconds: float, started_wall: int, done_wall: int
+    ) -> dict:
+        rec = inf.rec
+        doc = {
+            **result,
+            "key": rec.key.decode("utf-8", "replace") if rec.key is not None else None,
+            "model": self.model.name,
+            "model_version": self.model.version,
+            "batch_rows": batch_rows,
+            "queue_wait_ms": max(started_wall - inf.consumed_wall_ms, 0),
+            "inference_ms": round(seconds * 1000.0, 3),
+            "kafka_ts_ms": rec.timestamp_ms,
+            "scored_at_ms": done_wall,
+            "priority": inf.decoded.priority,
+            "late": done_wall > inf.deadline_wall_ms,
+            "source": {"topic": rec.topic, "partition": rec.partition, "offset": rec.offset},
+        }
+        if inf.decoded.tenant is not None:
+            doc["tenant"] = inf.decoded.tenant
+        return doc
+
+    # ------------------------------------------------------------------ reporting
+    def stats_line(self) -> str:
+        s = self.stats
+        mean = s.batch_rows / s.batches if s.batches else 0.0
+        return (
+            f"consumed={s.consumed} scored={s.scored} late={s.scored_late} "
+            f"routed_late={s.routed_late} dlq={s.dlq} batches={s.batches} "
+            f"mean_batch_rows={mean:.1f} commits={s.commits} pauses={s.pauses}"
+        )
+
+
+def _policy_params(cfg: WorkerConfig) -> dict:
+    b = cfg.batching
+    params: dict[str, Any] = {"max_batch_rows": b.max_batch_rows}
+    if b.policy == "static":
+        params["max_queue_delay"] = b.max_queue_delay_ms / 1000.0
+    elif b.policy == "adaptive":
+        params["hold_for_efficiency"] = b.hold_for_efficiency
+    elif b.policy == "none":
+        params = {}
+    return params
+
+
+def install_signal_handlers(worker: Worker, on_signal: Callable[[], None] | None = None) -> None:
+    """SIGTERM/SIGINT: stop consuming, finish in-flight batches, commit, exit 0."""
+    import signal
+
+    def handler(signum: int, _frame: object) -> None:
+        worker.stop(f"signal {signal.Signals(signum).name}")
+        if on_signal:
+            on_signal()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)

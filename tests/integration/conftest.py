@@ -1,0 +1,67 @@
+"""Integration fixtures: a real Kafka-protocol broker (embedded Tansu, started once per
+session), fresh topics per test, unique consumer groups.
+
+Why fresh topics and groups (shared/BROKER.md): Tansu never frees a topic's data until
+the topic is deleted, its fetch slows with every batch stored in a partition, and a
+group can get stuck for good after members leave together. So every test gets new
+uniquely named topics (deleted at teardown) and its own group id.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from consumers.embedded_broker import EmbeddedBroker
+
+_HERE = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test under tests/integration as `integration` (select with -m)."""
+    for item in items:
+        if _HERE in Path(str(item.path)).resolve().parents:
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
+    """One embedded broker for the whole session; its log is in pytest's temp dir."""
+    log_path = tmp_path_factory.mktemp("broker") / "tansu.log"
+    with EmbeddedBroker(log_path=log_path) as running:
+        yield running
+
+
+TopicFactory = Callable[..., str]
+
+
+@pytest.fixture
+def topic_factory(broker: EmbeddedBroker) -> Iterator[TopicFactory]:
+    """`factory(prefix, partitions=1) -> name`: a new topic, unique per call, created with
+    its final partition count; all of them are deleted when the test ends."""
+    created: list[str] = []
+
+    def factory(prefix: str = "test", partitions: int = 1) -> str:
+        name = f"{_clean(prefix)}-{uuid.uuid4().hex[:12]}"
+        broker.create_topics({name: partitions})
+        created.append(name)
+        return name
+
+    yield factory
+    if created and broker.running:
+        broker.delete_topics(created)
+
+
+@pytest.fixture
+def unique_group_id(request: pytest.FixtureRequest) -> str:
+    """A consumer group id no other test (or earlier run) uses; names the test for logs."""
+    return f"{_clean(request.node.name)[:60]}-{uuid.uuid4().hex[:12]}"
+
+
+def _clean(text: str) -> str:
+    """Keep only characters legal in topic names and group ids."""
+    return re.sub(r"[^a-zA-Z0-9._-]+", "-", text).strip("-") or "x"

@@ -1,0 +1,132 @@
+"""Helpers for end-to-end tests: produce requests, run a worker (in a thread or as a
+`tidebatch run` process), read a topic back."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import orjson
+from confluent_kafka import Consumer, Producer
+
+from consumers.profiles import consumer_config, producer_config
+from pipeline.config import WorkerConfig, load_config
+from pipeline.worker import Worker
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def produce_values(
+    bootstrap: str, topic: str, items: Iterable[tuple[bytes | None, bytes | None]], headers=None
+) -> int:
+    producer = Producer(producer_config("embedded", bootstrap))
+    n = 0
+    for key, value in items:
+        while True:
+            try:
+                producer.produce(topic, key=key, value=value, headers=headers)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        n += 1
+    assert producer.flush(30) == 0
+    return n
+
+
+def read_topic(
+    bootstrap: str, topic: str, expect: int, timeout: float = 60.0, group: str | None = None
+) -> list[Any]:
+    """Read from the beginning until `expect` records arrived (or timeout); returns
+    confluent Messages. Assigns partitions directly: a group join costs seconds on the
+    embedded broker."""
+    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+    from consumers.admin import existing_topics
+
+    conf = consumer_config("embedded", bootstrap, group or f"reader-{time.monotonic_ns()}")
+    consumer = Consumer(conf)
+    partitions = existing_topics(bootstrap)[topic]
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    out = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(out) < expect and time.monotonic() < deadline:
+            for m in consumer.consume(num_messages=1000, timeout=0.2):
+                if m.error() is None:
+                    out.append(m)
+    finally:
+        consumer.close()
+    return out
+
+
+def result_docs(messages: list[Any]) -> list[dict]:
+    return [orjson.loads(m.value()) for m in messages]
+
+
+def worker_config(bootstrap: str, inp: str, out: str, group: str, **extra: Any) -> WorkerConfig:
+    overrides = {
+        "bootstrap_servers": bootstrap,
+        "broker_profile": "embedded",
+        "group_id": group,
+        "input_topic": inp,
+        "output_topic": out,
+        "metrics": {"enabled": False},
+        "create_topics": False,
+        **extra,
+    }
+    return load_config(overrides=overrides, environ={})
+
+
+@contextmanager
+def running_worker(cfg: WorkerConfig, wait_assigned: bool = True):
+    worker = Worker(cfg)
+    exit_code: list[int] = []
+    thread = threading.Thread(target=lambda: exit_code.append(worker.run()), daemon=True)
+    thread.start()
+    if wait_assigned:
+        wait_for(lambda: bool(worker.assigned), 60, "worker never got partitions")
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        thread.join(60)
+        assert not thread.is_alive(), "worker did not stop"
+    assert exit_code == [0], f"worker exit code {exit_code}"
+
+
+def wait_for(predicate, timeout: float, message: str, interval: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise AssertionError(message)
+
+
+def start_worker_process(bootstrap: str, inp: str, out: str, group: str, log: Path, **env: str) -> subprocess.Popen:
+    cmd = [
+        sys.executable, "-m", "pipeline.cli", "run", "--pipeline", "ctr",
+        "--bootstrap-servers", bootstrap, "--broker-profile", "embedded",
+        "--group-id", group, "--input-topic", inp, "--output-topic", out,
+    ]
+    full_env = dict(os.environ, TIDEBATCH_METRICS__ENABLED="false", TIDEBATCH_CREATE_TOPICS="false", **env)
+    with open(log, "ab") as fh:
+        return subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=full_env, cwd=REPO)
+
+
+def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    from confluent_kafka import TopicPartition
+
+    consumer = Consumer(consumer_config("embedded", bootstrap, group))
+    try:
+        parts = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+        return {p.partition: p.offset for p in parts}
+    finally:
+        consumer.close()
