@@ -49,7 +49,15 @@ class ConfluentSource:
         self._on_revoke([(p.topic, p.partition) for p in parts])
 
     def poll_batch(self, max_records: int, timeout: float) -> list[SourceRecord]:
-        msgs = self._consumer.consume(num_messages=max_records, timeout=timeout)
+        """Up to max_records, returning as soon as any are there. consume(n, timeout)
+        alone waits the whole timeout unless n arrive: at low rates that wait would be
+        added to every request's latency."""
+        msgs = self._consumer.consume(num_messages=max_records, timeout=0)
+        if not msgs:
+            first = self._consumer.poll(timeout)
+            if first is None:
+                return []
+            msgs = [first, *self._consumer.consume(num_messages=max_records - 1, timeout=0)]
         out: list[SourceRecord] = []
         for m in msgs:
             err = m.error()

@@ -96,8 +96,17 @@ def scrape(url: str) -> dict[str, float]:
     return out
 
 
-def _sum(metrics: dict[str, float], name: str) -> float:
-    return sum(v for k, v in metrics.items() if k == name or k.startswith(name + "{"))
+def _sum(metrics: dict[str, float], name: str, **labels: str) -> float:
+    """Sum of a metric's samples whose labels include `labels`."""
+    total = 0.0
+    for key, value in metrics.items():
+        base, _, rest = key.partition("{")
+        if base != name:
+            continue
+        have = dict(part.split("=", 1) for part in rest.rstrip("}").split(",") if part)
+        if all(have.get(k) == v for k, v in labels.items()):
+            total += value
+    return total
 
 
 def _provider(metrics: dict[str, float]) -> str:
@@ -148,11 +157,14 @@ def run_demo(
             say(f"worker pid {worker.pid} ready (policy {policy}); metrics {metrics_url}")
             collector = ResultCollector(bootstrap, outp)
             collector.start()
+            # A few bad requests first: they show the dead-letter path, and once they
+            # are dead-lettered the worker is really fetching (the embedded broker's
+            # first fetch after a group join takes most of a second).
+            _send_invalid(bootstrap, inp, invalid)
+            _wait_metric(metrics_url, "tidebatch_records_total", invalid, worker_log, outcome="dlq")
             count = int(rate * duration)
             sent_box = {"sent": 0}
-            gen = threading.Thread(
-                target=_generate, args=(bootstrap, rate, count, invalid, sent_box), daemon=True
-            )
+            gen = threading.Thread(target=_generate, args=(bootstrap, rate, count, sent_box), daemon=True)
             t0 = time.monotonic()
             gen.start()
             expected = count
@@ -166,7 +178,7 @@ def run_demo(
                 p99 = collector.percentile(99)
                 line = (
                     f"[{elapsed:5.1f}s] sent {sent_box['sent']:6d}  scored {len(collector.request_ids):6d}"
-                    f"  dlq {int(_sum(last_metrics, 'tidebatch_records_total{outcome=dlq')):3d}"
+                    f"  dlq {int(_sum(last_metrics, 'tidebatch_records_total', outcome='dlq')):3d}"
                     f"  queue {int(_sum(last_metrics, 'tidebatch_queue_rows')):5d} rows"
                     f"  p99 {p99 if p99 is not None else 0:6.1f} ms"
                 )
@@ -200,7 +212,7 @@ def run_demo(
         "requests_scored": scored,
         "missing": count - scored,
         "duplicates": collector.duplicates,
-        "dead_lettered": int(_sum(final_metrics, "tidebatch_records_total{outcome=dlq")),
+        "dead_lettered": int(_sum(final_metrics, "tidebatch_records_total", outcome="dlq")),
         "scored_late": collector.late,
         "throughput_req_s": round(scored / wall, 1),
         "throughput_rows_s": round(rows / wall, 1),
@@ -225,17 +237,29 @@ def run_demo(
     return summary
 
 
-def _generate(bootstrap: str, rate: float, count: int, invalid: int, box: dict) -> None:
-    from pipeline.commands.produce import produce
+def _send_invalid(bootstrap: str, topic: str, invalid: int) -> None:
     from pipeline.loadgen.ctr import CtrRequestFactory
 
-    # A few bad requests up front, to show the dead-letter path working.
     factory = CtrRequestFactory(seed=99)
     producer = Producer(producer_config("embedded", bootstrap))
     kinds = ["malformed_json", "missing_field", "non_utf8"]
     for i in range(invalid):
-        producer.produce("ctr.requests", value=factory.make_invalid(kinds[i % len(kinds)]))
+        producer.produce(topic, value=factory.make_invalid(kinds[i % len(kinds)]))
     producer.flush(10)
+
+
+def _wait_metric(url: str, name: str, at_least: float, log: Path, timeout: float = 60.0, **labels: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            if _sum(scrape(url), name, **labels) >= at_least:
+                return
+        time.sleep(0.1)
+    raise UserError(f"the worker did not report {name} >= {at_least} within {timeout:.0f} s; see {log}")
+
+
+def _generate(bootstrap: str, rate: float, count: int, box: dict) -> None:
+    from pipeline.commands.produce import produce
 
     def on_sent(n: int) -> None:
         box["sent"] = n

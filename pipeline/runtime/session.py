@@ -28,8 +28,27 @@ _SHORT = {
 }
 
 
+def _cuda_loadable() -> str | None:
+    """None if ORT's CUDA provider library and its CUDA/cuDNN dependencies load, else
+    why not. Checked up front: a failed attempt inside ORT prints an error banner."""
+    import ctypes
+    import os
+
+    lib = os.path.join(os.path.dirname(ort.__file__), "capi", "libonnxruntime_providers_cuda.so")
+    if not os.path.exists(lib):
+        return "this onnxruntime build has no CUDA provider"
+    try:
+        ctypes.CDLL(lib)
+    except OSError as exc:
+        return str(exc).replace(lib + ": ", "")
+    return None
+
+
 def _requested(providers: str | Sequence[str]) -> list[str]:
     available = ort.get_available_providers()
+    if "CUDAExecutionProvider" in available and (why := _cuda_loadable()) is not None:
+        log.info("CUDA provider not usable here (%s); CPU it is", why)
+        available = [p for p in available if p not in ("CUDAExecutionProvider", "TensorrtExecutionProvider")]
     if providers == "auto":
         # TensorRT builds engines per shape on first use (minutes): only on request.
         wanted = ["CUDAExecutionProvider", "CPUExecutionProvider"]
