@@ -222,15 +222,24 @@ def delete_topics(
         time.sleep(_POLL_S)
 
 
+def existing_topics(
+    bootstrap_servers: str,
+    timeout: float = 10.0,
+    *,
+    admin_config: Mapping[str, Any] | None = None,
+) -> dict[str, int]:
+    """{topic: partition count} for every topic the broker lists (internal ones included).
+    Reads metadata without naming topics, so it never auto-creates one."""
+    try:
+        metadata = _admin(bootstrap_servers, admin_config).list_topics(timeout=max(timeout, 0.1))
+    except KafkaException as exc:
+        raise AdminError(f"cannot read Kafka metadata from {bootstrap_servers}: {exc.args[0]}") from None
+    return {name: len(topic.partitions) for name, topic in metadata.topics.items()}
+
+
 def _topic_names(admin: AdminClient, timeout: float) -> set[str]:
     """Names of all topics metadata lists, complete or not."""
     try:
         return set(admin.list_topics(timeout=max(timeout, 0.1)).topics)
     except KafkaException as exc:
         raise AdminError(f"cannot read Kafka metadata: {exc.args[0]}") from None
-
-
-def existing_topics(bootstrap_servers: str, timeout: float = 10.0) -> dict[str, int]:
-    """Topic name → partition count, for every topic the cluster has. Lists metadata
-    without naming a topic (naming one auto-creates it on the embedded broker)."""
-    return _partition_counts(_admin(bootstrap_servers, None), timeout)

@@ -331,6 +331,10 @@ class EmbeddedBroker:
                 )
             # A TCP probe first, so librdkafka does not log "Connection refused" noise.
             if _accepts_connections(self._port) and self._answers_metadata(deadline):
+                # Whoever answered, it was not our broker if ours failed to bind (then it
+                # logs AddrInUse and exits): someone took a port we checked was free.
+                if _log_says_port_taken(self.log_path):
+                    raise _PortTaken(f"port {self._port} is already in use")
                 if self._proc.poll() is None:
                     return
                 continue  # it died right after answering: report the exit above

@@ -43,9 +43,11 @@ _CONSUMER_COMMON: dict[str, Any] = {
     # Never create topics from a subscription: Tansu would create them with 4 partitions.
     "allow.auto.create.topics": False,
     # Only partitions that actually move are revoked on a rebalance, so in-flight
-    # batches on the others keep going. Works on Tansu (tested in
-    # tests/integration/test_embedded_broker.py). Every member of a group must use the
-    # same strategy: kafka-python gets the same one below.
+    # batches on the others keep going. Measured on Tansu (6 partitions, 2→3→2
+    # members): eager stops every member for ~3 s per rebalance; cooperative never
+    # stops the unmoved partitions, though a join settles later (two rounds, ~7 s vs
+    # ~4 s). Callbacks get only the moved partitions (incremental). Every member of a
+    # group must use the same strategy: kafka-python gets the same one below.
     "partition.assignment.strategy": "cooperative-sticky",
 }
 

@@ -42,11 +42,13 @@ TopicFactory = Callable[..., str]
 @pytest.fixture
 def topic_factory(broker: EmbeddedBroker) -> Iterator[TopicFactory]:
     """`factory(prefix, partitions=1) -> name`: a new topic, unique per call, created with
-    its final partition count; all of them are deleted when the test ends."""
+    its final partition count; all of them are deleted when the test ends.
+    `exact=True` uses `prefix` as the whole name: for topics derived from a unique one,
+    e.g. `factory(f"{inp}.dlq", exact=True)`."""
     created: list[str] = []
 
-    def factory(prefix: str = "test", partitions: int = 1) -> str:
-        name = f"{_clean(prefix)}-{uuid.uuid4().hex[:12]}"
+    def factory(prefix: str = "test", partitions: int = 1, *, exact: bool = False) -> str:
+        name = prefix if exact else f"{_clean(prefix)}-{uuid.uuid4().hex[:12]}"
         broker.create_topics({name: partitions})
         created.append(name)
         return name
@@ -65,3 +67,19 @@ def unique_group_id(request: pytest.FixtureRequest) -> str:
 def _clean(text: str) -> str:
     """Keep only characters legal in topic names and group ids."""
     return re.sub(r"[^a-zA-Z0-9._-]+", "-", text).strip("-") or "x"
+
+
+# ---------------------------------------------------------------------------- Redis
+# A private redis-server per test (tests/integration/redis_server.py): exact command
+# statistics and kill/restart without disturbing the shared 127.0.0.1:6379.
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[object]:
+    """A started RedisServer (url, kill(), start(), client()); stopped at teardown."""
+    import shutil
+
+    from tests.integration.redis_server import redis_server
+
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not on PATH (scripts/ensure_redis.sh installs it)")
+    with redis_server(tmp_path / "redis") as server:
+        yield server

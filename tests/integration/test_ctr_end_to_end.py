@@ -45,7 +45,7 @@ def test_10k_requests_give_exactly_10k_right_results(
     n = 10_000
     inp = topic_factory("ctr-req", partitions=2)
     out = topic_factory("ctr-scores", partitions=2)
-    topic_factory(f"{inp}.dlq")  # created so nothing auto-creates it with 4 partitions
+    topic_factory(f"{inp}.dlq", exact=True)  # created so nothing auto-creates it with 4 partitions
     factory = CtrRequestFactory(seed=2024)
     requests = [factory.make(i) for i in range(n)]
     cfg = worker_config(broker.bootstrap_servers, inp, out, unique_group_id, dlq_topic=f"{inp}.dlq")
@@ -131,8 +131,8 @@ def test_sigkill_mid_stream_then_restart_loses_nothing(
     n = 4000
     inp = topic_factory("ctr-kill", partitions=2)
     out = topic_factory("ctr-kill-scores", partitions=2)
-    topic_factory(f"{inp}.dlq")
-    topic_factory(f"{inp}.late")
+    topic_factory(f"{inp}.dlq", exact=True)
+    topic_factory(f"{inp}.late", exact=True)
     factory = CtrRequestFactory(seed=77)
     requests = [factory.make(i) for i in range(n)]
     log = tmp_path / "worker.log"
@@ -170,8 +170,8 @@ def test_sigterm_finishes_in_flight_commits_and_exits_zero(
     n = 3000
     inp = topic_factory("ctr-term", partitions=2)
     out = topic_factory("ctr-term-scores", partitions=2)
-    topic_factory(f"{inp}.dlq")
-    topic_factory(f"{inp}.late")
+    topic_factory(f"{inp}.dlq", exact=True)
+    topic_factory(f"{inp}.late", exact=True)
     factory = CtrRequestFactory(seed=88)
     requests = [factory.make(i) for i in range(n)]
     log = tmp_path / "worker.log"

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
-from consumers.admin import AdminError, delete_topics, ensure_topics
+from consumers.admin import AdminError, delete_topics, ensure_topics, existing_topics
 from consumers.embedded_broker import BrokerError, EmbeddedBroker
 from consumers.profiles import (
     EMBEDDED,
@@ -208,6 +208,7 @@ def test_create_topics_with_six_partitions(broker: EmbeddedBroker) -> None:
     try:
         assert broker.create_topics(name, partitions=6) == {name: 6}
         assert broker.topics()[name] == 6
+        assert existing_topics(broker.bootstrap_servers)[name] == 6
         assert broker.create_topics({name: 6}) == {name: 6}  # idempotent
     finally:
         broker.delete_topics([name])
@@ -221,6 +222,12 @@ def test_ensure_topics_rejects_a_partition_count_mismatch(
     assert ensure_topics(broker.bootstrap_servers, {name: 6}, timeout=30) == {name: 6}
     with pytest.raises(AdminError, match=rf"'{name}' already exists .* with 6 partitions, not 3"):
         ensure_topics(broker.bootstrap_servers, {name: 3}, timeout=30)
+
+
+def test_topic_factory_exact_name_is_deleted_at_teardown(broker: EmbeddedBroker, topic_factory) -> None:
+    base = topic_factory("base", partitions=2)
+    assert topic_factory(f"{base}.dlq", exact=True) == f"{base}.dlq"
+    assert broker.topics()[f"{base}.dlq"] == 1
 
 
 def test_deleted_topic_can_be_recreated_with_another_count(broker: EmbeddedBroker) -> None:

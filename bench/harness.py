@@ -1,0 +1,225 @@
+"""Shared pieces of the real-pipeline benchmarks: an embedded broker, fast request
+pools, a worker in its own process, backlog drains and open-loop latency runs.
+
+Absolute timings on this 2-core machine are noisy; benchmarks report ratios measured
+side by side in one run. The worker runs as a separate `tidebatch run` process (its
+own GIL, as in production); the benchmark process only produces and reads."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import orjson
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+from consumers.admin import ensure_topics
+from consumers.embedded_broker import EmbeddedBroker, free_port
+from consumers.profiles import consumer_config, producer_config
+from pipeline.commands.produce import warm_up_producer
+from pipeline.loadgen.pacing import poisson_schedule, run_open_loop
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "out" / "bench"
+
+
+class RequestPool:
+    """N distinct generated CTR requests, re-used with a fresh request_id each time:
+    generating realistic requests costs ~2 ms each in Python, far slower than the
+    pipeline, so the load is prepared before the clock starts."""
+
+    def __init__(self, size: int = 2000, seed: int = 11) -> None:
+        from pipeline.loadgen.ctr import CtrRequestFactory
+
+        factory = CtrRequestFactory(seed=seed)
+        self.templates: list[tuple[bytes | None, bytes, bytes]] = []
+        self.rows: list[int] = []
+        for i in range(size):
+            key, value = factory.make(i)
+            doc = orjson.loads(value)
+            rid = f'"request_id":"{doc["request_id"]}"'.encode()
+            assert rid in value, "request_id must be serialised compactly"
+            self.templates.append((key, value, rid))
+            self.rows.append(len(doc["items"]))
+        self.mean_rows = float(np.mean(self.rows))
+
+    def get(self, i: int, run: str) -> tuple[bytes | None, bytes]:
+        key, value, rid = self.templates[i % len(self.templates)]
+        return key, value.replace(rid, f'"request_id":"{run}-{i}"'.encode(), 1)
+
+
+def make_producer(bootstrap: str, topic: str) -> Producer:
+    producer = Producer(producer_config("embedded", bootstrap))
+    warm_up_producer(producer, topic)
+    return producer
+
+
+def produce_now(producer: Producer, topic: str, key: bytes | None, value: bytes) -> None:
+    while True:
+        try:
+            producer.produce(topic, key=key, value=value)
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
+def preload(bootstrap: str, topic: str, pool: RequestPool, n: int, run: str) -> None:
+    producer = make_producer(bootstrap, topic)
+    for i in range(n):
+        produce_now(producer, topic, *pool.get(i, run))
+    assert producer.flush(60) == 0
+
+
+def open_loop(
+    bootstrap: str, topic: str, pool: RequestPool, rate_fn: Callable[[float], float] | float,
+    duration: float, run: str, seed: int = 3,
+) -> int:
+    """Produce for `duration` s at `rate_fn(t)` req/s (Poisson; a time-varying rate is
+    realised by thinning). Returns how many were sent."""
+    producer = make_producer(bootstrap, topic)
+    if callable(rate_fn):
+        peak = max(rate_fn(t) for t in np.linspace(0, duration, 200))
+        rng = np.random.default_rng(seed)
+        times = [t for t in poisson_schedule(peak, int(peak * duration * 1.2) + 10, seed) if t < duration]
+        times = [t for t in times if rng.random() < rate_fn(t) / peak]
+    else:
+        times = [t for t in poisson_schedule(rate_fn, int(rate_fn * duration * 1.2) + 10, seed) if t < duration]
+
+    def send(i: int) -> None:
+        produce_now(producer, topic, *pool.get(i, run))
+        producer.poll(0)
+
+    sent, _ = run_open_loop(iter(times), send, idle=lambda s: producer.poll(s))
+    assert producer.flush(60) == 0
+    return sent
+
+
+@dataclass
+class Results:
+    docs: list[dict]
+    result_ts_ms: np.ndarray  # result record timestamps
+
+    @property
+    def latency_ms(self) -> np.ndarray:
+        return self.result_ts_ms - np.array([d["kafka_ts_ms"] for d in self.docs], dtype=float)
+
+    def percentiles(self) -> tuple[float, float]:
+        lat = self.latency_ms
+        return float(np.percentile(lat, 50)), float(np.percentile(lat, 99))
+
+
+def read_results(bootstrap: str, topic: str, expect: int, timeout: float, run: str | None = None) -> Results:
+    """Every result of this run (request ids prefixed with `run`), deduplicated."""
+    from consumers.admin import existing_topics
+
+    consumer = Consumer(consumer_config("embedded", bootstrap, f"bench-reader-{uuid.uuid4().hex[:8]}"))
+    parts = existing_topics(bootstrap)[topic]
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(parts)])
+    seen: dict[str, tuple[dict, int]] = {}
+    deadline = time.monotonic() + timeout
+    try:
+        while len(seen) < expect and time.monotonic() < deadline:
+            for m in consumer.consume(num_messages=2000, timeout=0.2):
+                if m.error():
+                    continue
+                doc = orjson.loads(m.value())
+                rid = doc["request_id"]
+                if run is not None and not rid.startswith(run + "-"):
+                    continue
+                seen.setdefault(rid, (doc, m.timestamp()[1]))
+    finally:
+        consumer.close()
+    docs = [d for d, _ in seen.values()]
+    ts = np.array([t for _, t in seen.values()], dtype=float)
+    return Results(docs, ts)
+
+
+@contextmanager
+def embedded_broker() -> Iterator[EmbeddedBroker]:
+    OUT.mkdir(parents=True, exist_ok=True)
+    with EmbeddedBroker(log_path=OUT / "broker.log") as broker:
+        yield broker
+
+
+@contextmanager
+def worker_process(
+    bootstrap: str, inp: str, out: str, policy: str, *, extra_env: dict[str, str] | None = None,
+    log_name: str = "worker",
+) -> Iterator[subprocess.Popen]:
+    """A `tidebatch run` process; yields once it has partitions and fetches."""
+    port = free_port()
+    group = f"bench-{policy}-{uuid.uuid4().hex[:8]}"
+    env = dict(
+        os.environ,
+        TIDEBATCH_METRICS__PORT=str(port),
+        TIDEBATCH_CREATE_TOPICS="false",
+        **(extra_env or {}),
+    )
+    log = OUT / f"{log_name}.log"
+    cmd = [
+        sys.executable, "-m", "pipeline.cli", "run", "--pipeline", "ctr",
+        "--bootstrap-servers", bootstrap, "--broker-profile", "embedded",
+        "--policy", policy, "--group-id", group, "--input-topic", inp, "--output-topic", out,
+    ]
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+    try:
+        _wait_assigned(proc, port, log)
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def _wait_assigned(proc: subprocess.Popen, port: int, log: Path, timeout: float = 90) -> None:
+    from pipeline.demo import _sum, scrape
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"worker exited with {proc.returncode}; see {log}")
+        try:
+            if _sum(scrape(f"http://127.0.0.1:{port}/metrics"), "tidebatch_assigned_partitions") > 0:
+                time.sleep(1.0)  # the embedded broker's first fetch after a join is slow
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"worker got no partitions in {timeout} s; see {log}")
+
+
+def fresh_topics(bootstrap: str, prefix: str, partitions: int = 2) -> tuple[str, str]:
+    tag = uuid.uuid4().hex[:6]
+    inp, out = f"{prefix}-{tag}.requests", f"{prefix}-{tag}.scores"
+    ensure_topics(bootstrap, {inp: partitions, out: partitions, f"{inp}.dlq": 1, f"{inp}.late": 1})
+    return inp, out
+
+
+def drain_throughput(res: Results) -> tuple[float, float]:
+    """Requests/s and rows/s from the first to the last result of a backlog drain."""
+    span = (res.result_ts_ms.max() - res.result_ts_ms.min()) / 1000.0
+    n = len(res.docs)
+    rows = sum(len(d["scores"]) for d in res.docs)
+    return n / span, rows / span
+
+
+def table(headers: list[str], rows: list[list[object]]) -> str:
+    cells = [[str(c) for c in r] for r in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
+    out = [line, "  ".join("-" * w for w in widths)]
+    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in cells]
+    return "\n".join(out)

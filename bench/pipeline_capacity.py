@@ -1,0 +1,197 @@
+"""Issue 2's measurement, in one run on this machine:
+
+- the CTR model's own peak (direct ONNX Runtime, best batch size, 1 intra-op thread —
+  the worker's setting),
+- the raw Kafka passthrough ceiling (consume + produce the same records, no decoding,
+  no inference),
+- the pipeline's saturation throughput (a preloaded backlog drained by a `tidebatch
+  run` process) per policy, and p50/p99 end-to-end latency at 50 % of the static
+  policy's saturation rate.
+
+    .venv/bin/python bench/pipeline_capacity.py [--requests 20000] [--latency-seconds 15] [--soak 0]
+
+Prints a table and writes out/bench/pipeline_capacity.json. With --soak S it also
+runs the static policy at 50 % load for S seconds and samples the worker's RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.harness import (  # noqa: E402
+    OUT,
+    RequestPool,
+    drain_throughput,
+    embedded_broker,
+    fresh_topics,
+    make_producer,
+    open_loop,
+    preload,
+    produce_now,
+    read_results,
+    table,
+    worker_process,
+)
+
+POLICIES = ("none", "static", "greedy", "adaptive")
+STATIC_ENV = {"TIDEBATCH_BATCHING__MAX_BATCH_ROWS": "512", "TIDEBATCH_BATCHING__MAX_QUEUE_DELAY_MS": "10"}
+
+
+def model_peak() -> dict:
+    from bench.model_peak import measure
+
+    return measure("ctr", [32, 128, 256, 512, 1024, 2048], threads=1, provider="cpu", seconds=1.0)
+
+
+def passthrough(bootstrap: str, pool: RequestPool, n: int) -> dict:
+    """consume + produce, no decode, no inference: the Kafka ceiling of one process."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    from consumers.profiles import consumer_config
+
+    inp, out = fresh_topics(bootstrap, "bench-pass")
+    preload(bootstrap, inp, pool, n, "pass")
+    consumer = Consumer(consumer_config("embedded", bootstrap, f"pass-{uuid.uuid4().hex[:6]}"))
+    consumer.assign([TopicPartition(inp, p, OFFSET_BEGINNING) for p in range(2)])
+    producer = make_producer(bootstrap, out)
+    got = 0
+    t0 = time.perf_counter()
+    while got < n:
+        for m in consumer.consume(num_messages=1000, timeout=0.5):
+            if m.error():
+                continue
+            produce_now(producer, out, m.key(), m.value())
+            got += 1
+        producer.poll(0)
+    producer.flush(60)
+    seconds = time.perf_counter() - t0
+    consumer.close()
+    return {"requests_per_s": n / seconds, "rows_per_s": n * pool.mean_rows / seconds}
+
+
+def saturation(bootstrap: str, pool: RequestPool, policy: str, n: int) -> dict:
+    inp, out = fresh_topics(bootstrap, f"bench-sat-{policy}")
+    run = f"sat-{policy}"
+    preload(bootstrap, inp, pool, n, run)
+    env = STATIC_ENV if policy == "static" else {}
+    with worker_process(bootstrap, inp, out, policy, extra_env=env, log_name=f"sat-{policy}"):
+        res = read_results(bootstrap, out, n, timeout=600, run=run)
+    req_s, rows_s = drain_throughput(res)
+    batch = float(np.mean([d["batch_rows"] for d in res.docs]))
+    return {"requests_per_s": req_s, "rows_per_s": rows_s, "results": len(res.docs), "mean_batch_rows_seen": batch}
+
+
+def latency(bootstrap: str, pool: RequestPool, policy: str, rate: float, seconds: float) -> dict:
+    inp, out = fresh_topics(bootstrap, f"bench-lat-{policy}")
+    run = f"lat-{policy}"
+    env = STATIC_ENV if policy == "static" else {}
+    with worker_process(bootstrap, inp, out, policy, extra_env=env, log_name=f"lat-{policy}"):
+        sent = open_loop(bootstrap, inp, pool, rate, seconds, run)
+        res = read_results(bootstrap, out, sent, timeout=120, run=run)
+    p50, p99 = res.percentiles()
+    return {"rate": rate, "sent": sent, "results": len(res.docs), "p50_ms": p50, "p99_ms": p99}
+
+
+def soak(bootstrap: str, pool: RequestPool, rate: float, seconds: float) -> dict:
+    """Worker RSS sampled every 10 s at a steady load: memory must stay flat."""
+    import threading
+
+    inp, out = fresh_topics(bootstrap, "bench-soak")
+    samples: list[tuple[float, int]] = []
+    with worker_process(bootstrap, inp, out, "static", extra_env=STATIC_ENV, log_name="soak") as proc:
+        stop = threading.Event()
+
+        def sample() -> None:
+            t0 = time.monotonic()
+            while not stop.wait(10):
+                rss = _rss_kib(proc.pid)
+                samples.append((round(time.monotonic() - t0), rss))
+
+        th = threading.Thread(target=sample, daemon=True)
+        th.start()
+        # Rate-limited loop in chunks so the broker's memory stays bounded too.
+        open_loop(bootstrap, inp, pool, rate, seconds, "soak")
+        stop.set()
+        th.join()
+    rss = [r for _, r in samples]
+    third = max(len(rss) // 3, 1)
+    return {
+        "samples_kib": samples,
+        "first_third_mean_mib": float(np.mean(rss[:third])) / 1024,
+        "last_third_mean_mib": float(np.mean(rss[-third:])) / 1024,
+    }
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--requests", type=int, default=20_000, help="backlog size for saturation runs")
+    ap.add_argument("--latency-seconds", type=float, default=15.0)
+    ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--soak", type=float, default=0.0, help="seconds of a memory soak at 50 %% load")
+    args = ap.parse_args()
+    policies = args.policies.split(",")
+
+    report: dict = {"machine": "2 cores, loopback, embedded broker (Tansu)", "ort_intra_op_threads": 1}
+    peak = model_peak()
+    best = peak["best"]
+    report["model_peak"] = {**best, **peak["fit"]}
+    print(f"model peak: {best['rows_per_s']:.0f} rows/s at batch {best['batch']} (1 thread)", flush=True)
+    pool = RequestPool()
+    report["mean_rows_per_request"] = pool.mean_rows
+    with embedded_broker() as broker:
+        bs = broker.bootstrap_servers
+        report["passthrough"] = passthrough(bs, pool, args.requests)
+        print(f"kafka passthrough: {report['passthrough']['rows_per_s']:.0f} rows/s", flush=True)
+        report["saturation"] = {}
+        for policy in policies:
+            report["saturation"][policy] = saturation(bs, pool, policy, args.requests)
+            print(f"saturation {policy}: {report['saturation'][policy]['rows_per_s']:.0f} rows/s", flush=True)
+        static_req_s = report["saturation"].get("static", next(iter(report["saturation"].values())))["requests_per_s"]
+        rate = 0.5 * static_req_s
+        report["latency_at_half_static_saturation"] = {}
+        for policy in policies:
+            report["latency_at_half_static_saturation"][policy] = latency(bs, pool, policy, rate, args.latency_seconds)
+            r = report["latency_at_half_static_saturation"][policy]
+            print(f"latency {policy} @ {rate:.0f} req/s: p50 {r['p50_ms']:.1f} ms p99 {r['p99_ms']:.1f} ms", flush=True)
+        if args.soak:
+            report["soak"] = soak(bs, pool, rate, args.soak)
+
+    peak_rows = report["model_peak"]["rows_per_s"]
+    rows = [["model direct (ORT, 1 thread)", f"{peak_rows:.0f}", "-", "100%", "-", "-"]]
+    pt = report["passthrough"]
+    rows.append(["kafka passthrough (no inference)", f"{pt['rows_per_s']:.0f}", f"{pt['requests_per_s']:.0f}",
+                 f"{100 * pt['rows_per_s'] / peak_rows:.0f}%", "-", "-"])
+    for policy in policies:
+        s = report["saturation"][policy]
+        lat = report["latency_at_half_static_saturation"][policy]
+        rows.append([f"pipeline, {policy}", f"{s['rows_per_s']:.0f}", f"{s['requests_per_s']:.0f}",
+                     f"{100 * s['rows_per_s'] / peak_rows:.0f}%", f"{lat['p50_ms']:.1f}", f"{lat['p99_ms']:.1f}"])
+    print()
+    print(f"mean rows per request: {pool.mean_rows:.1f}; latency at {rate:.0f} req/s (50 % of static saturation)")
+    print(table(["path", "rows/s", "req/s", "of model peak", "p50 ms", "p99 ms"], rows))
+    if "soak" in report:
+        s = report["soak"]
+        print(f"soak: worker RSS {s['first_third_mean_mib']:.1f} MiB (first third) -> {s['last_third_mean_mib']:.1f} MiB (last third)")
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "pipeline_capacity.json").write_text(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
