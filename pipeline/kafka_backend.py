@@ -5,10 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from consumers.profiles import consumer_config, producer_config
+from consumers.profiles import consumer_config, large_message_overrides, producer_config
 from consumers.records import TopicPartition
 from pipeline.config import WorkerConfig
 from pipeline.errors import UserError
+from pipeline.pipelines import get_pipeline
+
+
+def _large(cfg: WorkerConfig) -> Any:
+    limit = get_pipeline(cfg.pipeline).max_message_bytes
+    return large_message_overrides(limit) if limit else None
 
 
 def make_source(
@@ -21,7 +27,9 @@ def make_source(
     if cfg.client == "confluent":
         from consumers.confluent_backend import ConfluentSource
 
-        conf = consumer_config(cfg.broker_profile, cfg.bootstrap_servers, group_id, cfg.kafka.consumer)
+        large = _large(cfg)
+        overrides = {**(large.consumer if large else {}), **cfg.kafka.consumer}
+        conf = consumer_config(cfg.broker_profile, cfg.bootstrap_servers, group_id, overrides)
         return ConfluentSource(conf, topics, on_assign, on_revoke)
     raise UserError(f"Kafka client {cfg.client!r} is not available in this build")
 
@@ -30,5 +38,7 @@ def make_producer(cfg: WorkerConfig) -> Any:
     if cfg.client == "confluent":
         from consumers.confluent_backend import ConfluentProducer
 
-        return ConfluentProducer(producer_config(cfg.broker_profile, cfg.bootstrap_servers, cfg.kafka.producer))
+        large = _large(cfg)
+        overrides = {**(large.producer if large else {}), **cfg.kafka.producer}
+        return ConfluentProducer(producer_config(cfg.broker_profile, cfg.bootstrap_servers, overrides))
     raise UserError(f"Kafka client {cfg.client!r} is not available in this build")

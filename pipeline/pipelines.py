@@ -3,43 +3,115 @@ how to make sample requests (for the warm-up profile and the load generator)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from consumers.codecs.base import Codec
 from pipeline.errors import UserError
 
+Sample = tuple[bytes | None, bytes, list[tuple[str, bytes]]]  # key, value, headers
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    name: str
+    version: str
+    onnx_path: Path
+
 
 @dataclass(frozen=True)
 class PipelineSpec:
     name: str
-    model: str  # directory under models/
     input_topic: str
     output_topic: str
     make_codec: Callable[[Any], Codec]  # (WorkerConfig) -> Codec
-    make_samples: Callable[[int], Callable[[int], tuple[bytes | None, bytes, list]]]
-    # seed -> (i -> (key, value, headers)) valid requests, for warm-up and load
+    load_model: Callable[[], ModelInfo]
+    make_samples: Callable[[int], Callable[[int], Sample]]  # seed -> (i -> valid request)
+    # Requests per warm-up profile call: a camera frame costs ~60 ms, a CTR request ~0.3.
+    warmup_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 24)
+    # Largest value the Kafka clients must carry. Above the codec's own limit, so that
+    # an oversized value is still consumed and dead-lettered rather than stuck.
+    max_message_bytes: int | None = None
 
 
+# ----------------------------------------------------------------------------- CTR
 def _ctr_codec(cfg: Any) -> Codec:
-    redis = getattr(cfg, "redis", None)
-    if redis is not None and redis.features.enabled:
-        # id-only requests, features from Redis (pipeline/redisio, docs/REDIS.md)
-        from pipeline.redisio.codec import CtrIdCodec
-
-        return CtrIdCodec(max_items=cfg.max_items)
     from consumers.codecs.ctr import CtrCodec
 
     return CtrCodec(max_items=cfg.max_items)
 
 
-def _ctr_samples(seed: int) -> Callable[[int], tuple[bytes | None, bytes, list]]:
+def _ctr_model() -> ModelInfo:
+    from models.registry import load_spec
+
+    spec = load_spec("ctr")
+    return ModelInfo(spec.name, spec.version, spec.onnx_path)
+
+
+def _ctr_samples(seed: int) -> Callable[[int], Sample]:
     from pipeline.loadgen.ctr import CtrRequestFactory
 
     factory = CtrRequestFactory(seed=seed)
 
-    def make(i: int) -> tuple[bytes | None, bytes, list]:
+    def make(i: int) -> Sample:
+        key, value = factory.make(i)
+        return key, value, []
+
+    return make
+
+
+# ----------------------------------------------------------------------------- camera
+def _camera_codec(cfg: Any) -> Codec:
+    from consumers.codecs.camera import CameraCodec
+
+    return CameraCodec()
+
+
+def _camera_model() -> ModelInfo:
+    from models.camera import MODEL_PATH, SPEC_PATH
+
+    spec = json.loads(SPEC_PATH.read_text())
+    if not MODEL_PATH.is_file():
+        raise UserError(f"camera model {MODEL_PATH} is missing; rebuild it with `python -m models.camera.build`")
+    return ModelInfo(str(spec["name"]), str(spec["version"]), MODEL_PATH)
+
+
+def _camera_samples(seed: int) -> Callable[[int], Sample]:
+    from pipeline.loadgen.camera import CameraFrameFactory
+
+    cameras = 4
+    factory = CameraFrameFactory(seed=seed, cameras=cameras)
+
+    def make(i: int) -> Sample:
+        key, value, headers = factory.make(i % cameras, i // cameras, float(i) * 0.1)
+        return key, value, list(headers)
+
+    return make
+
+
+# ----------------------------------------------------------------------------- text
+def _text_codec(cfg: Any) -> Codec:
+    from consumers.codecs.text import TextCodec
+
+    return TextCodec()
+
+
+def _text_model() -> ModelInfo:
+    from models.text.model import ensure_text_model, load_spec
+
+    spec = load_spec()
+    return ModelInfo(str(spec["name"]), str(spec["version"]), ensure_text_model())
+
+
+def _text_samples(seed: int) -> Callable[[int], Sample]:
+    from pipeline.loadgen.text import TextRequestFactory
+
+    factory = TextRequestFactory(seed=seed)
+
+    def make(i: int) -> Sample:
         key, value = factory.make(i)
         return key, value, []
 
@@ -47,13 +119,15 @@ def _ctr_samples(seed: int) -> Callable[[int], tuple[bytes | None, bytes, list]]
 
 
 PIPELINES: dict[str, PipelineSpec] = {
-    "ctr": PipelineSpec(
-        name="ctr",
-        model="ctr",
-        input_topic="ctr.requests",
-        output_topic="ctr.scores",
-        make_codec=_ctr_codec,
-        make_samples=_ctr_samples,
+    "ctr": PipelineSpec("ctr", "ctr.requests", "ctr.scores", _ctr_codec, _ctr_model, _ctr_samples),
+    "camera": PipelineSpec(
+        "camera", "camera.frames", "camera.detections", _camera_codec, _camera_model, _camera_samples,
+        warmup_sizes=(1, 2),
+        max_message_bytes=16 * 1024 * 1024,
+    ),
+    "text": PipelineSpec(
+        "text", "text.requests", "text.embeddings", _text_codec, _text_model, _text_samples,
+        warmup_sizes=(1, 2, 4, 8),
     ),
 }
 

@@ -29,7 +29,6 @@ from consumers.codecs.base import Decoded, DecodeError
 from consumers.dead_letter import dlq_headers, late_headers
 from consumers.offsets import OffsetTracker
 from consumers.records import SourceRecord, TopicPartition
-from models.registry import load_spec
 from pipeline.batching.batcher import Batcher
 from pipeline.batching.concurrent import BatchQueue
 from pipeline.batching.cost import CostModel
@@ -42,7 +41,7 @@ from pipeline.kafka_backend import make_producer, make_source
 from pipeline.metrics import WorkerMetrics
 from pipeline.pipelines import get_pipeline
 from pipeline.runtime.session import InferenceSession
-from pipeline.sinks import ResultSink, ScoredRow
+from pipeline.sinks import ResultSink, ScoredRow, notify
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +94,7 @@ class Worker:
         self.dlq_topic = cfg.dlq_topic or f"{self.input_topic}.dlq"
         self.late_topic = cfg.late_topic or f"{self.input_topic}.late"
         self.group_id = cfg.group_id or f"tidebatch-{cfg.pipeline}"
-        self.model = load_spec(self.pipeline.model)
+        self.model = self.pipeline.load_model()
         self.codec = self.pipeline.make_codec(cfg)
         self.session = InferenceSession(
             self.model.onnx_path, cfg.runtime.providers, cfg.runtime.intra_op_threads
@@ -135,22 +134,18 @@ class Worker:
     # ------------------------------------------------------------------ start-up
     def _warm_up(self) -> None:
         """Profile the model on real sample requests to seed the cost model."""
+        sizes = self.pipeline.warmup_sizes
         samples = self.pipeline.make_samples(12345)
-        decoded = []
-        i = 0
-        while sum(d.rows for d in decoded) < 512 and i < 10_000:
+        by_bucket: dict[object, list] = {}
+        for i in range(max(sizes) * 4):
             key, value, headers = samples(i)
-            decoded.append(self.codec.decode(value, dict(headers)))
-            i += 1
-
-        def feeds_for(n: int) -> dict:
-            return self.codec.collate([d.payload for d in decoded[:n]])
-
-        sizes = sorted({1, 2, 4, 8, 16, min(len(decoded), 24)})
-        rows_for = {n: sum(d.rows for d in decoded[:n]) for n in sizes}
-        cost = self.session.profile(feeds_for, sizes)
-        # profile() fits against request counts; convert to rows with the mean size.
-        mean_rows = sum(rows_for.values()) / sum(sizes)
+            d = self.codec.decode(value, dict(headers))
+            by_bucket.setdefault(d.bucket, []).append(d)
+        decoded = max(by_bucket.values(), key=len)  # requests of one bucket can share a batch
+        sizes = tuple(n for n in sizes if n <= len(decoded)) or (1,)
+        cost = self.session.profile(lambda n: self.codec.collate([d.payload for d in decoded[:n]]), sizes)
+        # profile() fits against request counts; convert to rows with their mean size.
+        mean_rows = sum(d.rows for d in decoded[: max(sizes)]) / max(sizes)
         cost.b /= mean_rows
         self.cost = CostModel(prior=cost)
         log.info(
@@ -234,6 +229,7 @@ class Worker:
         now = self.clock.now()
         now_wall = wall_ms()
         requests: list[Request] = []
+        notify(self.sinks, "track", records)  # offset-ordered sinks (Parquet) must see every offset
         for rec in records:
             self.tracker.track(rec.tp, rec.offset)
             try:
@@ -272,6 +268,7 @@ class Worker:
         self.metrics.outcome(rec.topic, "dlq")
         with self._stats_lock:
             self.stats.dlq += 1
+        notify(self.sinks, "skip", [rec])  # no row will come for this offset
         self._send(self.dlq_topic, rec.key, rec.value, dlq_headers(rec, reason, stage), rec)
 
     def _route_late(self) -> None:
@@ -279,6 +276,7 @@ class Worker:
         if not routed:
             return
         now_wall = wall_ms()
+        notify(self.sinks, "skip", [req.item.rec for req in routed])
         for req in routed:
             inf: InFlight = req.item
             missed_by = max(now_wall - inf.deadline_wall_ms, 0.0)
@@ -367,6 +365,7 @@ class Worker:
         replayed by the partition's next owner."""
         if not tps:
             return
+        notify(self.sinks, "revoke", tps)  # sinks finish these partitions' files once drained
         deadline = time.monotonic() + _REVOKE_WAIT
         while any(self.tracker.pending(tp) for tp in tps) and time.monotonic() < deadline:
             self._route_late()
@@ -473,6 +472,7 @@ class Worker:
             counts[outcome] += 1
             if not publish:
                 # Dropped replay: its first outcome was already published.
+                notify(self.sinks, "skip", [rec])
                 self.tracker.ack(rec.tp, rec.offset)
                 continue
             if self.sinks:

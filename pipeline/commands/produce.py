@@ -48,7 +48,10 @@ def produce(
     spec = get_pipeline(pipeline)
     topic = topic or spec.input_topic
     make = spec.make_samples(seed)
-    producer = Producer(producer_config(profile, bootstrap))
+    from consumers.profiles import large_message_overrides
+
+    large = large_message_overrides(spec.max_message_bytes).producer if spec.max_message_bytes else None
+    producer = Producer(producer_config(profile, bootstrap, large))
     warm_up_producer(producer, topic)
     errors: list[str] = []
 

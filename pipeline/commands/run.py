@@ -64,7 +64,10 @@ def prepare_topics(cfg: WorkerConfig) -> None:
     present = existing_topics(cfg.bootstrap_servers)
     missing = {n: cfg.partitions for n in names if n not in present}
     if missing:
-        ensure_topics(cfg.bootstrap_servers, missing)
+        # Apache Kafka refuses values above the topic's max.message.bytes (~1 MB).
+        limit = spec.max_message_bytes
+        topic_config = {"max.message.bytes": str(limit + 65536)} if limit else None
+        ensure_topics(cfg.bootstrap_servers, missing, topic_config=topic_config)
         log.info("created topics %s", ", ".join(sorted(missing)))
 
 
