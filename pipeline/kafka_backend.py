@@ -1,11 +1,18 @@
-"""The one place that picks the Kafka client backend (config key `client`)."""
+"""The one place that picks the Kafka client backend (config key `client`):
+confluent-kafka (librdkafka, the default) or kafka-python (pure Python)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from consumers.profiles import consumer_config, large_message_overrides, producer_config
+from consumers.profiles import (
+    consumer_config,
+    kafka_python_consumer_config,
+    kafka_python_producer_config,
+    large_message_overrides,
+    producer_config,
+)
 from consumers.records import TopicPartition
 from pipeline.config import WorkerConfig
 from pipeline.errors import UserError
@@ -31,7 +38,14 @@ def make_source(
         overrides = {**(large.consumer if large else {}), **cfg.kafka.consumer}
         conf = consumer_config(cfg.broker_profile, cfg.bootstrap_servers, group_id, overrides)
         return ConfluentSource(conf, topics, on_assign, on_revoke)
-    raise UserError(f"Kafka client {cfg.client!r} is not available in this build")
+    if cfg.client == "kafka-python":
+        from consumers.kafka_python_backend import KafkaPythonSource
+
+        large = _large(cfg)
+        overrides = {**(large.kafka_python_consumer if large else {}), **cfg.kafka.consumer}
+        conf = kafka_python_consumer_config(cfg.broker_profile, cfg.bootstrap_servers, group_id, overrides)
+        return KafkaPythonSource(conf, topics, on_assign, on_revoke)
+    raise UserError(f"unknown Kafka client {cfg.client!r}; use confluent or kafka-python")
 
 
 def make_producer(cfg: WorkerConfig) -> Any:
@@ -41,4 +55,10 @@ def make_producer(cfg: WorkerConfig) -> Any:
         large = _large(cfg)
         overrides = {**(large.producer if large else {}), **cfg.kafka.producer}
         return ConfluentProducer(producer_config(cfg.broker_profile, cfg.bootstrap_servers, overrides))
-    raise UserError(f"Kafka client {cfg.client!r} is not available in this build")
+    if cfg.client == "kafka-python":
+        from consumers.kafka_python_backend import KafkaPythonProducer
+
+        large = _large(cfg)
+        overrides = {**(large.kafka_python_producer if large else {}), **cfg.kafka.producer}
+        return KafkaPythonProducer(kafka_python_producer_config(cfg.broker_profile, cfg.bootstrap_servers, overrides))
+    raise UserError(f"unknown Kafka client {cfg.client!r}; use confluent or kafka-python")

@@ -25,6 +25,9 @@ from tests.integration.pipeline_helpers import (
     worker_config,
 )
 
+# Every guarantee holds on both Kafka client backends.
+CLIENTS = pytest.mark.parametrize("client", ["confluent", "kafka-python"])
+
 
 @pytest.fixture(scope="module")
 def reference_session() -> ort.InferenceSession:
@@ -39,8 +42,9 @@ def unbatched_scores(session: ort.InferenceSession, codec: CtrCodec, value: byte
     return session.run(["prob"], feeds)[0].reshape(-1)
 
 
+@CLIENTS
 def test_10k_requests_give_exactly_10k_right_results(
-    broker, topic_factory, unique_group_id, reference_session
+    broker, topic_factory, unique_group_id, reference_session, client
 ) -> None:
     n = 10_000
     inp = topic_factory("ctr-req", partitions=2)
@@ -48,7 +52,7 @@ def test_10k_requests_give_exactly_10k_right_results(
     topic_factory(f"{inp}.dlq", exact=True)  # created so nothing auto-creates it with 4 partitions
     factory = CtrRequestFactory(seed=2024)
     requests = [factory.make(i) for i in range(n)]
-    cfg = worker_config(broker.bootstrap_servers, inp, out, unique_group_id, dlq_topic=f"{inp}.dlq")
+    cfg = worker_config(broker.bootstrap_servers, inp, out, unique_group_id, dlq_topic=f"{inp}.dlq", client=client)
     with running_worker(cfg) as worker:
         produce_values(broker.bootstrap_servers, inp, requests)
         msgs = read_topic(broker.bootstrap_servers, out, n, timeout=180)
@@ -81,7 +85,8 @@ def test_10k_requests_give_exactly_10k_right_results(
 BAD_KINDS = ["malformed_json", "missing_field", "mistyped_field", "too_many_items", "non_utf8", "empty"]
 
 
-def test_bad_input_goes_to_dlq_and_the_worker_keeps_going(broker, topic_factory, unique_group_id) -> None:
+@CLIENTS
+def test_bad_input_goes_to_dlq_and_the_worker_keeps_going(broker, topic_factory, unique_group_id, client) -> None:
     inp = topic_factory("ctr-bad", partitions=1)
     out = topic_factory("ctr-bad-scores", partitions=1)
     dlq = topic_factory("ctr-bad-dlq", partitions=1)
@@ -92,7 +97,7 @@ def test_bad_input_goes_to_dlq_and_the_worker_keeps_going(broker, topic_factory,
         items.append((b"bad", factory.make_invalid(kind)))
     items.append((b"null", None))  # a tombstone-like null value
     items.append(factory.make(99))
-    cfg = worker_config(broker.bootstrap_servers, inp, out, unique_group_id, dlq_topic=dlq)
+    cfg = worker_config(broker.bootstrap_servers, inp, out, unique_group_id, dlq_topic=dlq, client=client)
     with running_worker(cfg) as worker:
         produce_values(broker.bootstrap_servers, inp, items)
         dead = read_topic(broker.bootstrap_servers, dlq, len(BAD_KINDS) + 1)
@@ -125,8 +130,9 @@ def _all_ids(requests) -> set[str]:
     return {orjson.loads(v)["request_id"] for _, v in requests}
 
 
+@CLIENTS
 def test_sigkill_mid_stream_then_restart_loses_nothing(
-    broker, topic_factory, unique_group_id, tmp_path: Path
+    broker, topic_factory, unique_group_id, tmp_path: Path, client
 ) -> None:
     n = 4000
     inp = topic_factory("ctr-kill", partitions=2)
@@ -136,7 +142,7 @@ def test_sigkill_mid_stream_then_restart_loses_nothing(
     factory = CtrRequestFactory(seed=77)
     requests = [factory.make(i) for i in range(n)]
     log = tmp_path / "worker.log"
-    first = start_worker_process(broker.bootstrap_servers, inp, out, unique_group_id, log)
+    first = start_worker_process(broker.bootstrap_servers, inp, out, unique_group_id, log, TIDEBATCH_CLIENT=client)
     try:
         produce_values(broker.bootstrap_servers, inp, requests)
         # Kill it once some, but not all, results are out.
@@ -147,7 +153,7 @@ def test_sigkill_mid_stream_then_restart_loses_nothing(
     finally:
         if first.poll() is None:
             first.kill()
-    second = start_worker_process(broker.bootstrap_servers, inp, out, unique_group_id, log)
+    second = start_worker_process(broker.bootstrap_servers, inp, out, unique_group_id, log, TIDEBATCH_CLIENT=client)
     try:
         wanted = _all_ids(requests)
         docs: list[dict] = []
@@ -164,8 +170,9 @@ def test_sigkill_mid_stream_then_restart_loses_nothing(
     assert set(ids) == wanted  # none missing; duplicates allowed and recognisable by request_id
 
 
+@CLIENTS
 def test_sigterm_finishes_in_flight_commits_and_exits_zero(
-    broker, topic_factory, unique_group_id, tmp_path: Path
+    broker, topic_factory, unique_group_id, tmp_path: Path, client
 ) -> None:
     n = 3000
     inp = topic_factory("ctr-term", partitions=2)
@@ -175,7 +182,7 @@ def test_sigterm_finishes_in_flight_commits_and_exits_zero(
     factory = CtrRequestFactory(seed=88)
     requests = [factory.make(i) for i in range(n)]
     log = tmp_path / "worker.log"
-    proc = start_worker_process(broker.bootstrap_servers, inp, out, unique_group_id, log)
+    proc = start_worker_process(broker.bootstrap_servers, inp, out, unique_group_id, log, TIDEBATCH_CLIENT=client)
     try:
         produce_values(broker.bootstrap_servers, inp, requests)
         read_topic(broker.bootstrap_servers, out, 200, timeout=120)
