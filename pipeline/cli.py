@@ -17,6 +17,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "pipeline.commands.run",
     "pipeline.commands.produce",
     "pipeline.commands.demo",
+    "pipeline.commands.simulate",
 )
 
 

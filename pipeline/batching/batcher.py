@@ -121,6 +121,11 @@ class Batcher:
         else:
             self._late.push(req)
 
+    @property
+    def routed_pending(self) -> int:
+        """Requests waiting in pop_routed_late()."""
+        return len(self._routed)
+
     def pop_routed_late(self) -> list[Request]:
         """Requests to publish unscored to the late topic (taken once)."""
         out, self._routed = self._routed, []
@@ -131,6 +136,8 @@ class Batcher:
         """Called when an executor is free. A batch to run now, or None (then
         next_wakeup() says when to ask again, None meaning at the next arrival)."""
         self._wake = None
+        if not len(self._queue) and not len(self._late):
+            return None
         ctx = self._context(now)
         if self.policy.separates_late:
             self._sweep(ctx, now)

@@ -12,9 +12,10 @@ always means "run it now". Pure: no clock of their own, no I/O.
             level, a batch-size cap so the batch's predicted service time does not blow
             the tightest deadline in it, requests that cannot make their deadline in a
             batch big enough to keep up with the load moved off the model's path (the
-            batcher's late lane), strict priority between levels, and, only when
-            executor time has a price (hold_for_efficiency), spending SLO slack to grow
-            batches. docs/BATCHING.md explains the choice.
+            batcher's late lane), strict priority between levels, one request per batch
+            where batching does not pay, and, only when executor time has a price
+            (hold_for_efficiency), spending SLO slack to grow batches.
+            docs/BATCHING.md explains the choice.
 """
 
 from __future__ import annotations
@@ -230,6 +231,10 @@ class AdaptivePolicy(Policy):
     requests (EDF's known collapse under overload) and runs full batches of requests
     that will make it.
 
+    Batch cap (batch_cap): the max where batching pays, as greedy; one request at a
+    time where it does not (t(n) ≈ b·n), since there a bigger batch buys no throughput
+    and only makes batch-mates wait for each other.
+
     hold_for_efficiency: when executor time has a price beyond this queue (a GPU shared
     with other models, cost per GPU-second), hold an idle executor until the batch is
     big enough that the executor would be busy at most `hold_utilization` of the time
@@ -249,34 +254,26 @@ class AdaptivePolicy(Policy):
         safety: float = 0.2,
         hold_utilization: float = 0.5,
         keep_up_headroom: float = 1.1,
-        split_tolerance: float = 0.05,
-        split_headroom: float = 1.25,
     ) -> None:
         super().__init__(max_batch_rows)
         if safety < 0:
             raise ValueError("safety must be >= 0")
         if not 0.0 < hold_utilization <= 1.0:
             raise ValueError("hold_utilization must be within (0, 1]")
-        if keep_up_headroom < 1.0 or split_headroom < 1.0:
-            raise ValueError("keep_up_headroom and split_headroom must be >= 1")
-        if not 0.0 <= split_tolerance < 1.0:
-            raise ValueError("split_tolerance must be within [0, 1)")
+        if keep_up_headroom < 1.0:
+            raise ValueError("keep_up_headroom must be >= 1")
         self.hold_for_efficiency = hold_for_efficiency
         # Fraction of predicted service time kept in reserve against cost-model error.
         self.safety = safety
         self.hold_utilization = hold_utilization
         self.keep_up_headroom = keep_up_headroom
-        # Batch-size cap (see batch_cap): at most this fraction of capacity given up, and
-        # never below the keep-up size at split_headroom × the arrival rate.
-        self.split_tolerance = split_tolerance
-        self.split_headroom = split_headroom
 
     def decide(self, queue: RequestQueue, ctx: PolicyContext, now: float) -> Decision:
         bucket = _first_bucket(queue, _edf_key)
         if bucket is None:
             return Wait(None)
-        max_rows = self.batch_cap(ctx, bucket)
         rows = queue.bucket_rows(bucket)
+        max_rows = self.batch_cap(ctx, bucket, rows)
         if rows >= max_rows:
             return self._dispatch(queue, bucket, ctx, now, max_rows, REASON_FULL)
         if self.hold_for_efficiency and ctx.cost.cost(bucket).batching_pays():
@@ -328,28 +325,35 @@ class AdaptivePolicy(Policy):
         # would form (batch_cap) nor than what is queued.
         target = min(
             self.keep_up_rows(ctx, req.bucket, ctx.rate_upto(req.priority)),
-            self.batch_cap(ctx, req.bucket),
+            self.batch_cap(ctx, req.bucket, queued_rows),
         )
         rows = min(max(target, req.rows), max(queued_rows, req.rows))
         return cost.predict(ctx.pad(rows)) * margin > slack
 
-    def batch_cap(self, ctx: PolicyContext, bucket: Hashable) -> int:
-        """The biggest batch worth forming now. Rows in one batch all wait for the whole
-        batch, so past the size where batching stops paying a bigger batch only adds
-        latency. Cap at the smallest size that reaches (1 - split_tolerance) of capacity,
-        or, when the load needs more throughput than that, the smallest size that keeps
-        up with split_headroom × the arrival rate (at most 99.8 % of capacity: the last
-        fraction costs a disproportionate batch size). For a GPU-like curve (per-call
-        cost dominates) this is close to the max, so nothing changes; for t(n) ≈ b·n (a
-        convolutional model on CPU) it is one request per batch, which latency wants."""
+    def batch_cap(self, ctx: PolicyContext, bucket: Hashable, queued_rows: int = 0) -> int:
+        """The biggest batch worth forming now (work-conserving: it runs at once, the
+        rest waits for the next free executor).
+
+        Rows in one batch all wait for the whole batch. Where batching pays (the cost
+        model's batching_pays(): GPU-like curves, the CTR model on CPU) the cap is the
+        max, as greedy. Where it does not (t(n) ≈ b·n, a convolutional model on CPU), a
+        bigger batch buys no throughput and only makes batch-mates wait for each
+        other: serve one request at a time (a/b rows: splitting n rows into n1 + n2
+        saves the n1 rows b·n2 and costs the n2 rows one more call overhead a, so it
+        pays for n1 > a/b) — unless more than two of those are queued, where the
+        executor is congested and throughput comes first (the size that reaches
+        99.8 % of capacity). Rate-driven caps for curves where batching pays were
+        tried and measured: on the CTR curve they moved p99 by ±8 % either way, no
+        consistent gain (docs/BATCHING.md)."""
         cost = ctx.cost.cost(bucket)
         max_rows = self.max_rows(ctx)
-        capacity = max_rows / cost.predict(max_rows)
-        n_eff = _rows_for_rate(cost, (1.0 - self.split_tolerance) * capacity, max_rows)
-        if n_eff >= max_rows:
+        if cost.batching_pays():
             return max_rows
-        need = min(ctx.arrival_rate * self.split_headroom, _SATURATION * capacity)
-        return max(n_eff, _rows_for_rate(cost, need, max_rows))
+        cap = max(1, math.ceil(cost.a / cost.b))
+        if queued_rows > 2 * cap:
+            capacity = max_rows / cost.predict(max_rows)
+            cap = max(cap, _rows_for_rate(cost, _SATURATION * capacity, max_rows))
+        return min(cap, max_rows)
 
     def keep_up_rows(
         self,
@@ -377,8 +381,12 @@ class AdaptivePolicy(Policy):
         # Latest start that still lets a target-sized batch finish before the tightest
         # deadline; spend slack up to there, never more.
         latest_start = deadline - cost.predict(ctx.pad(target)) * (1.0 + self.safety)
-        # Expected time for the missing rows to arrive; no point holding much longer.
-        fill_by = now + (target - rows) / ctx.arrival_rate
+        # Expected time for a target-sized batch to accumulate, counted from the oldest
+        # queued arrival (not from now: a hold re-examined at its wake-up must not
+        # re-arm itself); no point holding longer when the rows did not come.
+        oldest = queue.oldest_arrival(bucket)
+        assert oldest is not None
+        fill_by = oldest + target / ctx.arrival_rate
         until = min(latest_start, fill_by)
         return until if until > now else None
 
@@ -386,7 +394,6 @@ class AdaptivePolicy(Policy):
         out = {
             **super().describe(),
             "hold_for_efficiency": self.hold_for_efficiency,
-            "split_tolerance": self.split_tolerance,
         }
         if self.hold_for_efficiency:
             out["hold_utilization"] = self.hold_utilization
