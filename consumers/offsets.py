@@ -39,6 +39,17 @@ class OffsetTracker:
             st.order.append(offset)
             st.needs[offset] = acks_needed
 
+    def track_many(self, offsets: list[tuple[TopicPartition, int]]) -> None:
+        """track() for a whole poll's worth of records, under one lock."""
+        with self._lock:
+            for tp, offset in offsets:
+                st = self._parts.get(tp)
+                if st is None:
+                    st = self._parts[tp] = _PartitionState()
+                if offset not in st.needs:
+                    st.order.append(offset)
+                    st.needs[offset] = 1
+
     def add_acks(self, tp: TopicPartition, offset: int, extra: int) -> None:
         """A sink discovered it owes more acknowledgements (e.g. one more file)."""
         with self._lock:

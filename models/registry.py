@@ -14,7 +14,8 @@ from typing import Any
 from pipeline.errors import UserError
 
 MODELS_DIR = Path(__file__).resolve().parent
-_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")  # no path separators, no "..": a directory name
+# a plain directory name: no path separators, no leading dot
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
 
 
 @dataclass(frozen=True, slots=True)

@@ -255,17 +255,24 @@ def _item_ids(items: list[dict[str, Any]]) -> list[str]:
 def _dense(context: dict[str, Any], items: list[dict[str, Any]]) -> np.ndarray:
     ctx_vals = list(map(context.get, F.CONTEXT_DENSE))
     item_vals = list(chain.from_iterable(map(it.get, F.ITEM_DENSE) for it in items))
-    if not set(map(type, ctx_vals)) <= _NUMBER_TYPES:
+    ctx_types = set(map(type, ctx_vals))
+    item_types = set(map(type, item_vals))
+    if not ctx_types <= _NUMBER_TYPES:
         raise _first_bad(context, "context", F.CONTEXT_DENSE, "number or null")
-    if not set(map(type, item_vals)) <= _NUMBER_TYPES:
+    if not item_types <= _NUMBER_TYPES:
         raise _first_bad_item(items, F.ITEM_DENSE, "number or null")
     n = len(items)
-    dense = np.empty((n, F.N_DENSE), dtype=np.float64)
-    # np.array(..., float64) turns None into NaN, the model's "missing".
-    dense[:, :_N_CTX_DENSE] = np.array(ctx_vals, dtype=np.float64)
-    dense[:, _N_CTX_DENSE:] = np.array(item_vals, dtype=np.float64).reshape(n, _N_ITEM_DENSE)
-    # clip before the float32 cast so absurd counts saturate instead of overflowing to inf
-    np.minimum(dense, F.DENSE_CLIP, out=dense)
+    # Only a float can overflow float32 (orjson ints are < 2**64 < 3.4e38), so counts
+    # sent as ints go straight to float32; np.array turns None into NaN ("missing").
+    wide = float in ctx_types or float in item_types
+    dense = np.empty((n, F.N_DENSE), dtype=np.float64 if wide else np.float32)
+    dense[:, :_N_CTX_DENSE] = np.array(ctx_vals, dtype=dense.dtype)
+    dense[:, _N_CTX_DENSE:] = np.array(item_vals, dtype=dense.dtype).reshape(n, _N_ITEM_DENSE)
+    if not wide:
+        return dense
+    # clip before the float32 cast so absurd values saturate instead of overflowing to inf
+    # (NaN passes through; the graph clips negatives to 0 anyway)
+    np.clip(dense, -F.DENSE_CLIP, F.DENSE_CLIP, out=dense)
     return dense.astype(np.float32)
 
 

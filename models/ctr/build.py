@@ -32,7 +32,8 @@ next to the trained model's AUC.
 
 Model: DeepFM (shared 2^16 x 16 embedding table, first-order weights, FM term, MLP
 3 x 256 with ReLU). The dense transform log1p(clip(x, 0, 1e9)) with NaN -> 0, plus
-13 missing flags, is part of the graph, so the ONNX takes raw counts. One pass over
+13 missing flags, is part of the graph, so the ONNX takes raw counts; the logit is
+clamped to +-15 so that the float32 probability never rounds to 0 or 1. One pass over
 a fresh stream of TRAIN_ROWS impressions (no row is seen twice), batch 512,
 SparseAdam for the embedding tables and Adam for the rest, 1 torch thread; the whole
 build takes about 3 minutes on one core.
@@ -85,6 +86,7 @@ GEN_CHUNK = 500_000  # rows generated at a time, to bound the build's memory
 EMBED_DIM = 16
 HIDDEN = (256, 256, 256)  # 3x400 learnt no better in trials here and costs ~40 % more
 OPSET = 17
+LOGIT_CLAMP = 15.0  # prob in [3.1e-7, 1 - 3.1e-7]
 IR_VERSION = 9
 
 
@@ -133,8 +135,12 @@ class ClickModel:
             idx = np.where(rows.cat_ranks[:, f] < 0, spec.vocab, rows.cat_ranks[:, f])
             z += self.beta[f][idx]
         for fa, fb, lam in self.pairs:
-            ia = np.where(rows.cat_ranks[:, fa] < 0, synth.CAT_SPECS[fa].vocab, rows.cat_ranks[:, fa])
-            ib = np.where(rows.cat_ranks[:, fb] < 0, synth.CAT_SPECS[fb].vocab, rows.cat_ranks[:, fb])
+            ia = np.where(
+                rows.cat_ranks[:, fa] < 0, synth.CAT_SPECS[fa].vocab, rows.cat_ranks[:, fa]
+            )
+            ib = np.where(
+                rows.cat_ranks[:, fb] < 0, synth.CAT_SPECS[fb].vocab, rows.cat_ranks[:, fb]
+            )
             z += lam * np.einsum("nk,nk->n", self.latent[fa][ia], self.latent[fb][ib])
         return z
 
@@ -182,7 +188,9 @@ def make_dataset(
     world: synth.World, click: ClickModel, rng: np.random.Generator, n: int
 ) -> Dataset:
     parts = [_make_chunk(world, click, rng, min(GEN_CHUNK, n - i)) for i in range(0, n, GEN_CHUNK)]
-    return Dataset(*(np.concatenate([getattr(p, k) for p in parts]) for k in ("dense", "cat", "z", "y")))
+    return Dataset(
+        *(np.concatenate([getattr(p, k) for p in parts]) for k in ("dense", "cat", "z", "y"))
+    )
 
 
 def _make_chunk(world: synth.World, click: ClickModel, rng: np.random.Generator, n: int) -> Dataset:
@@ -207,7 +215,9 @@ def build_model(dense_mean: np.ndarray, dense_std: np.ndarray):  # -> torch.nn.M
             nn.init.normal_(self.emb.weight, std=0.01)
             nn.init.zeros_(self.first.weight)
             self.dense_first = nn.Linear(2 * F.N_DENSE, 1)
-            # fixed standardisation of the transformed dense block, baked into the graph
+            # fixed standardisation of the 13 log counts, baked into the graph; the 13
+            # missing flags stay 0/1 (a flag never set in training, e.g. I2's, would
+            # otherwise be scaled by 1/std ~ infinity when a request does set it)
             self.register_buffer("d_mean", torch.tensor(dense_mean, dtype=torch.float32))
             self.register_buffer("d_std", torch.tensor(dense_std, dtype=torch.float32))
             layers: list[nn.Module] = []
@@ -221,13 +231,14 @@ def build_model(dense_mean: np.ndarray, dense_std: np.ndarray):  # -> torch.nn.M
         def forward(self, dense: torch.Tensor, cat: torch.Tensor) -> torch.Tensor:
             missing = torch.isnan(dense)
             x = torch.log1p(torch.clamp(torch.where(missing, 0.0, dense), 0.0, F.DENSE_CLIP))
-            d = (torch.cat([x, missing.to(torch.float32)], dim=1) - self.d_mean) / self.d_std
+            d = torch.cat([(x - self.d_mean) / self.d_std, missing.to(torch.float32)], dim=1)
             e = self.emb(cat)  # [N, 26, 16]
             s = e.sum(dim=1)
             fm = 0.5 * (s * s - (e * e).sum(dim=1)).sum(dim=1)
             first = self.first(cat).sum(dim=(1, 2)) + self.dense_first(d)[:, 0]
             deep = self.mlp(torch.cat([e.flatten(1), d], dim=1))[:, 0]
-            return torch.sigmoid(first + fm + deep)
+            # float32 sigmoid rounds to exactly 1.0 above ~17: clamp so prob stays in (0, 1)
+            return torch.sigmoid(torch.clamp(first + fm + deep, -LOGIT_CLAMP, LOGIT_CLAMP))
 
     return DeepFM()
 
@@ -347,12 +358,13 @@ def write_spec(path: Path, onnx_path: Path, click: ClickModel, metrics: dict) ->
             "item": {"id": "item_id", "dense": list(F.ITEM_DENSE), "cat": list(F.ITEM_CAT)},
             "dense_transform": (
                 "in graph: x' = log1p(clip(x, 0, 1e9)) with NaN -> 0, plus a 0/1 missing flag "
-                "per field; the 26 values are standardised with constants fixed at build time"
+                "per field; the 13 log counts are standardised with constants fixed at build time; "
+                "the output logit is clamped to +-15 so prob stays strictly inside (0, 1)"
             ),
             "dense_clip": F.DENSE_CLIP,
         },
         "hashing": {
-            "code": "models/ctr/features.py: parse_hex_tokens + hash_ids",
+            "code": "models/ctr/features.py: parse_tokens + hash_ids",
             "token": "1..16 ASCII hex digits (Criteo: 8), value v = int(token, 16)",
             "formula": (
                 "h = ((v ^ salt[f]) * 0x9E3779B97F4A7C15 mod 2^64) >> 32; "
@@ -385,7 +397,9 @@ def write_spec(path: Path, onnx_path: Path, click: ClickModel, metrics: dict) ->
             "b0": round(click.b0, 6),
             "noise_sd": NOISE_SD,
             "latent_dim": LATENT_DIM,
-            "pairs": [[F.CAT_FIELDS[a], F.CAT_FIELDS[b], round(lam, 6)] for a, b, lam in click.pairs],
+            "pairs": [
+                [F.CAT_FIELDS[a], F.CAT_FIELDS[b], round(lam, 6)] for a, b, lam in click.pairs
+            ],
             "target_ctr": TARGET_CTR,
             "test_rows": TEST_ROWS,
             "epochs": 1,
@@ -422,8 +436,8 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
 
-    transformed = F.dense_transform(train_set.dense[:200_000])
-    model = build_model(transformed.mean(axis=0), transformed.std(axis=0) + 1e-3)
+    log_counts = F.dense_transform(train_set.dense[:200_000])[:, : F.N_DENSE]
+    model = build_model(log_counts.mean(axis=0), np.maximum(log_counts.std(axis=0), 0.1))
     train_s = train(model, train_set)
 
     args.out.mkdir(parents=True, exist_ok=True)
@@ -431,7 +445,9 @@ def main(argv: list[str] | None = None) -> int:
     export_onnx(model, onnx_path)
     with torch.no_grad():
         model.eval()
-        torch_p = model(torch.from_numpy(test_set.dense[:4096]), torch.from_numpy(test_set.cat[:4096]))
+        torch_p = model(
+            torch.from_numpy(test_set.dense[:4096]), torch.from_numpy(test_set.cat[:4096])
+        )
     p = onnx_scores(onnx_path, test_set)
     max_diff = float(np.abs(p[:4096] - torch_p.numpy()).max())
     true_p = _sigmoid(test_set.z)

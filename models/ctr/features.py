@@ -57,7 +57,8 @@ HASH_MULTIPLIER = 0x9E3779B97F4A7C15  # 2**64 / golden ratio (Fibonacci hashing)
 DENSE_CLIP = 1.0e9  # counts above this saturate; log1p(1e9) ~ 20.7
 
 _MASK64 = (1 << 64) - 1
-_HEX_TOKEN = re.compile(r"[0-9a-fA-F]{1,16}\Z")  # ASCII only: int(x, 16) would take "٣", "0x1", " 1"
+# ASCII only, no prefix, no blanks: int(x, 16) alone would take "٣", "0x1", " 1", "1_0"
+_HEX_TOKEN = re.compile(r"[0-9a-fA-F]{1,16}\Z")
 
 
 def splitmix64(x: int) -> int:

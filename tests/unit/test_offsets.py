@@ -55,3 +55,16 @@ def test_redelivered_offset_in_flight_is_tracked_once() -> None:
     tr.track(TP, 0)
     tr.ack(TP, 0)
     assert tr.committable() == {TP: 1}
+
+
+def test_track_many_equals_track_one_by_one() -> None:
+    a, b = OffsetTracker(), OffsetTracker()
+    offsets = [(TP, 0), (("t", 1), 5), (TP, 1), (TP, 1)]
+    a.track_many(offsets)
+    for tp, off in offsets:
+        b.track(tp, off)
+    for tr in (a, b):
+        tr.ack(TP, 0)
+        tr.ack(TP, 1)
+    assert a.committable() == b.committable() == {TP: 2}
+    assert a.pending() == b.pending() == 1

@@ -1,0 +1,100 @@
+"""Hot-path cost of the CTR codec and request generator on one core.
+
+    .venv/bin/python bench/ctr_codec.py [--requests 2000] [--mean-items 20] [--json]
+
+Prints decode throughput (requests/s and item rows/s, best of 5 passes over the same
+messages), collate + split cost per batch, and how fast CtrRequestFactory produces
+requests. Figures vary with machine load: quote best-of, not a single pass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+
+from consumers.codecs.ctr import CtrCodec  # noqa: E402
+from pipeline.loadgen.ctr import CtrRequestFactory  # noqa: E402
+
+
+def best_of(fn, repeats: int = 5, clock=time.perf_counter) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = clock()
+        fn()
+        best = min(best, clock() - t0)
+    return best
+
+
+def measure(n_requests: int, mean_items: float) -> dict:
+    t0 = time.perf_counter()
+    factory = CtrRequestFactory(seed=5, mean_items=mean_items)
+    values = [factory.make(i)[1] for i in range(n_requests)]
+    gen_s = time.perf_counter() - t0
+    codec = CtrCodec()
+    decoded = [codec.decode(v, None) for v in values]
+    rows = sum(d.rows for d in decoded)
+    dec_s = best_of(lambda: [codec.decode(v, None) for v in values])
+    # thread CPU time leaves out time spent descheduled on a shared machine
+    dec_cpu = best_of(lambda: [codec.decode(v, None) for v in values], clock=time.thread_time)
+    batch = decoded[:25]  # ~500 rows, a typical CPU batch
+    batch_rows = sum(d.rows for d in batch)
+    col_s = best_of(lambda: [codec.collate([d.payload for d in batch]) for _ in range(100)]) / 100
+    prob = {"prob": np.random.default_rng(0).random(batch_rows).astype(np.float32)}
+    split_s = best_of(lambda: [codec.split(prob, batch) for _ in range(100)]) / 100
+    return {
+        "requests": n_requests,
+        "mean_items": rows / n_requests,
+        "mean_bytes": sum(map(len, values)) / n_requests,
+        "decode_requests_per_s": n_requests / dec_s,
+        "decode_rows_per_s": rows / dec_s,
+        "decode_us_per_request": dec_s / n_requests * 1e6,
+        "decode_rows_per_cpu_s": rows / dec_cpu,
+        "decode_cpu_us_per_request": dec_cpu / n_requests * 1e6,
+        "batch_rows": batch_rows,
+        "collate_ms": col_s * 1e3,
+        "split_ms": split_s * 1e3,
+        "generate_requests_per_s": n_requests / gen_s,
+        "generate_rows_per_s": rows / gen_s,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="CTR codec and generator throughput")
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--mean-items", type=float, default=20)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    r = measure(args.requests, args.mean_items)
+    if args.json:
+        print(json.dumps(r, indent=2))
+        return 0
+    print(
+        f"{r['requests']} requests, {r['mean_items']:.1f} items and {r['mean_bytes']:.0f} bytes each"
+    )
+    print(
+        f"decode:   {r['decode_rows_per_s']:>9,.0f} rows/s  {r['decode_requests_per_s']:>7,.0f} req/s"
+        f"  ({r['decode_us_per_request']:.0f} us/request, one core)"
+    )
+    print(
+        f"          {r['decode_rows_per_cpu_s']:>9,.0f} rows/s on thread CPU time "
+        f"({r['decode_cpu_us_per_request']:.0f} us/request)"
+    )
+    print(
+        f"collate:  {r['collate_ms']:.3f} ms, split: {r['split_ms']:.3f} ms "
+        f"for a batch of {r['batch_rows']} rows"
+    )
+    print(
+        f"generate: {r['generate_rows_per_s']:>9,.0f} rows/s  {r['generate_requests_per_s']:>7,.0f} req/s"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
