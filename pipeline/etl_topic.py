@@ -1,0 +1,216 @@
+"""Topic-range input of `tidebatch etl`: read partitions between two offsets or two
+record times, with partitions assigned explicitly (no consumer group membership, no
+commits), in chunks of consecutive offsets.
+
+Broker facts this relies on (shared/BROKER.md, and measured for this module):
+- The end of a partition is the *fetch* high watermark (`get_watermark_offsets(
+  cached=True)` after a fetch, or the partition-EOF event): ListOffsets "latest" is
+  wrong on the embedded broker.
+- `offsets_for_times` is only a hint: on the embedded broker it answers the first
+  offset of the log (measured: 0 for every timestamp). So a time range is always
+  enforced by filtering each record's timestamp; the broker's answer is used to skip
+  ahead at the start (it is never past the true first offset) and, on Apache Kafka
+  only, to stop early at the end.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
+
+from consumers.codecs.base import Decoded, DecodeError
+from consumers.codecs.ctr import CtrCodec
+from consumers.profiles import consumer_config
+from pipeline.errors import UserError
+from pipeline.etl_inputs import Chunk, Reject, features_from_requests
+
+_POLL_RECORDS = 5000
+_POLL_S = 0.2
+_STALL_S = 30.0  # no record and no EOF for this long: the broker is not serving the range
+
+
+@dataclass(frozen=True)
+class PartitionRange:
+    topic: str
+    partition: int
+    start: int  # first offset (inclusive)
+    end: int  # last offset + 1, at most the high watermark when the job was created
+    from_ms: int | None = None  # record-time window [from_ms, to_ms)
+    to_ms: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _consumer(bootstrap: str, profile: str) -> Consumer:
+    conf = consumer_config(profile, bootstrap, "tidebatch-etl")  # never joins: assign() only
+    conf["enable.partition.eof"] = True
+    try:
+        return Consumer(conf)
+    except KafkaException as exc:
+        raise UserError(f"cannot create a Kafka consumer for {bootstrap}: {exc}") from None
+
+
+def resolve_ranges(
+    bootstrap: str,
+    profile: str,
+    topic: str,
+    partitions: Sequence[int] | None,
+    from_offset: int | None,
+    to_offset: int | None,
+    from_ms: int | None,
+    to_ms: int | None,
+) -> list[PartitionRange]:
+    """Fix the job's offset ranges once, at creation (a resumed job reuses them)."""
+    c = _consumer(bootstrap, profile)
+    try:
+        parts = _partitions(c, topic, partitions, bootstrap)
+        lows, highs = _watermarks(c, topic, parts)
+        starts = _time_hints(c, topic, parts, from_ms) if from_ms is not None else {}
+        ends = _time_hints(c, topic, parts, to_ms) if to_ms is not None and profile != "embedded" else {}
+    finally:
+        c.close()
+    out = []
+    for p in parts:
+        start = max(lows[p], from_offset if from_offset is not None else lows[p], starts.get(p, -1))
+        end = min(highs[p], to_offset if to_offset is not None else highs[p])
+        if p in ends and ends[p] >= 0:
+            end = min(end, ends[p])
+        out.append(PartitionRange(topic, p, start, max(end, start), from_ms, to_ms))
+    return out
+
+
+def _partitions(c: Consumer, topic: str, wanted: Sequence[int] | None, bootstrap: str) -> list[int]:
+    try:
+        meta = c.list_topics(timeout=10)  # no topic argument: that would create it on Tansu
+    except KafkaException as exc:
+        raise UserError(f"cannot read Kafka metadata from {bootstrap}: {exc.args[0]}") from None
+    if topic not in meta.topics or meta.topics[topic].error is not None:
+        raise UserError(f"topic {topic!r} not found on {bootstrap}")
+    have = sorted(meta.topics[topic].partitions)
+    if wanted is None:
+        return have
+    missing = [p for p in wanted if p not in have]
+    if missing:
+        raise UserError(f"topic {topic!r} has no partition {missing[0]} (partitions: {have})")
+    return sorted(set(wanted))
+
+
+def _watermarks(c: Consumer, topic: str, parts: list[int]) -> tuple[dict[int, int], dict[int, int]]:
+    """Low and high watermarks from a real fetch: one record or the EOF event per
+    partition, then the watermarks librdkafka cached from that fetch response."""
+    c.assign([TopicPartition(topic, p, 0) for p in parts])
+    seen: set[int] = set()
+    deadline = time.monotonic() + _STALL_S
+    while len(seen) < len(parts):
+        if time.monotonic() > deadline:
+            raise UserError(f"topic {topic!r}: the broker did not answer a fetch within {_STALL_S:.0f} s")
+        for m in c.consume(_POLL_RECORDS, _POLL_S):
+            err = m.error()
+            if err is not None and err.code() != KafkaError._PARTITION_EOF:
+                if err.fatal():
+                    raise UserError(f"topic {topic!r}: {err.str()}")
+                continue
+            seen.add(m.partition())
+    lows, highs = {}, {}
+    for p in parts:
+        low, high = c.get_watermark_offsets(TopicPartition(topic, p), cached=True)
+        lows[p], highs[p] = max(low, 0), max(high, 0)
+    c.unassign()
+    return lows, highs
+
+
+def _time_hints(c: Consumer, topic: str, parts: list[int], ms: int) -> dict[int, int]:
+    found = c.offsets_for_times([TopicPartition(topic, p, ms) for p in parts], timeout=10)
+    return {tp.partition: (tp.offset if tp.offset >= 0 and tp.offset != OFFSET_END else -1) for tp in found}
+
+
+def read_partition_chunks(
+    bootstrap: str,
+    profile: str,
+    rng: PartitionRange,
+    chunk_records: int,
+    resume_at: int,
+    codec: CtrCodec,
+) -> Iterator[Chunk]:
+    """Chunks of offsets [start + k*chunk_records, ...) from `resume_at` (a chunk
+    boundary) to the range end; records outside the time window are left out."""
+    if resume_at >= rng.end:
+        return
+    c = _consumer(bootstrap, profile)
+    try:
+        c.assign([TopicPartition(rng.topic, rng.partition, resume_at)])
+        index = (resume_at - rng.start) // chunk_records
+        batch: list[Any] = []
+        for msg in _records(c, rng, resume_at):
+            k = (msg.offset() - rng.start) // chunk_records
+            if k != index:
+                yield _chunk(rng, index, chunk_records, batch, codec)
+                index, batch = k, []
+            batch.append(msg)
+        yield _chunk(rng, index, chunk_records, batch, codec)
+    finally:
+        c.close()
+
+
+def _records(c: Consumer, rng: PartitionRange, at: int) -> Iterator[Any]:
+    """Messages of the partition from `at` up to the range end (or the EOF)."""
+    last_progress = time.monotonic()
+    position = at
+    while position < rng.end:
+        msgs = c.consume(_POLL_RECORDS, _POLL_S)
+        if not msgs and time.monotonic() - last_progress > _STALL_S:
+            raise UserError(
+                f"{rng.topic}[{rng.partition}]: no records at offset {position} for {_STALL_S:.0f} s "
+                f"(range ends at {rng.end})"
+            )
+        for m in msgs:
+            err = m.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    return  # the log ends before the range did (e.g. records were deleted)
+                if err.fatal():
+                    raise UserError(f"{rng.topic}[{rng.partition}]: {err.str()}")
+                continue
+            last_progress = time.monotonic()
+            position = m.offset() + 1
+            if m.offset() >= rng.end:
+                return
+            yield m
+
+
+def _chunk(rng: PartitionRange, index: int, size: int, msgs: list[Any], codec: CtrCodec) -> Chunk:
+    first = rng.start + index * size
+    ok: list[Decoded] = []
+    offsets, keys, stamps = [], [], []
+    rejects: list[Reject] = []
+    for m in msgs:
+        ts_type, ts = m.timestamp()
+        ts = ts if ts_type != 0 and ts >= 0 else None
+        if not _in_window(ts, rng):
+            continue
+        try:
+            ok.append(codec.decode(m.value(), dict(m.headers() or [])))
+        except DecodeError as exc:
+            value = m.value()
+            rejects.append(Reject(m.offset(), str(exc), value.decode("utf-8", "replace")[:1000] if value else None))
+            continue
+        offsets.append(m.offset())
+        keys.append(m.key().decode("utf-8", "replace") if m.key() is not None else None)
+        stamps.append(ts)
+    feats = features_from_requests(ok, offsets, keys, stamps, fallback_ts=0)
+    nxt = min(first + size, rng.end)
+    span = max(rng.end - rng.start, 1)
+    return Chunk(index, first, nxt, len(ok) + len(rejects), feats, rejects, (nxt - rng.start) / span)
+
+
+def _in_window(ts: int | None, rng: PartitionRange) -> bool:
+    if rng.from_ms is None and rng.to_ms is None:
+        return True
+    if ts is None:
+        return False
+    return (rng.from_ms is None or ts >= rng.from_ms) and (rng.to_ms is None or ts < rng.to_ms)
