@@ -1,0 +1,94 @@
+"""Build the Redis hooks and sink of a worker from its `redis` config section."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from pipeline.redisio.config import RedisConfig
+from pipeline.redisio.metrics import RedisMetrics, register_redis_metrics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RedisParts:
+    """What a worker gets: its hooks (features first, dedup last) and sinks, and the
+    link they share, which the owner closes after the worker has stopped."""
+
+    link: Any  # RedisLink
+    metrics: RedisMetrics
+    hooks: list[Any] = field(default_factory=list)
+    sinks: list[Any] = field(default_factory=list)
+
+    def close(self) -> None:
+        self.link.close()
+
+
+def build_redis(rc: RedisConfig, registry: CollectorRegistry) -> RedisParts | None:
+    """None when no Redis feature is enabled (then nothing connects)."""
+    if not rc.used:
+        return None
+    from pipeline.redisio.dedup import DedupHook
+    from pipeline.redisio.features import FeatureLookupHook
+    from pipeline.redisio.link import RedisLink
+    from pipeline.redisio.scores import ScoreStoreSink
+
+    metrics = register_redis_metrics(registry)
+    link = RedisLink(rc, metrics).start()
+    parts = RedisParts(link, metrics)
+    if rc.features.enabled:
+        parts.hooks.append(FeatureLookupHook(link, metrics, rc.key_prefix, rc.features.lookup))
+    if rc.dedup.enabled:
+        parts.hooks.append(
+            DedupHook(link, metrics, key_prefix=rc.key_prefix, ttl_s=rc.dedup.ttl_s, action=rc.dedup.action)
+        )
+    if rc.store.enabled:
+        parts.sinks.append(
+            ScoreStoreSink(
+                link, metrics, key_prefix=rc.key_prefix, ttl_s=rc.ttl_s,
+                buffer_max=rc.store.buffer_max, flush_timeout_s=rc.store.flush_timeout_s,
+            )
+        )
+    log.info(
+        "redis at %s: features %s, score store %s, dedup %s",
+        link.url, _on(rc.features.enabled), _on(rc.store.enabled),
+        f"on ({rc.dedup.action})" if rc.dedup.enabled else "off",
+    )
+    return parts
+
+
+def attach_redis(worker: Any) -> RedisParts | None:
+    """Add the Redis hooks and sink to a constructed (not yet running) Worker, with
+    their metrics in the worker's registry. Returns what to close after worker.run()."""
+    rc: RedisConfig = worker.cfg.redis
+    parts = build_redis(rc, worker.metrics.registry)
+    if parts is None:
+        return None
+    if rc.features.enabled:
+        _accept_id_requests(worker)
+    worker.hooks.extend(parts.hooks)
+    worker.sinks.extend(parts.sinks)
+    return parts
+
+
+def _accept_id_requests(worker: Any) -> None:
+    """Swap the worker's CtrCodec for CtrIdCodec (inline requests decode identically;
+    id-only requests decode too). Before run(): the source thread has not started."""
+    from consumers.codecs.ctr import CtrCodec
+    from pipeline.redisio.codec import CtrIdCodec
+
+    codec = worker.codec
+    if isinstance(codec, CtrIdCodec):
+        return
+    if type(codec) is CtrCodec:
+        worker.codec = CtrIdCodec(max_items=codec.max_items)
+        return
+    log.warning("redis.features.enabled has no effect on pipeline %r (CTR only)", worker.cfg.pipeline)
+
+
+def _on(flag: bool) -> str:
+    return "on" if flag else "off"
