@@ -1,0 +1,87 @@
+"""Liveness and readiness of a worker, as pure functions of its state and a clock.
+
+Liveness (/healthz) answers "should this process be restarted?": it fails only when a
+thread the worker needs has died or the source loop has stopped going round. It stays
+200 while the model loads, while the group rebalances and while Kafka is unreachable:
+a restart fixes none of those.
+
+Readiness (/readyz) answers "is this worker serving?": partitions assigned, model
+loaded, broker answered a poll in the last few seconds. A worker that has no partition
+(more workers than partitions) is alive but not ready.
+
+The worker is read through the attributes documented on pipeline.worker.Worker:
+`started`, `assigned`, `last_poll_ok`, `session.provider`; plus `_executors` and
+`_stop` when present (their threads and its stop flag).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+READY_POLL_S = 5.0  # a poll older than this makes the worker unready
+STALL_S = 60.0  # a source loop silent this long is stuck (revoke waits up to 10 s)
+
+
+def _stopping(worker: Any) -> bool:
+    stop = getattr(worker, "_stop", None)
+    return bool(stop is not None and stop.is_set())
+
+
+def liveness(
+    worker: Any,
+    now: float,
+    *,
+    stall_s: float = STALL_S,
+    source_thread: threading.Thread | None = None,
+) -> tuple[bool, dict[str, Any]]:
+    """(alive, body). `now` is time.monotonic(); `source_thread` the thread running
+    worker.run(), when the caller knows it."""
+    started = worker.started.is_set()
+    body: dict[str, Any] = {"alive": True, "started": started, "stopping": _stopping(worker)}
+    problems: list[str] = []
+    if source_thread is not None and started and not source_thread.is_alive():
+        problems.append("the worker's source loop has exited")
+    if started and not _stopping(worker):
+        # Executors end only when the queue closes at shutdown; a dead one mid-run
+        # means batches will pile up forever.
+        dead = [t.name for t in getattr(worker, "_executors", []) if not t.is_alive()]
+        if dead:
+            problems.append(f"executor threads died: {', '.join(dead)}")
+        last = worker.last_poll_ok
+        if last is not None and now - last > stall_s:
+            problems.append(f"source loop stalled: last poll {now - last:.0f} s ago")
+    if problems:
+        body.update(alive=False, reason=problems[0], reasons=problems)
+    return not problems, body
+
+
+def readiness(worker: Any, now: float, *, max_poll_age_s: float = READY_POLL_S) -> tuple[bool, dict[str, Any]]:
+    """(ready, body): 200 material, or 503 material with the reasons."""
+    provider = getattr(getattr(worker, "session", None), "provider", None)
+    last = worker.last_poll_ok
+    poll_age = None if last is None else round(now - last, 3)
+    assigned = list(worker.assigned)
+    checks: dict[str, Any] = {
+        "started": worker.started.is_set(),
+        "model_provider": provider,
+        "assigned_partitions": [f"{t}[{p}]" for t, p in assigned],
+        "last_poll_age_s": poll_age,
+    }
+    reasons: list[str] = []
+    if _stopping(worker):
+        reasons.append("worker is stopping")
+    if not checks["started"]:
+        reasons.append("worker not started (loading the model or subscribing)")
+    if not provider:
+        reasons.append("model not loaded")
+    if not assigned:
+        reasons.append("no partitions assigned")
+    if poll_age is None:
+        reasons.append("no successful broker poll yet")
+    elif poll_age > max_poll_age_s:
+        reasons.append(f"no successful broker poll for {poll_age:.1f} s")
+    body: dict[str, Any] = {"ready": not reasons, "checks": checks}
+    if reasons:
+        body.update(reason=reasons[0], reasons=reasons)
+    return not reasons, body

@@ -1,0 +1,114 @@
+/* The tidebatch worker dashboard: polls /api/stats and draws, per pipeline,
+ * throughput, p50/p99 latency against the SLO, mean batch size, queue depth and lag.
+ * ?poll=MS sets the polling period (default 1000 ms).
+ * Test hooks: body[data-polls] counts successful polls; each chart figure has
+ * data-points.
+ */
+(function () {
+  "use strict";
+  const params = new URLSearchParams(location.search);
+  const POLL_MS = Math.max(parseInt(params.get("poll") || "1000", 10) || 1000, 100);
+  const C = { blue: "#2563eb", orange: "#ea580c", red: "#dc2626", green: "#16a34a", violet: "#7c3aed", teal: "#0d9488", grey: "#6b7280" };
+  const fmt = TinyChart.format;
+  const sections = {};
+  let polls = 0;
+
+  function el(tag, cls, text) {
+    const e = document.createElement(tag);
+    if (cls) e.className = cls;
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+
+  function section(name) {
+    if (sections[name]) return sections[name];
+    const root = el("section", "pipeline");
+    root.dataset.pipeline = name;
+    root.append(el("h2", null, "pipeline " + name));
+    const kpis = el("div", "kpis");
+    root.append(kpis);
+    const grid = el("div", "grid");
+    root.append(grid);
+    document.getElementById("pipelines").append(root);
+    const s = {
+      kpis,
+      throughput: new TinyChart(grid, { title: "Throughput", unit: "req/s", id: name + "-throughput" }),
+      latency: new TinyChart(grid, { title: "End-to-end latency", unit: "ms", id: name + "-latency" }),
+      batch: new TinyChart(grid, { title: "Mean batch size", unit: "rows", id: name + "-batch" }),
+      queue: new TinyChart(grid, { title: "Queue depth", unit: "rows", id: name + "-queue", integer: true }),
+      lag: new TinyChart(grid, { title: "Consumer lag", unit: "messages", id: name + "-lag", integer: true }),
+    };
+    sections[name] = s;
+    return s;
+  }
+
+  function kpi(label, value, bad) {
+    const k = el("div", "kpi" + (bad ? " bad" : ""));
+    k.append(el("span", "label", label), el("span", "value", value));
+    return k;
+  }
+
+  function render(data) {
+    const w = data.worker || {};
+    document.getElementById("title").textContent = "tidebatch · " + (w.pipeline || "?") + " worker";
+    const info = document.getElementById("info");
+    const parts = w.assigned ? w.assigned.map((tp) => tp[0] + "[" + tp[1] + "]").join(", ") : "";
+    info.replaceChildren(
+      kpi("state", w.ready ? "ready" : (w.started ? "not ready" : "starting"), !w.ready),
+      kpi("group", w.group_id || "–"),
+      kpi("policy", w.policy || "–"),
+      kpi("provider", w.provider || "–"),
+      kpi("partitions", parts || "none", !parts)
+    );
+    for (const [name, p] of Object.entries(data.pipelines || {})) {
+      const s = section(name);
+      const slo = p.slo_ms;
+      const last = (data.latest || {})[name] || {};
+      s.kpis.replaceChildren(
+        kpi("throughput", fmt(last.throughput_rps) + " req/s"),
+        kpi("p99 / SLO", fmt(last.p99_ms) + " / " + fmt(slo) + " ms", last.p99_ms !== null && slo !== null && last.p99_ms > slo),
+        kpi("batch", fmt(last.batch_rows) + " rows"),
+        kpi("queue", fmt(last.queue_rows) + " rows"),
+        kpi("lag", fmt(last.lag) + " msgs"),
+        kpi("dlq", fmt(last.dlq_per_s) + " /s", (last.dlq_per_s || 0) > 0)
+      );
+      s.throughput.update(p.t, [
+        { label: "requests", color: C.blue, values: p.throughput_rps },
+        { label: "dlq", color: C.red, values: p.dlq_per_s },
+      ]);
+      s.latency.update(
+        p.t,
+        [
+          { label: "p50", color: C.teal, values: p.p50_ms, dash: [4, 3] },
+          { label: "p99", color: C.orange, values: p.p99_ms },
+        ],
+        slo === null ? [] : [{ label: "SLO", color: C.red, value: slo }]
+      );
+      s.batch.update(p.t, [{ label: "rows/batch", color: C.violet, values: p.batch_rows }]);
+      s.queue.update(p.t, [{ label: "rows", color: C.green, values: p.queue_rows }]);
+      s.lag.update(p.t, [{ label: "messages", color: C.grey, values: p.lag }]);
+    }
+  }
+
+  async function poll() {
+    const status = document.getElementById("status");
+    try {
+      const resp = await fetch("/api/stats", { cache: "no-store" });
+      if (!resp.ok) throw new Error("HTTP " + resp.status);
+      const data = await resp.json();
+      render(data);
+      polls += 1;
+      document.body.dataset.polls = String(polls);
+      status.className = "ok";
+      status.textContent = "updated " + new Date().toTimeString().slice(0, 8) + " · every " + POLL_MS + " ms · " + data.window_s + " s window";
+    } catch (err) {
+      status.className = "error";
+      status.textContent = "worker unreachable (" + err.message + "); retrying";
+    } finally {
+      setTimeout(poll, POLL_MS);
+    }
+  }
+
+  document.body.dataset.polls = "0";
+  poll();
+})();

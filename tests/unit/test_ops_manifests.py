@@ -1,0 +1,208 @@
+"""The deployment files parse and agree with each other and with the code:
+docker-compose.yml (KRaft Kafka, scalable workers, healthchecks), the Dockerfile, the
+k8s Deployment and KEDA ScaledObject, Prometheus config and alert rules, and the
+Grafana provisioning and dashboard (the same charts as the built-in dashboard)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipeline.config import load_config
+
+REPO = Path(__file__).resolve().parents[2]
+OPS = REPO / "ops"
+
+
+def _yaml(path: Path) -> dict:
+    return yaml.safe_load(path.read_text())
+
+
+def _docs(path: Path) -> list[dict]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict:
+    return _yaml(REPO / "docker-compose.yml")
+
+
+# ----------------------------------------------------------------------------- compose
+def test_compose_has_the_whole_stack(compose):
+    assert {"kafka", "redis", "topics", "worker", "prometheus", "grafana"} <= set(compose["services"])
+    assert "zookeeper" not in json.dumps(compose).lower()
+
+
+def test_compose_kafka_is_apache_kafka_in_kraft_mode(compose):
+    kafka = compose["services"]["kafka"]
+    assert kafka["image"].startswith("apache/kafka:")
+    env = kafka["environment"]
+    assert set(env["KAFKA_PROCESS_ROLES"].split(",")) == {"broker", "controller"}
+    assert env["KAFKA_CONTROLLER_QUORUM_VOTERS"] == f"{env['KAFKA_NODE_ID']}@kafka:9093"
+    assert "CONTROLLER" in env["KAFKA_CONTROLLER_LISTENER_NAMES"]
+    assert "PLAINTEXT://kafka:9092" in env["KAFKA_ADVERTISED_LISTENERS"]
+    assert re.fullmatch(r"[A-Za-z0-9_-]{22}", str(env["CLUSTER_ID"])), "CLUSTER_ID must be a base64 UUID"
+    assert env["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"  # the topics service creates them
+
+
+def test_compose_worker_scales(compose):
+    worker = compose["services"]["worker"]
+    assert "build" in worker
+    assert "container_name" not in worker, "a fixed name breaks --scale"
+    assert "ports" not in worker, "a fixed host port breaks --scale; use expose"
+    assert "9400" in [str(p) for p in worker["expose"]]
+    assert worker["depends_on"]["topics"]["condition"] == "service_completed_successfully"
+    assert worker.get("stop_grace_period"), "SIGTERM needs time to finish batches and commit"
+
+
+def test_compose_worker_environment_is_a_valid_config(compose):
+    env = {k: str(v) for k, v in compose["services"]["worker"]["environment"].items()}
+    cfg = load_config(environ=env)  # raises on an unknown key or a bad value
+    assert cfg.bootstrap_servers == "kafka:9092"
+    assert cfg.metrics.host == "0.0.0.0" and cfg.metrics.port == 9400
+    assert cfg.create_topics is False
+
+
+def test_compose_topics_is_a_one_shot_after_kafka(compose):
+    topics = compose["services"]["topics"]
+    assert topics["depends_on"]["kafka"]["condition"] == "service_healthy"
+    assert topics["restart"] == "no"
+    script = "\n".join(topics["command"])
+    for topic in ("ctr.requests", "ctr.scores", "ctr.requests.dlq", "ctr.requests.late"):
+        assert re.search(rf"create {re.escape(topic)} \d+", script), topic
+
+
+@pytest.mark.parametrize("service", ["kafka", "redis", "worker", "prometheus", "grafana"])
+def test_compose_healthchecks(compose, service):
+    check = compose["services"][service]["healthcheck"]
+    assert check["test"] and check["interval"]
+    if service == "worker":
+        assert "/healthz" in " ".join(check["test"])  # liveness, not readiness: see the comment there
+
+
+def test_compose_mounts_exist(compose):
+    for name in ("prometheus", "grafana"):
+        for volume in compose["services"][name]["volumes"]:
+            source = volume.split(":")[0]
+            if source.startswith("./"):
+                assert (REPO / source).exists(), volume
+
+
+def test_dockerfile_runs_the_cli_and_exposes_metrics():
+    text = (REPO / "Dockerfile").read_text()
+    assert re.search(r"^FROM python:3\.11", text, re.M)
+    assert 'ENTRYPOINT ["tidebatch"]' in text
+    assert re.search(r"^EXPOSE 9400$", text, re.M)
+    assert "TIDEBATCH_METRICS__HOST=0.0.0.0" in text
+    assert re.search(r"^USER \w+", text, re.M), "do not run as root"
+    ignored = (REPO / ".dockerignore").read_text().split()
+    assert ".venv" in ignored and ".git" in ignored
+
+
+# ----------------------------------------------------------------------------- prometheus
+def test_prometheus_scrapes_the_compose_workers(compose):
+    prom = _yaml(OPS / "prometheus" / "prometheus.yml")
+    (job,) = [j for j in prom["scrape_configs"] if j["job_name"] == "tidebatch-worker"]
+    (sd,) = job["dns_sd_configs"]
+    assert sd["names"] == ["worker"] and sd["port"] == 9400  # every replica of the service
+    for rules in prom["rule_files"]:
+        assert (OPS / "prometheus" / rules).is_file()
+
+
+def test_alert_rules_are_complete_and_documented():
+    groups = _yaml(OPS / "prometheus" / "alerts.yml")["groups"]
+    rules = {r["alert"]: r for g in groups for r in g["rules"]}
+    assert set(rules) == {"TidebatchWorkerDown", "TidebatchNoWorkers", "TidebatchLagGrowing",
+                          "TidebatchP99OverSLO", "TidebatchDLQRate", "TidebatchNoCommit"}
+    assert rules["TidebatchLagGrowing"]["for"] == "5m"
+    ops_doc = (REPO / "docs" / "OPERATIONS.md").read_text()
+    anchors = {re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-") for h in re.findall(r"^#+ (.+)$", ops_doc, re.M)}
+    for name, rule in rules.items():
+        assert rule["labels"]["severity"] in ("warning", "critical"), name
+        assert {"summary", "description", "runbook"} <= set(rule["annotations"]), name
+        anchor = rule["annotations"]["runbook"].split("#")[1]
+        assert anchor in anchors, f"{name}: docs/OPERATIONS.md has no heading for #{anchor}"
+
+
+# ----------------------------------------------------------------------------- grafana
+def test_grafana_provisioning_points_at_the_dashboards(compose):
+    ds = _yaml(OPS / "grafana" / "provisioning" / "datasources" / "prometheus.yml")["datasources"][0]
+    assert ds["type"] == "prometheus" and ds["url"] == "http://prometheus:9090"
+    provider = _yaml(OPS / "grafana" / "provisioning" / "dashboards" / "tidebatch.yml")["providers"][0]
+    mounts = {v.split(":")[1]: v.split(":")[0] for v in compose["services"]["grafana"]["volumes"]}
+    assert mounts[provider["options"]["path"]] == "./ops/grafana/dashboards"
+    dash = json.loads((OPS / "grafana" / "dashboards" / "tidebatch.json").read_text())
+    (ds_var,) = [v for v in dash["templating"]["list"] if v["type"] == "datasource"]
+    assert ds_var["current"]["value"] == ds["uid"]
+
+
+def test_grafana_has_the_built_in_dashboard_charts():
+    dash = json.loads((OPS / "grafana" / "dashboards" / "tidebatch.json").read_text())
+    titles = [p["title"] for p in dash["panels"] if p["type"] == "timeseries"]
+    js = (REPO / "pipeline" / "ops" / "static" / "dashboard.js").read_text()
+    builtin = re.findall(r'new TinyChart\(grid, \{ title: "([^"]+)"', js)
+    assert len(builtin) == 5
+    for title in builtin:
+        assert any(t.startswith(title) for t in titles), f"Grafana lacks the built-in chart {title!r}"
+    ids = [p["id"] for p in dash["panels"]]
+    assert len(ids) == len(set(ids))
+    for panel in dash["panels"]:
+        for target in panel["targets"]:
+            assert "tidebatch_" in target["expr"] or "up{" in target["expr"], target["expr"]
+
+
+# ----------------------------------------------------------------------------- k8s
+@pytest.fixture(scope="module")
+def k8s() -> dict[str, dict]:
+    docs = _docs(OPS / "k8s" / "worker.yaml") + _docs(OPS / "k8s" / "keda-scaledobject.yaml")
+    return {d["kind"]: d for d in docs}
+
+
+def test_k8s_kinds(k8s):
+    assert set(k8s) == {"ConfigMap", "Deployment", "Service", "ScaledObject"}
+    assert k8s["Deployment"]["apiVersion"] == "apps/v1"
+    assert k8s["ScaledObject"]["apiVersion"] == "keda.sh/v1alpha1"
+
+
+def test_k8s_deployment_probes_ports_and_resources(k8s):
+    pod = k8s["Deployment"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    (port,) = container["ports"]
+    assert port["name"] == "metrics" and port["containerPort"] == 9400
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert container["startupProbe"]["httpGet"]["path"] == "/healthz"
+    for kind in ("requests", "limits"):
+        assert {"cpu", "memory"} <= set(container["resources"][kind])
+    assert pod["terminationGracePeriodSeconds"] >= 30
+    labels = k8s["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    assert k8s["Deployment"]["spec"]["selector"]["matchLabels"] == labels
+    assert k8s["Service"]["spec"]["selector"] == labels
+
+
+def test_k8s_config_map_is_a_valid_config(k8s, tmp_path):
+    path = tmp_path / "worker.yaml"
+    path.write_text(k8s["ConfigMap"]["data"]["worker.yaml"])
+    cfg = load_config(path, environ={})
+    assert cfg.metrics.host == "0.0.0.0" and cfg.metrics.port == 9400
+
+
+def test_keda_scales_the_deployment_on_its_consumer_lag(k8s):
+    spec = k8s["ScaledObject"]["spec"]
+    assert spec["scaleTargetRef"]["name"] == k8s["Deployment"]["metadata"]["name"]
+    assert 1 <= spec["minReplicaCount"] <= spec["maxReplicaCount"]
+    (trigger,) = spec["triggers"]
+    assert trigger["type"] == "kafka"
+    meta = trigger["metadata"]
+    assert {"bootstrapServers", "consumerGroup", "topic", "lagThreshold"} <= set(meta)
+    assert int(meta["lagThreshold"]) > 0
+    assert meta["offsetResetPolicy"] == "earliest"  # what the workers use
+    (container,) = k8s["Deployment"]["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert meta["consumerGroup"] == env["TIDEBATCH_GROUP_ID"]
+    cfg = yaml.safe_load(k8s["ConfigMap"]["data"]["worker.yaml"])
+    assert meta["bootstrapServers"] == cfg["bootstrap_servers"]

@@ -1,0 +1,272 @@
+"""The arithmetic behind /api/stats, the dashboard and `tidebatch status`
+(pipeline/ops/stats.py, window.py), the health rules (health.py) and the extra
+worker metrics (pipeline/metrics.py). No I/O, fake clocks."""
+
+from __future__ import annotations
+
+import math
+import threading
+from types import SimpleNamespace
+
+import pytest
+
+from pipeline.commands import status
+from pipeline.metrics import WorkerMetrics
+from pipeline.ops import health
+from pipeline.ops import stats as S
+from pipeline.ops.window import StatsWindow
+
+INF = math.inf
+
+
+# ----------------------------------------------------------------------------- quantiles
+@pytest.mark.parametrize(
+    ("q", "buckets", "expected"),
+    [
+        (0.5, [(0.1, 50), (0.2, 100), (INF, 100)], 0.1),
+        (0.75, [(0.1, 50), (0.2, 100), (INF, 100)], 0.15),  # halfway through (0.1, 0.2]
+        (0.25, [(0.1, 50), (0.2, 100), (INF, 100)], 0.05),  # the first bucket starts at 0
+        (0.99, [(0.1, 10), (0.2, 10), (INF, 100)], 0.2),  # in +Inf: the highest finite bound
+        (0.5, [(0.1, 0), (INF, 0)], None),  # no observations
+        (0.5, [], None),
+    ],
+)
+def test_histogram_quantile_matches_promql(q, buckets, expected):
+    got = S.histogram_quantile(q, buckets)
+    assert got == pytest.approx(expected) if expected is not None else got is None
+
+
+def _metrics(pipeline: str = "ctr") -> WorkerMetrics:
+    m = WorkerMetrics(pipeline, "adaptive")
+    m.slo.labels(pipeline).set(0.1)
+    return m
+
+
+def test_window_stats_use_only_what_happened_between_snapshots():
+    m = _metrics()
+    for _ in range(100):  # an old backlog: 1 s latencies
+        m.e2e.labels("ctr").observe(1.0)
+    m.outcome("t", "ok", 100)
+    old = S.from_registry(m.registry)
+    for _ in range(50):  # the recent window: fast
+        m.e2e.labels("ctr").observe(0.004)
+    m.outcome("t", "ok", 45)
+    m.outcome("t", "dlq", 5)
+    m.batch_rows.labels("ctr", "adaptive").observe(30)
+    m.batch_rows.labels("ctr", "adaptive").observe(10)
+    m.queue_rows.labels("ctr").set(7)
+    m.lag.labels("t", "0").set(3)
+    m.lag.labels("t", "1").set(4)
+    m.assigned.labels("ctr").set(2)
+    st = S.window_stats(old, S.from_registry(m.registry), 5.0)["ctr"]
+    assert st.throughput_rps == pytest.approx(10.0)  # 50 outcomes in 5 s
+    assert st.dlq_per_s == pytest.approx(1.0)
+    assert st.p99_ms is not None and st.p99_ms <= 5.0  # the 1 s backlog is not in the window
+    assert st.p50_ms is not None and 2.5 <= st.p50_ms <= 5.0
+    assert st.batch_rows == pytest.approx(20.0)
+    assert st.rows_per_s == pytest.approx(8.0)
+    assert st.queue_rows == 7 and st.lag == 7 and st.assigned == 2 and st.slo_ms == pytest.approx(100.0)
+
+
+def test_window_stats_without_history_have_no_rates():
+    st = S.window_stats(None, S.from_registry(_metrics().registry), 0.0)["ctr"]
+    assert st.throughput_rps is None and st.p99_ms is None and st.batch_rows is None
+    assert st.lag == 0.0  # the per-pipeline lag always exists, summed over no partition
+
+
+def test_a_counter_that_went_down_was_reset():
+    m = _metrics()
+    m.outcome("t", "ok", 500)
+    old = S.from_registry(m.registry)
+    fresh = _metrics()  # the worker restarted: counters from zero
+    fresh.outcome("t", "ok", 20)
+    st = S.window_stats(old, S.from_registry(fresh.registry), 2.0)["ctr"]
+    assert st.throughput_rps == pytest.approx(10.0)
+
+
+def test_merge_sums_workers_but_not_the_slo():
+    a, b = _metrics(), _metrics()
+    a.outcome("t", "ok", 10)
+    b.outcome("t", "ok", 30)
+    a.lag.labels("t", "0").set(5)
+    b.lag.labels("t", "1").set(6)
+    merged = S.merge([S.from_registry(a.registry), S.from_registry(b.registry)])
+    st = S.window_stats(None, merged, 0.0)["ctr"]
+    assert st.lag == 11 and st.slo_ms == pytest.approx(100.0)
+    assert sum(merged["tidebatch_records_total"].values()) == 40
+
+
+def test_from_text_reads_the_exposition_format():
+    from prometheus_client import generate_latest
+
+    m = _metrics()
+    m.outcome("t", "late", 3)
+    assert S.from_text(generate_latest(m.registry).decode()) == S.from_registry(m.registry)
+
+
+# ----------------------------------------------------------------------------- verdicts
+def _stats(**kw) -> S.PipelineStats:
+    base = dict(throughput_rps=100.0, rows_per_s=2000.0, dlq_per_s=0.0, p50_ms=10.0, p99_ms=50.0,
+                slo_ms=100.0, batch_rows=20.0, queue_rows=0.0, lag=0.0, assigned=4.0, ready=2.0)
+    return S.PipelineStats(**{**base, **kw})
+
+
+@pytest.mark.parametrize(
+    ("stats", "growing", "up", "verdict"),
+    [
+        (_stats(), False, 2, S.OK),
+        (_stats(p99_ms=150.0), False, 2, S.DEGRADED),
+        (_stats(lag=5000.0), True, 2, S.DEGRADED),
+        (_stats(), False, 0, S.DOWN),
+        (_stats(ready=0.0), False, 2, S.DOWN),
+        (_stats(assigned=0.0), False, 1, S.DOWN),
+        (_stats(p99_ms=None), False, 1, S.OK),  # idle: no latency in the window is fine
+    ],
+)
+def test_verdict(stats, growing, up, verdict):
+    got, reasons = S.verdict(stats, growing, up)
+    assert got == verdict
+    assert bool(reasons) == (verdict != S.OK)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "rps", "growing"),
+    [
+        (100.0, 5000.0, 100.0, True),
+        (5000.0, 4000.0, 100.0, False),  # large but shrinking
+        (10.0, 60.0, 10.0, False),  # rising but tiny: noise
+        (1000.0, 1200.0, 2000.0, False),  # under a second of throughput in flight
+        (None, 5000.0, 100.0, False),
+    ],
+)
+def test_lag_growing(old, new, rps, growing):
+    assert S.lag_growing(old, _stats(lag=new, throughput_rps=rps)) is growing
+
+
+# ----------------------------------------------------------------------------- window
+def test_stats_window_keeps_a_bounded_history_smoothed_over_smooth_s():
+    m = _metrics()
+    now = [0.0]
+    w = StatsWindow(lambda: S.from_registry(m.registry), interval_s=1.0, window_s=10.0, smooth_s=3.0,
+                    clock=lambda: now[0], wall=lambda: 1000.0 + now[0])
+    for _ in range(15):
+        m.outcome("t", "ok", 6)  # 6 per second, every second
+        w.sample()
+        now[0] += 1.0
+    doc = w.as_json()
+    ctr = doc["pipelines"]["ctr"]
+    assert len(ctr["t"]) == 10  # window_s / interval_s points
+    assert ctr["t"][-1] == 1014.0
+    assert ctr["throughput_rps"][-1] == pytest.approx(6.0)  # over the last 3 s
+    assert all(len(ctr[k]) == 10 for k in ("p99_ms", "lag", "batch_rows", "queue_rows"))
+    assert doc["latest"]["ctr"]["slo_ms"] == 100.0 and ctr["slo_ms"] == 100.0
+
+
+def test_stats_window_rejects_nonsense_settings():
+    with pytest.raises(ValueError):
+        StatsWindow(dict, interval_s=5.0, smooth_s=1.0)
+
+
+# ----------------------------------------------------------------------------- health
+def _worker(**kw) -> SimpleNamespace:
+    started = threading.Event()
+    if kw.pop("started", True):
+        started.set()
+    base = dict(started=started, assigned=[("t", 0)], last_poll_ok=100.0,
+                session=SimpleNamespace(provider="cpu"), _executors=[], _stop=threading.Event())
+    return SimpleNamespace(**{**base, **kw})
+
+
+def test_ready_only_with_partitions_model_and_a_recent_poll():
+    assert health.readiness(_worker(), now=101.0)[0] is True
+    for worker, now, reason in [
+        (_worker(started=False, last_poll_ok=None), 101.0, "not started"),
+        (_worker(assigned=[]), 101.0, "no partitions assigned"),
+        (_worker(), 110.0, "no successful broker poll for 10.0 s"),
+        (_worker(session=SimpleNamespace(provider=None)), 101.0, "model not loaded"),
+    ]:
+        ok, body = health.readiness(worker, now)
+        assert not ok and reason in body["reason"], body
+
+
+def test_alive_while_loading_and_rebalancing_dead_when_stuck():
+    assert health.liveness(_worker(started=False, last_poll_ok=None), now=1e6)[0] is True
+    assert health.liveness(_worker(assigned=[]), now=101.0)[0] is True  # no partitions: still alive
+    ok, body = health.liveness(_worker(), now=100.0 + health.STALL_S + 1)
+    assert not ok and "stalled" in body["reason"]
+    dead = threading.Thread(target=lambda: None, name="executor-0")
+    dead.start()
+    dead.join()
+    ok, body = health.liveness(_worker(_executors=[dead]), now=101.0)
+    assert not ok and "executor-0" in body["reason"]
+    ok, body = health.liveness(_worker(), now=101.0, source_thread=dead)
+    assert not ok and "exited" in body["reason"]
+
+
+# ----------------------------------------------------------------------------- metrics
+def test_commit_counter_stamps_the_last_commit_time():
+    m = _metrics()
+    stamp = m.registry.get_sample_value("tidebatch_last_commit_timestamp_seconds", {"pipeline": "ctr"})
+    assert stamp is not None and stamp > 0  # start time until the first commit
+    m.commits.labels("ctr", "error").inc()
+    assert m.registry.get_sample_value("tidebatch_last_commit_timestamp_seconds", {"pipeline": "ctr"}) == stamp
+    m.commits.labels(pipeline="ctr", result="ok").inc()
+    assert m.registry.get_sample_value("tidebatch_commits_total", {"pipeline": "ctr", "result": "ok"}) == 1
+    assert m.registry.get_sample_value("tidebatch_last_commit_timestamp_seconds", {"pipeline": "ctr"}) >= stamp
+
+
+def test_pipeline_lag_is_the_sum_of_partition_lags():
+    m = _metrics()
+    m.lag.labels("t", "0").set(10)
+    m.lag.labels("t", "3").set(5)
+    assert m.registry.get_sample_value("tidebatch_pipeline_lag_messages", {"pipeline": "ctr"}) == 15
+    m.lag.remove("t", "0")
+    assert m.registry.get_sample_value("tidebatch_pipeline_lag_messages", {"pipeline": "ctr"}) == 5
+
+
+# ----------------------------------------------------------------------------- status
+@pytest.mark.parametrize(
+    ("given", "url"),
+    [
+        ("http://w:9400", "http://w:9400/metrics"),
+        ("http://w:9400/", "http://w:9400/metrics"),
+        ("w:9400", "http://w:9400/metrics"),
+        ("http://w:9400/metrics", "http://w:9400/metrics"),
+    ],
+)
+def test_metrics_url(given, url):
+    assert status.metrics_url(given) == url
+
+
+def test_status_report_aggregates_workers_per_pipeline():
+    snaps = {}
+    for name, n in (("a", 40), ("b", 60)):
+        m = _metrics()
+        old = S.from_registry(m.registry)
+        m.outcome("t", "ok", n)
+        m.assigned.labels("ctr").set(3)
+        m.ready.labels("ctr").set(1)
+        snaps[name] = (old, S.from_registry(m.registry))
+    report = status.report_from_snapshots(snaps, 2.0, {"c": "connection refused"})
+    (ctr,) = report.pipelines
+    assert ctr.workers_up == 2 and ctr.verdict == S.OK
+    assert ctr.stats.throughput_rps == pytest.approx(50.0) and ctr.stats.assigned == 6
+    assert not report.ok  # a worker is down
+    text = status.format_report(report)
+    assert text.splitlines()[0].split() == ["PIPELINE", "WORKERS", "THROUGHPUT", "P99", "/", "SLO", "BATCH", "LAG", "VERDICT"]
+    assert "50.0 req/s" in text and "down: c: connection refused" in text
+
+
+def test_status_with_no_worker_answering_is_down():
+    report = status.report_from_snapshots({}, 2.0, {"http://x/metrics": "refused"})
+    assert [p.verdict for p in report.pipelines] == [S.DOWN] and not report.ok
+
+
+def test_status_from_prometheus_values():
+    rep = status._prom_pipeline("ctr", {
+        "throughput_rps": 100.0, "rows_per_s": 2000.0, "batches_per_s": 50.0, "p50": 0.01, "p99": 0.2,
+        "slo": 0.1, "lag": 9000.0, "lag_before": 1000.0, "assigned": 6.0, "ready": 3.0, "workers": 3.0,
+    }, lag_min=100.0)
+    assert rep.verdict == S.DEGRADED and rep.workers_up == 3
+    assert rep.stats.batch_rows == pytest.approx(40.0) and rep.stats.p99_ms == pytest.approx(200.0)
+    assert any("p99" in r for r in rep.reasons) and any("lag growing" in r for r in rep.reasons)
