@@ -52,9 +52,12 @@ class RequestPool:
             self.rows.append(len(doc["items"]))
         self.mean_rows = float(np.mean(self.rows))
 
-    def get(self, i: int, run: str) -> tuple[bytes | None, bytes]:
+    def get(self, i: int, run: str, priority: int | None = None) -> tuple[bytes | None, bytes]:
         key, value, rid = self.templates[i % len(self.templates)]
-        return key, value.replace(rid, f'"request_id":"{run}-{i}"'.encode(), 1)
+        new = f'"request_id":"{run}-{i}"'
+        if priority is not None:
+            new = f'"priority":{priority},' + new
+        return key, value.replace(rid, new.encode(), 1)
 
 
 def make_producer(bootstrap: str, topic: str) -> Producer:
@@ -81,7 +84,7 @@ def preload(bootstrap: str, topic: str, pool: RequestPool, n: int, run: str) -> 
 
 def open_loop(
     bootstrap: str, topic: str, pool: RequestPool, rate_fn: Callable[[float], float] | float,
-    duration: float, run: str, seed: int = 3,
+    duration: float, run: str, seed: int = 3, priority_fn: Callable[[int], int] | None = None,
 ) -> int:
     """Produce for `duration` s at `rate_fn(t)` req/s (Poisson; a time-varying rate is
     realised by thinning). Returns how many were sent."""
@@ -95,7 +98,8 @@ def open_loop(
         times = [t for t in poisson_schedule(rate_fn, int(rate_fn * duration * 1.2) + 10, seed) if t < duration]
 
     def send(i: int) -> None:
-        produce_now(producer, topic, *pool.get(i, run))
+        priority = priority_fn(i) if priority_fn else None
+        produce_now(producer, topic, *pool.get(i, run, priority))
         producer.poll(0)
 
     sent, _ = run_open_loop(iter(times), send, idle=lambda s: producer.poll(s))
@@ -115,6 +119,31 @@ class Results:
     def percentiles(self) -> tuple[float, float]:
         lat = self.latency_ms
         return float(np.percentile(lat, 50)), float(np.percentile(lat, 99))
+
+
+def read_request_ids(bootstrap: str, topic: str, run: str, idle_timeout: float = 3.0) -> set[str]:
+    """request_ids of this run in a topic of original requests (the late or DLQ topic),
+    read until nothing new arrives for idle_timeout. Counted by reading, not by offsets:
+    ListOffsets "latest" is wrong on the embedded broker."""
+    from consumers.admin import existing_topics
+
+    consumer = Consumer(consumer_config("embedded", bootstrap, f"bench-ids-{uuid.uuid4().hex[:8]}"))
+    parts = existing_topics(bootstrap)[topic]
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(parts)])
+    ids: set[str] = set()
+    last_new = time.monotonic()
+    try:
+        while time.monotonic() - last_new < idle_timeout:
+            for m in consumer.consume(num_messages=2000, timeout=0.2):
+                if m.error() or not m.value():
+                    continue
+                rid = orjson.loads(m.value()).get("request_id", "")
+                if rid.startswith(run + "-") and rid not in ids:
+                    ids.add(rid)
+                    last_new = time.monotonic()
+    finally:
+        consumer.close()
+    return ids
 
 
 def read_results(bootstrap: str, topic: str, expect: int, timeout: float, run: str | None = None) -> Results:

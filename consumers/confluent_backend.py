@@ -8,6 +8,7 @@ shutdown.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Mapping
 
@@ -116,6 +117,13 @@ class ConfluentSource:
             return out
         for p in self._consumer.position(parts):
             _, high = self._consumer.get_watermark_offsets(p, cached=True)
+            if self._paused:
+                # A paused partition is not fetched, so its cached watermark is frozen
+                # exactly when lag matters (backpressure): ask the broker. On the
+                # embedded broker this answer is a little short (BROKER.md), never more.
+                with contextlib.suppress(KafkaException):
+                    _, queried = self._consumer.get_watermark_offsets(p, timeout=1.0, cached=False)
+                    high = max(high if high is not None else -1, queried)
             if high is None or high < 0 or p.offset < 0:
                 continue
             out[(p.topic, p.partition)] = max(high - p.offset, 0)

@@ -18,6 +18,9 @@ COMMAND_MODULES: tuple[str, ...] = (
     "pipeline.commands.produce",
     "pipeline.commands.demo",
     "pipeline.commands.simulate",
+    "pipeline.commands.features",
+    "pipeline.commands.status",
+    "pipeline.commands.etl",
 )
 
 

@@ -21,6 +21,8 @@ from typing import Any
 import yaml
 
 from pipeline.errors import UserError
+from pipeline.redisio.config import RedisConfig, validate_redis
+from pipeline.sinks.config import SinksConfig, validate_sinks
 
 ENV_PREFIX = "TIDEBATCH_"
 
@@ -47,6 +49,10 @@ class RuntimeConfig:
     intra_op_threads: int = 1
     executors: int = 1
     warmup: bool = True
+    # Python hands the GIL over every switch interval (5 ms by default): an executor
+    # whose ONNX Runtime call returned waits up to that long for the decoding thread
+    # to let go, which adds to every batch's latency and inflates the cost model.
+    gil_switch_interval_ms: float = 0.5
 
 
 @dataclass
@@ -81,6 +87,11 @@ class WorkerConfig:
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     kafka: KafkaOverrides = field(default_factory=KafkaOverrides)
+    # Keyword options of the pipeline's codec (camera, text), e.g. {"pad_to": "longest"}
+    # for the text codec; checked against the codec when the worker starts.
+    codec: dict[str, Any] = field(default_factory=dict)
+    redis: RedisConfig = field(default_factory=RedisConfig)  # off unless a feature is enabled
+    sinks: SinksConfig = field(default_factory=SinksConfig)  # offline sinks (Parquet), docs/ETL.md
 
     def slo_seconds(self, priority: int) -> float:
         ms = self.batching.priority_slo_ms.get(priority, self.batching.slo_ms)
@@ -233,6 +244,8 @@ def validate(cfg: WorkerConfig) -> None:
         raise bad("max_items", "must not exceed batching.queue_high_rows")
     if cfg.runtime.executors < 1:
         raise bad("runtime.executors", "must be >= 1")
+    if not 0 < cfg.runtime.gil_switch_interval_ms <= 100:
+        raise bad("runtime.gil_switch_interval_ms", "must be in (0, 100]")
     if cfg.runtime.intra_op_threads < 1:
         raise bad("runtime.intra_op_threads", "must be >= 1")
     if cfg.client not in ("confluent", "kafka-python"):
@@ -245,3 +258,5 @@ def validate(cfg: WorkerConfig) -> None:
         raise bad("commit_interval_ms", "must be >= 1")
     if not 0 <= cfg.metrics.port <= 65535:
         raise bad("metrics.port", "must be a TCP port (0 picks a free one)")
+    validate_redis(cfg.redis, bad)
+    validate_sinks(cfg.sinks, bad)

@@ -5,7 +5,12 @@ workers in one process (tests) do not collide."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 OUTCOMES = ("ok", "late", "dlq", "routed_late", "duplicate")
 
@@ -62,8 +67,17 @@ class WorkerMetrics:
             "High watermark minus position, per assigned partition",
             ["topic", "partition"], registry=r,
         )
-        self.commits = Counter(
-            "tidebatch_commits_total", "Offset commits", ["pipeline", "result"], registry=r,
+        self.last_commit = Gauge(
+            "tidebatch_last_commit_timestamp_seconds",
+            "Unix time of the last successful offset commit (the worker's start until the first)",
+            ["pipeline"], registry=r,
+        )
+        # Starts at process start so that "no commit for N seconds" also fires for a
+        # worker that never managed a first commit.
+        self.last_commit.labels(pipeline).set_to_current_time()
+        self.commits = _CommitCounter(
+            Counter("tidebatch_commits_total", "Offset commits", ["pipeline", "result"], registry=r),
+            self.last_commit,
         )
         self.pauses = Counter(
             "tidebatch_partition_pauses_total", "Backpressure pauses of the assigned partitions",
@@ -85,5 +99,77 @@ class WorkerMetrics:
             ["pipeline", "topic"], registry=r,
         )
 
+        self.slo = Gauge(
+            "tidebatch_slo_seconds", "Latency budget of a request (batching.slo_ms), for p99 alerts",
+            ["pipeline"], registry=r,
+        )
+        self.ready = Gauge(
+            "tidebatch_ready", "1 while /readyz answers 200 (partitions assigned, model loaded, broker polled)",
+            ["pipeline"], registry=r,
+        )
+        # The per-partition lag gauge has no pipeline label (worker.py sets it by topic and
+        # partition); dashboards and alerts group by pipeline, so also export the sum.
+        r.register(_PipelineLagCollector(self))
+
     def outcome(self, topic: str, outcome: str, n: int = 1) -> None:
         self.records.labels(self.pipeline, topic, outcome).inc(n)
+
+
+class _StampingChild:
+    """A tidebatch_commits_total child that also stamps tidebatch_last_commit_timestamp_seconds."""
+
+    def __init__(self, child: Any, stamp: Any) -> None:
+        self._child = child
+        self._stamp = stamp
+
+    def inc(self, amount: float = 1) -> None:
+        self._child.inc(amount)
+        self._stamp.set_to_current_time()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._child, name)
+
+
+class _CommitCounter:
+    """tidebatch_commits_total, with .labels(pipeline, result) as on a Counter. A
+    result="ok" increment also records its time: the alert "no commit for N seconds"
+    needs a timestamp, and a counter that never moved has no series to alert on."""
+
+    def __init__(self, counter: Counter, last_commit: Gauge) -> None:
+        self._counter = counter
+        self._last_commit = last_commit
+
+    def labels(self, *values: str, **kw: str) -> Any:
+        child = self._counter.labels(*values, **kw)
+        named = dict(zip(("pipeline", "result"), values, strict=False)) | kw
+        if named.get("result") != "ok":
+            return child
+        return _StampingChild(child, self._last_commit.labels(named["pipeline"]))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._counter, name)
+
+
+class _PipelineLagCollector(Collector):
+    """tidebatch_pipeline_lag_messages{pipeline}: the sum of this worker's per-partition
+    lag, computed at scrape time so it can never disagree with the per-partition gauge."""
+
+    def __init__(self, metrics: WorkerMetrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        total = 0.0
+        for family in self._metrics.lag.collect():
+            total += sum(s.value for s in family.samples)
+        family = GaugeMetricFamily(
+            "tidebatch_pipeline_lag_messages",
+            "Consumer lag summed over the partitions assigned to this worker",
+            labels=["pipeline"],
+        )
+        family.add_metric([self._metrics.pipeline], total)
+        yield family
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        # Without describe() the registry would call collect() at registration time,
+        # before self.lag exists on a half-built WorkerMetrics.
+        yield GaugeMetricFamily("tidebatch_pipeline_lag_messages", "", labels=["pipeline"])

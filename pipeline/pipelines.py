@@ -37,6 +37,22 @@ class PipelineSpec:
     max_message_bytes: int | None = None
 
 
+def _with_codec_options(cls: type, cfg: Any) -> Codec:
+    """cls(**cfg.codec): the config's `codec` options, each checked against the codec's
+    own keyword arguments, so a typo fails at start with the key named."""
+    import inspect
+
+    options = dict(getattr(cfg, "codec", None) or {})
+    known = [n for n in inspect.signature(cls).parameters if n != "self"]
+    for name in options:
+        if name not in known:
+            raise UserError(f"config key 'codec.{name}' is not an option of {cls.__name__}: use {', '.join(known)}")
+    try:
+        return cls(**options)
+    except (TypeError, ValueError) as exc:
+        raise UserError(f"config key 'codec': {exc}") from None
+
+
 # ----------------------------------------------------------------------------- CTR
 def _ctr_codec(cfg: Any) -> Codec:
     from consumers.codecs.ctr import CtrCodec
@@ -67,7 +83,7 @@ def _ctr_samples(seed: int) -> Callable[[int], Sample]:
 def _camera_codec(cfg: Any) -> Codec:
     from consumers.codecs.camera import CameraCodec
 
-    return CameraCodec()
+    return _with_codec_options(CameraCodec, cfg)
 
 
 def _camera_model() -> ModelInfo:
@@ -96,7 +112,7 @@ def _camera_samples(seed: int) -> Callable[[int], Sample]:
 def _text_codec(cfg: Any) -> Codec:
     from consumers.codecs.text import TextCodec
 
-    return TextCodec()
+    return _with_codec_options(TextCodec, cfg)
 
 
 def _text_model() -> ModelInfo:

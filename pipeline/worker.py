@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -50,6 +51,9 @@ _POLL_TIMEOUT = 0.02
 _MAX_SEND_ATTEMPTS = 5
 _REVOKE_WAIT = 10.0
 _LAG_INTERVAL = 1.0
+# Kafka timestamps map to the batcher's clock through one fixed anchor (see
+# _clock_anchor); a drift beyond this between the two clocks is a wall-clock step.
+_ANCHOR_DRIFT_S = 0.02
 
 
 @dataclass(slots=True)
@@ -105,6 +109,10 @@ class Worker:
         self.metrics.provider.info(
             {"model": self.model.name, "version": self.model.version, "provider": self.session.provider}
         )
+        # Per-request metrics, bound once: labels() costs a lock and a dict lookup.
+        self._queue_rows_gauge = self.metrics.queue_rows.labels(cfg.pipeline)
+        self._queue_wait_hist = self.metrics.queue_wait.labels(cfg.pipeline)
+        self._e2e_hist = self.metrics.e2e.labels(cfg.pipeline)
         self.cost = CostModel()
         if cfg.runtime.warmup:
             self._warm_up()
@@ -130,6 +138,7 @@ class Worker:
         self.assigned: list[TopicPartition] = []
         self.started = threading.Event()  # model loaded, source subscribed
         self.last_poll_ok: float | None = None
+        self._anchor: tuple[float, int] | None = None  # (batcher clock, wall ms), _clock_anchor
 
     # ------------------------------------------------------------------ start-up
     def _warm_up(self) -> None:
@@ -161,6 +170,9 @@ class Worker:
     # ------------------------------------------------------------------ main loop
     def run(self) -> int:
         """Consume until stop(); finish in-flight work, commit, return an exit code."""
+        # Process-wide: the executor must get the GIL back promptly after each model
+        # run (config.py, runtime.gil_switch_interval_ms, says why).
+        sys.setswitchinterval(self.cfg.runtime.gil_switch_interval_ms / 1000.0)
         self.source = make_source(
             self.cfg, self.group_id, [self.input_topic], self._on_assign, self._on_revoke
         )
@@ -192,6 +204,7 @@ class Worker:
                     self._commit()
                     next_commit = now + self.cfg.commit_interval_ms / 1000.0
                 if now >= next_lag:
+                    self._queue_rows_gauge.set(self.queue.rows)  # also while no records arrive
                     self._update_lag()
                     next_lag = now + _LAG_INTERVAL
             return self._shutdown()
@@ -228,10 +241,11 @@ class Worker:
     def _admit(self, records: list[SourceRecord]) -> None:
         now = self.clock.now()
         now_wall = wall_ms()
+        anchor_now, anchor_wall = self._clock_anchor(now, now_wall)
         requests: list[Request] = []
         notify(self.sinks, "track", records)  # offset-ordered sinks (Parquet) must see every offset
+        self.tracker.track_many([(rec.tp, rec.offset) for rec in records])
         for rec in records:
-            self.tracker.track(rec.tp, rec.offset)
             try:
                 decoded = self.codec.decode(rec.value, rec.headers)
             except DecodeError as exc:
@@ -249,7 +263,7 @@ class Worker:
                 Request(
                     rows=decoded.rows,
                     arrival=now,
-                    deadline=now + (deadline_wall - now_wall) / 1000.0,
+                    deadline=anchor_now + (deadline_wall - anchor_wall) / 1000.0,
                     priority=decoded.priority,
                     bucket=decoded.bucket,
                     item=InFlight(rec, decoded, deadline_wall, now_wall),
@@ -259,7 +273,20 @@ class Worker:
             self.stats.consumed += len(records)
         if requests:
             self.queue.put_many(requests)
-        self.metrics.queue_rows.labels(self.cfg.pipeline).set(self.queue.rows)
+        self._queue_rows_gauge.set(self.queue.rows)
+
+    def _clock_anchor(self, now: float, now_wall: int) -> tuple[float, int]:
+        """The (batcher clock, wall ms) pair through which Kafka timestamps become
+        deadlines. Kept fixed rather than re-read every poll: wall_ms() is whole
+        milliseconds, so a fresh pair per poll moved the mapping by up to 1 ms from
+        poll to poll, and two requests with the same timestamp polled apart could swap
+        places under EDF. Fixed, equal timestamps give equal deadlines (FIFO tie-break)
+        and later timestamps later deadlines, so EDF keeps the order of one camera's
+        frames (docs/ARCHITECTURE.md). Re-anchored only on a wall-clock step."""
+        anchor = self._anchor
+        if anchor is None or abs((now - anchor[0]) - (now_wall - anchor[1]) / 1000.0) > _ANCHOR_DRIFT_S:
+            anchor = self._anchor = (now, now_wall)
+        return anchor
 
     def _dead_letter(self, rec: SourceRecord, reason: str, stage: str) -> None:
         log.warning(
@@ -479,9 +506,9 @@ class Worker:
                 self.tracker.add_acks(rec.tp, rec.offset, len(self.sinks))
                 rows.append(ScoredRow(rec, inf.decoded, doc, lambda rec=rec: self.tracker.ack(rec.tp, rec.offset)))
             self._send(self.output_topic, rec.key, orjson.dumps(doc), None, rec)
-            self.metrics.queue_wait.labels(pipeline).observe(max(started_wall - inf.consumed_wall_ms, 0) / 1000.0)
+            self._queue_wait_hist.observe(max(started_wall - inf.consumed_wall_ms, 0) / 1000.0)
             if rec.timestamp_ms is not None:
-                self.metrics.e2e.labels(pipeline).observe(max(done_wall - rec.timestamp_ms, 0) / 1000.0)
+                self._e2e_hist.observe(max(done_wall - rec.timestamp_ms, 0) / 1000.0)
         for sink in self.sinks:
             sink.write(rows)
         topic = infs[0].rec.topic
@@ -500,6 +527,9 @@ class Worker:
     ) -> dict:
         rec = inf.rec
         doc = {
+            # Every result carries its request id (replays are deduplicated by it),
+            # also from codecs whose own fields do not include it (camera: camera_id/frame_id).
+            "request_id": inf.decoded.request_id,
             **result,
             "key": rec.key.decode("utf-8", "replace") if rec.key is not None else None,
             "model": self.model.name,

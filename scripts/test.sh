@@ -6,5 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/ensure_redis.sh
+bash scripts/ensure_prometheus.sh   # promtool + prometheus for the ops tests
+bash scripts/ensure_chromium.sh     # headless Chromium for the dashboard test
 .venv/bin/ruff check .
 exec .venv/bin/python -m pytest -q -ra "$@"

@@ -44,6 +44,8 @@ Shape buckets: a request's bucket is the smallest edge of `bucket_edges` (defaul
 16/32/64/128/256) that holds its token count; a batch is padded only up to its bucket
 edge, with attention_mask 0 on the padding (masked out of attention and of the mean
 pooling inside the graph, so padding never changes an embedding).
+pad_to="longest" is the baseline without buckets (bench/camera_text.py): every request
+shares one bucket, and a batch is padded to its longest request.
 """
 
 from __future__ import annotations
@@ -160,6 +162,7 @@ class TextCodec:
         on_overlength: Literal["truncate", "reject"] = "truncate",
         on_empty: Literal["reject", "embed"] = "reject",
         max_length: int = MAX_LENGTH,
+        pad_to: Literal["bucket", "longest"] = "bucket",
     ) -> None:
         edges = tuple(int(e) for e in bucket_edges)
         if not edges or any(e <= 2 for e in edges) or list(edges) != sorted(set(edges)):
@@ -170,6 +173,9 @@ class TextCodec:
             raise ValueError(f"on_empty must be 'reject' or 'embed', got {on_empty!r}")
         if max_chars <= 0:
             raise ValueError(f"max_chars must be > 0, got {max_chars}")
+        if pad_to not in ("bucket", "longest"):
+            raise ValueError(f"pad_to must be 'bucket' or 'longest', got {pad_to!r}")
+        self.pad_to = pad_to
         # A text never gets longer than the largest bucket, nor than the model allows.
         self.max_tokens = min(max_length, edges[-1])
         self.bucket_edges = tuple(e for e in edges if e < self.max_tokens) + (self.max_tokens,)
@@ -185,6 +191,10 @@ class TextCodec:
     def bucket_for(self, tokens: int) -> int:
         """The smallest bucket edge >= tokens (tokens is at most max_tokens)."""
         return self.bucket_edges[bisect.bisect_left(self.bucket_edges, tokens)]
+
+    def _bucket(self, tokens: int) -> int:
+        # pad_to="longest": one bucket for every length, so batches mix lengths.
+        return self.max_tokens if self.pad_to == "longest" else self.bucket_for(tokens)
 
     def tokenize(self, text: str) -> tuple[np.ndarray, bool]:
         """Word-piece ids with [CLS]/[SEP], truncated to max_tokens; and whether it was.
@@ -221,7 +231,7 @@ class TextCodec:
         return Decoded(
             request_id=request_id, rows=1, payload=ids,
             priority=0 if priority is None else priority, deadline_ms=deadline_ms, tenant=tenant,
-            bucket=self.bucket_for(len(ids)), extra={"tokens": len(ids), "truncated": truncated},
+            bucket=self._bucket(len(ids)), extra={"tokens": len(ids), "truncated": truncated},
         )
 
     def _check_text(self, text: str) -> str:
@@ -234,10 +244,18 @@ class TextCodec:
     def collate(self, payloads: Sequence[np.ndarray], pad_to_rows: int | None = None) -> dict[str, np.ndarray]:
         """Pad ids and mask up to the batch's bucket edge (not to the longest request,
         not to the model maximum). The batcher never mixes buckets; if a caller does,
-        the batch is padded to the edge of its longest request, which is still correct."""
+        the batch is padded to the edge of its longest request, which is still correct.
+        pad_to="longest": to the batch's longest request (the unbucketed baseline)."""
         if not payloads:
             raise ValueError("cannot collate an empty batch")
+        if self.pad_to == "longest":
+            return collate_padded_to_longest(payloads, pad_to_rows)
         return _pad(payloads, self.bucket_for(max(len(p) for p in payloads)), pad_to_rows)
+
+    def padded_length(self, tokens: Sequence[int]) -> int:
+        """Sequence length a batch of requests with these token counts is padded to."""
+        longest = max(tokens)
+        return longest if self.pad_to == "longest" else self.bucket_for(longest)
 
     def collate_padded_to_longest(self, payloads: Sequence[np.ndarray], pad_to_rows: int | None = None) -> dict[str, np.ndarray]:
         return collate_padded_to_longest(payloads, pad_to_rows)

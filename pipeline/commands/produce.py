@@ -6,14 +6,19 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 
 from confluent_kafka import Producer
 
 from consumers.admin import ensure_topics
 from consumers.profiles import producer_config
+from pipeline.errors import UserError
 from pipeline.loadgen.pacing import poisson_schedule, run_open_loop
-from pipeline.pipelines import PIPELINES, get_pipeline
+from pipeline.pipelines import PIPELINES, Sample, get_pipeline
+
+DEFAULT_RATE = 500.0
+DEFAULT_FPS = 5.0
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -22,8 +27,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--bootstrap-servers", required=True, metavar="HOST:PORT")
     p.add_argument("--topic", help="default: the pipeline's input topic")
     p.add_argument("--partitions", type=int, default=4, help="partitions if the topic is created (default 4)")
-    p.add_argument("--rate", type=float, default=500.0, help="requests per second (default 500)")
-    p.add_argument("--count", type=int, default=10_000, help="requests to send (default 10000)")
+    p.add_argument("--rate", type=float, help=f"requests per second, Poisson (default {DEFAULT_RATE:g}; camera: see --fps)")
+    p.add_argument("--count", type=int, default=10_000, help="requests to send (default 10000; camera: frames of all cameras)")
+    cam = p.add_argument_group("camera")
+    cam.add_argument("--cameras", type=int, default=4, help="cameras sending frames, one key each (default 4)")
+    cam.add_argument(
+        "--fps", type=float,
+        help=f"frames per second of EACH camera, at a fixed frame rate (default: --rate split over the cameras, else {DEFAULT_FPS:g})",
+    )
+    cam.add_argument(
+        "--day-seconds", type=float,
+        help="follow a day/night wave of this period: --fps at noon, a tenth of it at midnight (t = 0 is midnight)",
+    )
+    cam.add_argument(
+        "--resolutions", metavar="WxH[,WxH...]",
+        help="frame sizes given to the cameras round robin (default 640x480,1280x720,320x240,1920x1080)",
+    )
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--broker-profile", default="kafka", choices=("kafka", "embedded"))
     p.add_argument("--quiet", action="store_true")
@@ -43,11 +62,24 @@ def produce(
     progress: bool = False,
     should_stop: Callable[[], bool] | None = None,
     on_sent: Callable[[int], None] | None = None,
+    camera: CameraLoad | None = None,
 ) -> tuple[int, float]:
-    """Send `count` requests at `rate`/s; returns (sent, seconds). Flushes at the end."""
+    """Send `count` requests at `rate`/s (Poisson), or, for the camera pipeline with
+    `camera` given, `count` frames of camera.cameras cameras at their own frame rate;
+    returns (sent, seconds). Flushes at the end."""
     spec = get_pipeline(pipeline)
     topic = topic or spec.input_topic
-    make = spec.make_samples(seed)
+    schedule: Iterator[float]
+    if camera is not None:
+        if pipeline != "camera":
+            raise UserError(f"camera options (--cameras, --fps, ...) apply to the camera pipeline, not {pipeline!r}")
+        schedule, make = camera.plan(count, seed, start_index)
+    else:
+        schedule = poisson_schedule(rate, count, seed)
+        samples = spec.make_samples(seed)
+
+        def make(i: int) -> Sample:
+            return samples(start_index + i)
     from consumers.profiles import large_message_overrides
 
     large = large_message_overrides(spec.max_message_bytes).producer if spec.max_message_bytes else None
@@ -60,7 +92,7 @@ def produce(
             errors.append(err.str())
 
     def send(i: int) -> None:
-        key, value, headers = make(start_index + i)
+        key, value, headers = make(i)
         while True:
             try:
                 producer.produce(topic, value=value, key=key, headers=headers or None, on_delivery=on_delivery)
@@ -73,15 +105,49 @@ def produce(
         if progress and i and i % 1000 == 0:
             print(f"\rsent {i}/{count}", end="", file=sys.stderr, flush=True)
 
-    sent, elapsed = run_open_loop(
-        poisson_schedule(rate, count, seed), send, idle=lambda s: producer.poll(s), should_stop=should_stop
-    )
+    sent, elapsed = run_open_loop(schedule, send, idle=lambda s: producer.poll(s), should_stop=should_stop)
     left = producer.flush(30)
     if progress:
         print(file=sys.stderr)
     if left or errors:
         raise RuntimeError(f"{left} requests unacknowledged, {len(errors)} failed: {errors[:1]}")
     return sent, elapsed
+
+
+@dataclass(frozen=True)
+class CameraLoad:
+    """K cameras, each sending `fps` frames/s (optionally along the day/night wave),
+    keyed by camera id, frames rendered from the sample photographs."""
+
+    cameras: int = 4
+    fps: float = DEFAULT_FPS
+    day_seconds: float | None = None
+    resolutions: Sequence[tuple[int, int]] | None = None
+
+    def plan(self, count: int, seed: int, start_index: int = 0) -> tuple[Iterator[float], Callable[[int], Sample]]:
+        """(send times, i -> message) for the first `count` frames after start_index."""
+        from pipeline.clock import wall_ms
+        from pipeline.loadgen.camera import DEFAULT_DAY_SECONDS, CameraFrameFactory, camera_schedule
+
+        try:
+            events = camera_schedule(self.cameras, self.fps, start_index + count, self.day_seconds, seed)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+        events = events[start_index:]
+        t0 = events[0][0] if events else 0.0
+        extra = {"resolutions": tuple(self.resolutions)} if self.resolutions else {}
+        factory = CameraFrameFactory(
+            seed=seed, cameras=self.cameras, day_seconds=self.day_seconds or DEFAULT_DAY_SECONDS,
+            # capture_ts_ms: the real time a frame is due, so it reads as live video.
+            start_ms=wall_ms() - round(t0 * 1000.0), **extra,
+        )
+
+        def make(i: int) -> Sample:
+            t, camera_index, frame_index = events[i]
+            key, value, headers = factory.make(camera_index, frame_index, t)
+            return key, value, headers
+
+        return iter([t - t0 for t, _, _ in events]), make
 
 
 def warm_up_producer(producer: Producer, topic: str, timeout: float = 10.0) -> None:
@@ -95,12 +161,30 @@ def warm_up_producer(producer: Producer, topic: str, timeout: float = 10.0) -> N
 def run(args: argparse.Namespace) -> int:
     spec = get_pipeline(args.pipeline)
     topic = args.topic or spec.input_topic
+    camera = _camera_load(args) if args.pipeline == "camera" else None
     ensure_topics(args.bootstrap_servers, {topic: args.partitions})
     t0 = time.monotonic()
     sent, _ = produce(
-        args.bootstrap_servers, args.pipeline, args.rate, args.count,
-        topic=topic, seed=args.seed, profile=args.broker_profile, progress=not args.quiet,
+        args.bootstrap_servers, args.pipeline, args.rate or DEFAULT_RATE, args.count,
+        topic=topic, seed=args.seed, profile=args.broker_profile, progress=not args.quiet, camera=camera,
     )
     elapsed = time.monotonic() - t0
-    print(f"sent {sent} {args.pipeline} requests to {topic} in {elapsed:.1f} s ({sent / elapsed:.0f}/s)")
+    print(f"sent {sent} {args.pipeline} requests to {topic} in {elapsed:.1f} s ({sent / elapsed:.1f}/s)")
     return 0
+
+
+def _camera_load(args: argparse.Namespace) -> CameraLoad:
+    from pipeline.loadgen.camera import parse_resolutions
+
+    if args.cameras < 1:
+        raise UserError("--cameras must be >= 1")
+    fps = args.fps if args.fps is not None else (args.rate / args.cameras if args.rate else DEFAULT_FPS)
+    if fps <= 0:
+        raise UserError("--fps must be > 0")
+    if args.day_seconds is not None and args.day_seconds <= 0:
+        raise UserError("--day-seconds must be > 0")
+    try:
+        resolutions = parse_resolutions(args.resolutions) if args.resolutions else None
+    except ValueError as exc:
+        raise UserError(f"--resolutions: {exc}") from None
+    return CameraLoad(args.cameras, fps, args.day_seconds, resolutions)

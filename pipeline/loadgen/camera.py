@@ -13,6 +13,7 @@ camera_id, frame_id, capture_ts_ms.
 
 from __future__ import annotations
 
+import heapq
 import io
 import math
 import struct
@@ -204,3 +205,49 @@ def png_header_only(width: int, height: int) -> bytes:
 
     ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit RGB
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IEND", b"")
+
+
+def camera_schedule(
+    cameras: int,
+    fps: float,
+    count: int,
+    day_seconds: float | None = None,
+    seed: int = 0,
+) -> list[tuple[float, int, int]]:
+    """The first `count` frames of `cameras` cameras, each sending `fps` frames/s, as
+    (t seconds from start, camera_index, frame_index) in time order.
+
+    Cameras run at a fixed frame rate (not Poisson), each with its own phase so they do
+    not all fire at once. With day_seconds, each camera's rate follows the day/night
+    wave `rate_at` (t = 0 is midnight: fps / 10, fps at noon); the next frame comes
+    1 / rate(t) after the last one."""
+    if cameras < 1:
+        raise ValueError("cameras must be >= 1")
+    if fps <= 0:
+        raise ValueError("fps must be > 0")
+    rng = np.random.default_rng((seed, 0x5C4ED))
+
+    def interval(t: float) -> float:
+        return 1.0 / (rate_at(t, fps, day_seconds) if day_seconds else fps)
+
+    heap = [(float(rng.uniform(0.0, interval(0.0))), k, 0) for k in range(cameras)]
+    heapq.heapify(heap)
+    out: list[tuple[float, int, int]] = []
+    while len(out) < count:
+        t, k, j = heapq.heappop(heap)
+        out.append((t, k, j))
+        heapq.heappush(heap, (t + interval(t), k, j + 1))
+    return out
+
+
+def parse_resolutions(text: str) -> tuple[tuple[int, int], ...]:
+    """"640x480,320x240" -> ((640, 480), (320, 240)); ValueError naming the bad part."""
+    out = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        w, sep, h = part.lower().partition("x")
+        if not sep or not w.isdigit() or not h.isdigit() or int(w) < 1 or int(h) < 1:
+            raise ValueError(f"resolution {part!r}: expected WIDTHxHEIGHT, e.g. 640x480")
+        out.append((int(w), int(h)))
+    if not out:
+        raise ValueError("no resolution given: expected WIDTHxHEIGHT[,WIDTHxHEIGHT...]")
+    return tuple(out)

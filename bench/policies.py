@@ -1,0 +1,288 @@
+"""Real-pipeline comparison of batching policies (issues 3 and 10), in one run:
+
+1. capacity: a `tidebatch run` worker (adaptive) drains a preloaded backlog;
+2. steady loads at 10 %, 50 % and 90 % of it, and on/off bursts, for none, static-64
+   (64 rows / 10 ms, as commonly deployed), static-tuned (the static configuration
+   best at 50 % load, from a small grid run here), greedy and adaptive;
+3. the overload scenarios: 50 % with a 10 s burst at 150 %, a sustained 120 %
+   overload, and two priority classes (20 % high, 80 % low) at 110 % — for greedy,
+   static-64 and adaptive — with goodput, recovery time and outcome counts.
+
+    .venv/bin/python bench/policies.py [--seconds 15] [--quick]
+
+Prints tables, draws out/bench/policies.png, writes out/bench/policies.json.
+Timings on this 2-core machine are noisy: compare rows of one run, not runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.harness import (  # noqa: E402
+    OUT,
+    RequestPool,
+    drain_throughput,
+    embedded_broker,
+    fresh_topics,
+    open_loop,
+    preload,
+    read_request_ids,
+    read_results,
+    table,
+    worker_process,
+)
+
+SLO_MS = 100.0
+
+
+def policy_env(name: str, tuned: dict[str, str] | None = None) -> tuple[str, dict[str, str]]:
+    base = {"TIDEBATCH_BATCHING__SLO_MS": str(SLO_MS)}
+    if name == "none":
+        return "none", base
+    if name == "static-64":
+        return "static", {**base, "TIDEBATCH_BATCHING__MAX_BATCH_ROWS": "64", "TIDEBATCH_BATCHING__MAX_QUEUE_DELAY_MS": "10"}
+    if name == "static-tuned":
+        return "static", {**base, **(tuned or {})}
+    if name == "greedy":
+        return "greedy", base
+    if name == "adaptive":
+        return "adaptive", {**base, "TIDEBATCH_BATCHING__EXPIRY_ACTION": "route_late"}
+    if name == "adaptive-score":
+        return "adaptive", {**base, "TIDEBATCH_BATCHING__EXPIRY_ACTION": "score_late"}
+    raise ValueError(name)
+
+
+def run_scenario(bs: str, pool: RequestPool, name: str, rate_fn, seconds: float, tuned=None,
+                 priority_fn=None, extra_env: dict[str, str] | None = None) -> dict:
+    policy, env = policy_env(name, tuned)
+    env = {**env, **(extra_env or {})}
+    inp, out = fresh_topics(bs, f"bench-{name}")
+    run = f"r{uuid.uuid4().hex[:6]}"
+    with worker_process(bs, inp, out, policy, extra_env=env, log_name=f"policies-{name}"):
+        t0_ms = time.time() * 1000.0
+        sent = open_loop(bs, inp, pool, rate_fn, seconds, run, priority_fn=priority_fn)
+        deadline = time.monotonic() + 120
+        results = read_results(bs, out, sent, timeout=10, run=run)
+        routed = read_request_ids(bs, f"{inp}.late", run, idle_timeout=1.0)
+        while len(results.docs) + len(routed) < sent and time.monotonic() < deadline:
+            results = read_results(bs, out, sent - len(routed), timeout=10, run=run)
+            routed = read_request_ids(bs, f"{inp}.late", run, idle_timeout=1.0)
+    return summarise(results, routed, sent, t0_ms, seconds)
+
+
+def summarise(results, routed: set[str], sent: int, t0_ms: float, seconds: float) -> dict:
+    lat = results.latency_ms if results.docs else np.array([0.0])
+    in_slo = lat <= SLO_MS
+    ts = np.array([d["kafka_ts_ms"] for d in results.docs], dtype=float) - t0_ms if results.docs else np.array([])
+    prio = np.array([d.get("priority", 0) for d in results.docs]) if results.docs else np.array([])
+    out = {
+        "sent": sent,
+        "scored_in_slo": int(in_slo.sum()),
+        "scored_late": int((~in_slo).sum()) if results.docs else 0,
+        "routed_late": len(routed),
+        "p50_ms": float(np.percentile(lat, 50)),
+        "p99_ms": float(np.percentile(lat, 99)),
+        "mean_batch_rows": float(np.mean([d["batch_rows"] for d in results.docs])) if results.docs else 0.0,
+        "goodput_req_s": float(in_slo.sum()) / seconds,
+        "_ts": ts, "_lat": lat, "_prio": prio,
+    }
+    out["outcomes_add_up"] = out["scored_in_slo"] + out["scored_late"] + out["routed_late"] == sent
+    out["slo_miss_rate"] = 1.0 - out["scored_in_slo"] / max(sent, 1)
+    return out
+
+
+def window_goodput(r: dict, start_s: float, end_s: float) -> float:
+    ts, lat = r["_ts"], r["_lat"]
+    mask = (ts >= start_s * 1000) & (ts < end_s * 1000) & (lat <= SLO_MS)
+    return float(mask.sum()) / (end_s - start_s)
+
+
+def recovery_s(r: dict, burst_end_s: float, step: float = 0.5) -> float:
+    """Time from the end of the burst until requests produced in a 0.5 s window are
+    again answered within the SLO (99 % of them), and stay so for 2 s."""
+    ts, lat = r["_ts"] / 1000.0, r["_lat"]
+    t = burst_end_s
+    horizon = ts.max() if len(ts) else burst_end_s
+    while t < horizon:
+        ok = True
+        for k in range(4):
+            m = (ts >= t + k * step) & (ts < t + (k + 1) * step)
+            if m.sum() and (lat[m] <= SLO_MS).mean() < 0.99:
+                ok = False
+                break
+        if ok:
+            return t - burst_end_s
+        t += step
+    return float("inf")
+
+
+def public(r: dict) -> dict:
+    return {k: v for k, v in r.items() if not k.startswith("_")}
+
+
+def tune_static(bs: str, pool: RequestPool, rate: float, seconds: float) -> tuple[dict[str, str], list]:
+    grid = [(rows, delay) for rows in (16, 64, 256) for delay in (2, 10)]
+    trials = []
+    for rows, delay in grid:
+        env = {"TIDEBATCH_BATCHING__MAX_BATCH_ROWS": str(rows), "TIDEBATCH_BATCHING__MAX_QUEUE_DELAY_MS": str(delay)}
+        r = run_scenario(bs, pool, "static-tuned", rate, seconds, tuned=env)
+        trials.append({"max_batch_rows": rows, "max_queue_delay_ms": delay, "p99_ms": r["p99_ms"]})
+        print(f"  static {rows} rows / {delay} ms at 50 %: p99 {r['p99_ms']:.1f} ms", flush=True)
+    best = min(trials, key=lambda t: t["p99_ms"])
+    env = {"TIDEBATCH_BATCHING__MAX_BATCH_ROWS": str(best["max_batch_rows"]),
+           "TIDEBATCH_BATCHING__MAX_QUEUE_DELAY_MS": str(best["max_queue_delay_ms"])}
+    return env, trials
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=15.0, help="length of each steady-load run")
+    ap.add_argument("--backlog", type=int, default=20_000, help="requests preloaded to measure capacity")
+    ap.add_argument("--quick", action="store_true", help="shorter runs, no static grid")
+    args = ap.parse_args()
+    seconds = 6.0 if args.quick else args.seconds
+    pool = RequestPool()
+    report: dict = {"slo_ms": SLO_MS, "mean_rows_per_request": pool.mean_rows}
+    with embedded_broker() as broker:
+        bs = broker.bootstrap_servers
+        inp, out = fresh_topics(bs, "bench-capacity")
+        preload(bs, inp, pool, args.backlog, "cap")
+        # A preloaded backlog is older than any SLO: lift it, or adaptive would rightly
+        # route the whole backlog late instead of scoring it.
+        env = {"TIDEBATCH_BATCHING__SLO_MS": "3600000"}
+        with worker_process(bs, inp, out, "adaptive", extra_env=env, log_name="policies-capacity"):
+            cap_res = read_results(bs, out, args.backlog, timeout=600, run="cap")
+        capacity, capacity_rows = drain_throughput(cap_res)
+        report["capacity_req_s"], report["capacity_rows_s"] = capacity, capacity_rows
+        print(f"capacity: {capacity:.0f} req/s ({capacity_rows:.0f} rows/s)", flush=True)
+
+        if args.quick:
+            tuned = {"TIDEBATCH_BATCHING__MAX_BATCH_ROWS": "64", "TIDEBATCH_BATCHING__MAX_QUEUE_DELAY_MS": "2"}
+            report["static_tuned_grid"] = []
+        else:
+            tuned, report["static_tuned_grid"] = tune_static(bs, pool, 0.5 * capacity, seconds * 0.6)
+        report["static_tuned"] = tuned
+        print(f"static-tuned: {tuned}", flush=True)
+
+        policies = ["none", "static-64", "static-tuned", "greedy", "adaptive"]
+        loads = [0.1, 0.5, 0.9]
+        steady: dict = {p: {} for p in policies}
+        for p in policies:
+            for load in loads:
+                r = run_scenario(bs, pool, p, load * capacity, seconds, tuned)
+                steady[p][load] = r
+                print(f"{p:13s} {int(load * 100):3d}%: p50 {r['p50_ms']:7.1f} p99 {r['p99_ms']:8.1f} ms "
+                      f"miss {100 * r['slo_miss_rate']:5.1f}% batch {r['mean_batch_rows']:6.1f}", flush=True)
+            period = 4.0
+
+            def onoff(t: float, period: float = period) -> float:
+                return (1.5 if (t % period) < 1.0 else 0.2) * capacity
+
+            r = run_scenario(bs, pool, p, onoff, seconds, tuned)
+            steady[p]["onoff"] = r
+            print(f"{p:13s} on/off: p50 {r['p50_ms']:7.1f} p99 {r['p99_ms']:8.1f} ms miss {100 * r['slo_miss_rate']:5.1f}%", flush=True)
+        report["steady"] = {p: {str(k): public(v) for k, v in d.items()} for p, d in steady.items()}
+
+        over_policies = ["greedy", "static-64", "adaptive", "adaptive-score"]
+        scen: dict = {p: {} for p in over_policies}
+        burst_len = 6.0 if args.quick else 10.0
+        pre, post = 3.0, 8.0 if args.quick else 10.0
+
+        def burst(t: float) -> float:
+            return (1.5 if pre <= t < pre + burst_len else 0.5) * capacity
+
+        for p in over_policies:
+            r = run_scenario(bs, pool, p, burst, pre + burst_len + post)
+            r["burst_goodput_x_capacity"] = window_goodput(r, pre, pre + burst_len) / capacity
+            r["recovery_s"] = recovery_s(r, pre + burst_len)
+            scen[p]["burst"] = r
+            r2 = run_scenario(bs, pool, p, 1.2 * capacity, seconds)
+            r2["goodput_x_capacity"] = window_goodput(r2, 2.0, seconds) / capacity
+            scen[p]["overload"] = r2
+            r3 = run_scenario(bs, pool, p, 1.1 * capacity, seconds,
+                              priority_fn=lambda i: 0 if (i * 7919) % 10 < 2 else 1)
+            hi = r3["_prio"] == 0
+            r3["high_p99_ms"] = float(np.percentile(r3["_lat"][hi], 99)) if hi.any() else float("nan")
+            r3["low_p99_ms"] = float(np.percentile(r3["_lat"][~hi], 99)) if (~hi).any() else float("nan")
+            scen[p]["priorities"] = r3
+            print(f"{p:14s} burst goodput {r['burst_goodput_x_capacity']:.2f}x cap, recovery {r['recovery_s']:.1f} s; "
+                  f"overload goodput {r2['goodput_x_capacity']:.2f}x; high-prio p99 {r3['high_p99_ms']:.0f} ms", flush=True)
+        report["overload"] = {p: {k: public(v) for k, v in d.items()} for p, d in scen.items()}
+
+    print_tables(report, policies, loads, over_policies)
+    plot(report, policies, loads, OUT / "policies.png")
+    (OUT / "policies.json").write_text(json.dumps(report, indent=2, default=float))
+    print(f"\nplot: {OUT / 'policies.png'}\njson: {OUT / 'policies.json'}")
+    return 0
+
+
+def print_tables(report: dict, policies: list[str], loads: list[float], over_policies: list[str]) -> None:
+    cap = report["capacity_req_s"]
+    print(f"\ncapacity {cap:.0f} req/s ({report['capacity_rows_s']:.0f} rows/s); SLO {SLO_MS:.0f} ms; "
+          f"static-tuned = {report['static_tuned']}")
+    rows = []
+    for p in policies:
+        row = [p]
+        for k in [str(x) for x in loads] + ["onoff"]:
+            r = report["steady"][p][k]
+            row.append(f"{r['p50_ms']:.0f} / {r['p99_ms']:.0f} ({100 * r['slo_miss_rate']:.0f}%)")
+        rows.append(row)
+    print("\np50 / p99 ms (SLO-miss %) by load")
+    print(table(["policy", "10%", "50%", "90%", "on/off bursts"], rows))
+    rows = []
+    for p in over_policies:
+        b, o, pr = (report["overload"][p][k] for k in ("burst", "overload", "priorities"))
+        rows.append([
+            p, f"{b['burst_goodput_x_capacity']:.2f}", f"{b['recovery_s']:.1f}",
+            f"{o['goodput_x_capacity']:.2f}", f"{pr['high_p99_ms']:.0f}", f"{pr['low_p99_ms']:.0f}",
+            "yes" if all(x["outcomes_add_up"] for x in (b, o, pr)) else "NO",
+        ])
+    print("\noverload scenarios (goodput = answers within SLO per second, x capacity)")
+    print(table(["policy", "burst goodput", "recovery s", "120% goodput", "hi-prio p99 @110%",
+                 "lo-prio p99", "outcomes add up"], rows))
+
+
+def plot(report: dict, policies: list[str], loads: list[float], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(17, 4.5))
+    xs = [100 * x for x in loads]
+    for p in policies:
+        (line,) = axes[0].plot(xs, [report["steady"][p][str(x)]["p99_ms"] for x in loads], marker="o", label=p)
+        axes[0].plot(xs, [report["steady"][p][str(x)]["p50_ms"] for x in loads], ls=":", color=line.get_color())
+        axes[1].plot(xs, [100 * report["steady"][p][str(x)]["slo_miss_rate"] for x in loads], marker="o",
+                     color=line.get_color(), label=p)
+    axes[0].axhline(SLO_MS, color="k", ls="--", lw=0.8, label="SLO")
+    axes[0].set(yscale="log", xlabel="load (% of capacity)", ylabel="latency of scored requests, ms",
+                title="latency: p99 (solid), p50 (dotted)")
+    axes[0].legend(fontsize=7)
+    axes[1].set(xlabel="load (% of capacity)", ylabel="% of requests not answered within SLO",
+                title="SLO misses (scored late or routed late)")
+    axes[1].legend(fontsize=7)
+    over = report["overload"]
+    names = list(over)
+    x = np.arange(len(names))
+    axes[2].bar(x - 0.2, [over[n]["burst"]["burst_goodput_x_capacity"] for n in names], 0.4, label="burst 150%")
+    axes[2].bar(x + 0.2, [over[n]["overload"]["goodput_x_capacity"] for n in names], 0.4, label="sustained 120%")
+    axes[2].set_xticks(x, names, fontsize=8)
+    axes[2].set(ylabel="goodput (x capacity)", title="goodput under overload")
+    axes[2].legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
