@@ -378,3 +378,16 @@ def test_policies_only_wait_with_a_reason():
     ctx = PolicyContext(CostModel(prior=GPU), arrival_rate=0.0)
     for policy in (NonePolicy(), StaticPolicy(), GreedyPolicy(8), AdaptivePolicy()):
         assert policy.decide(q, ctx, 0.0).until is None  # empty: wait for an arrival
+
+
+def test_congested_cap_stays_small_where_batching_does_not_pay() -> None:
+    # CenterFace-like: ~0 call overhead, 17 ms a frame. A queue of frames is congestion,
+    # but the cap must stay near the sizes that were measured, not chase 99.8 % of the
+    # affine capacity (~60 frames here, which ran slower per frame than one at a time).
+    cost = CostModel(prior=AffineCost(a=0.002, b=0.017))
+    assert not cost.cost(0).batching_pays()
+    policy = AdaptivePolicy(max_batch_rows=512)
+    ctx = PolicyContext(cost, arrival_rate=50.0)
+    assert policy.batch_cap(ctx, 0, queued_rows=0) == 1
+    congested = policy.batch_cap(ctx, 0, queued_rows=100)
+    assert 1 < congested <= 6
