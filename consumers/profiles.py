@@ -121,6 +121,50 @@ _KP_PRODUCER_PROFILE: dict[str, dict[str, Any]] = {
 }
 
 
+# ----------------------------------------------------------------------------- faust
+# faust-streaming App settings (its aiokafka transport). Faust reads the offsets it
+# commits from the events the agents ack, so at-least-once needs nothing here.
+_FAUST_COMMON: dict[str, Any] = {
+    # A new group starts from the beginning (and Tansu's "latest" is wrong anyway).
+    "consumer_auto_offset_reset": "earliest",
+    # Nothing in these apps runs on_leader: no leader-election topic to create.
+    "topic_disable_leader": True,
+    # On rebalance and shutdown Faust waits (without limit) for every event a stream
+    # took to be acked. Events of a batch whose body raised are never acked -- that
+    # is the point, they must be replayed -- so waiting would hang the worker. Their
+    # offsets stay uncommitted either way.
+    "stream_wait_empty": False,
+    # As the confluent producer. aiokafka needs cramjam for lz4 (`aiokafka[lz4]`), also
+    # to read the lz4 batches every tidebatch producer writes.
+    "producer_compression_type": "lz4",
+    # As the confluent producer: small batches cost on every broker (aiokafka: 0).
+    "producer_linger": 0.005,
+}
+
+_FAUST_PROFILE: dict[str, dict[str, Any]] = {
+    KAFKA: {},
+    EMBEDDED: {
+        # Each group join costs session timeout / 2 on Tansu (Faust's 60 s -> 30 s).
+        "broker_session_timeout": 6.0,
+        "broker_heartbeat_interval": 1.0,
+        # Big producer batches: Tansu's fetch scans every stored batch of a partition
+        # (aiokafka's 16 KB default makes one small batch every few results).
+        "producer_max_batch_size": 1048576,
+    },
+}
+
+# Faust hard-codes aiokafka's fetch_max_wait_ms=1500, and Tansu holds a fetch that is
+# not full for all of it (measured: 0.3-0.7 s from produce to agent). The embedded
+# profile installs a transport that sets this instead (pipeline/faust_app.py).
+FAUST_FETCH_MAX_WAIT_MS: dict[str, int | None] = {KAFKA: None, EMBEDDED: 5}
+
+
+def faust_app_settings(profile: str, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Keyword settings for ``faust.App``; ``overrides`` win over the profile."""
+    check_profile(profile)
+    return _merge(_FAUST_COMMON, _FAUST_PROFILE[profile], overrides)
+
+
 @dataclass(frozen=True)
 class LargeMessageOverrides:
     """Client settings for values up to `max_bytes`; pass each part as `overrides=`.

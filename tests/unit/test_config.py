@@ -57,3 +57,8 @@ def test_missing_and_invalid_files(tmp_path: Path) -> None:
     bad.write_text("batching: [unclosed\n")
     with pytest.raises(UserError, match="not valid YAML"):
         load_config(bad, environ={})
+
+
+def test_faust_example_settings_are_not_worker_keys() -> None:
+    cfg = load_config(environ={"TIDEBATCH_FAUST_BROKER": "kafka://x:9092", "TIDEBATCH_BATCHING__POLICY": "greedy"})
+    assert cfg.batching.policy == "greedy"

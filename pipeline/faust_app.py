@@ -1,0 +1,84 @@
+"""Setting up a Faust app for tidebatch batching: broker profile (Faust settings and the
+embedded broker's fetch wait) and where tidebatch's own metrics appear.
+
+faust-streaming is an optional dependency (the ``[faust]`` extra): it is imported only
+inside these functions.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import cache
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from consumers.profiles import FAUST_FETCH_MAX_WAIT_MS, faust_app_settings
+
+log = logging.getLogger(__name__)
+
+METRICS_PATH = "/tidebatch/metrics/"
+
+
+def make_app(app_id: str, broker: str, *, profile: str = "kafka", **settings: Any) -> Any:
+    """``faust.App`` with the broker profile's settings (consumers/profiles.py; explicit
+    ``settings`` win) and, for the embedded broker, its fetch-wait transport."""
+    import faust
+
+    app = faust.App(app_id, broker=broker, **faust_app_settings(profile, settings))
+    use_broker_profile(app, profile)
+    return app
+
+
+def use_broker_profile(app: Any, profile: str) -> None:
+    """Install what Faust settings cannot express. Must run before the app first
+    touches its transport (i.e. right after creating it, before declaring agents'
+    topics is fine: Faust builds the transport lazily)."""
+    wait_ms = FAUST_FETCH_MAX_WAIT_MS[profile]
+    if wait_ms is None:
+        return
+    transport_cls = _fetch_wait_transport(wait_ms)
+    app.transport = transport_cls(app.conf.broker_consumer, app)
+    log.info("faust consumer fetch_max_wait_ms=%d (broker profile %s)", wait_ms, profile)
+
+
+@cache
+def _fetch_wait_transport(fetch_max_wait_ms: int) -> type:
+    """Faust's aiokafka transport with the consumer's fetch_max_wait_ms replaced (Faust
+    passes a hard-coded 1500 ms; aiokafka reads the attribute when it starts)."""
+    from faust.transport.drivers import aiokafka as driver
+
+    class ConsumerThread(driver.AIOKafkaConsumerThread):
+        def _create_worker_consumer(self, transport: Any) -> Any:
+            consumer = super()._create_worker_consumer(transport)
+            consumer._fetch_max_wait_ms = fetch_max_wait_ms
+            return consumer
+
+    class Consumer(driver.Consumer):
+        def _new_consumer_thread(self) -> Any:
+            return ConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
+    class Transport(driver.Transport):
+        pass
+
+    Transport.Consumer = Consumer
+    return Transport
+
+
+def add_metrics_page(app: Any, registry: CollectorRegistry, path: str = METRICS_PATH) -> None:
+    """Serve ``registry`` in the Prometheus text format on the app's own web server
+    (next to Faust's pages: /, /stats/, /graph/ ...). Not /metrics: Faust's
+    PrometheusMonitor takes that path when an app enables it."""
+
+    @app.page(path)
+    async def tidebatch_metrics(web: Any, request: Any) -> Any:
+        # aiohttp refuses a charset inside content_type=, so pass the header whole.
+        return web.bytes(generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def serve_metrics(registry: CollectorRegistry, port: int, host: str = "0.0.0.0") -> None:
+    """Serve ``registry`` on its own port (/metrics), as `tidebatch run` does."""
+    from prometheus_client import start_http_server
+
+    start_http_server(port, addr=host, registry=registry)
+    log.info("tidebatch metrics on http://%s:%d/metrics", host, port)

@@ -1,0 +1,275 @@
+"""Run a tidebatch pipeline's ONNX model over the batches of ``adaptive_batches`` inside
+a Faust agent, with the worker's runtime (InferenceSession + the pipeline's codec
+decode/collate/split), and publish one result per event to a Faust topic.
+
+    scorer = BatchScorer("ctr")
+
+    @app.agent(requests)
+    async def score(stream):
+        async for batch in adaptive_batches(stream, prepare=scorer.decode,
+                                            cost_model=scorer.cost_model(), ...):
+            await scorer.score_and_send(batch, results, dlq_topic=dlq)
+
+Results are the worker's result documents (docs/ARCHITECTURE.md "Result document"):
+the codec's fields plus key, model, batch_rows, queue_wait_ms, inference_ms,
+kafka_ts_ms, scored_at_ms, late, source -- so downstream consumers read both paths
+alike. Invalid input (the codec's DecodeError) and requests the model refuses go to the
+dead-letter topic with the worker's headers; nothing is dropped silently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import time
+from collections.abc import Awaitable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import orjson
+
+from consumers.codecs.base import Decoded
+from consumers.dead_letter import dlq_headers, late_headers
+from consumers.records import SourceRecord, headers_to_dict
+from pipeline.batching.cost import AffineCost, CostModel
+from pipeline.clock import wall_ms
+from pipeline.faust_batching import FaustBatch, Pending
+from pipeline.pipelines import get_pipeline
+from pipeline.runtime.session import InferenceSession
+
+log = logging.getLogger(__name__)
+
+
+def source_record(event: Any) -> SourceRecord:
+    """A Faust event as the client-neutral record the dead-letter helpers take."""
+    m = event.message
+    headers = m.headers
+    if isinstance(headers, dict):
+        headers = list(headers.items())
+    ts = m.timestamp
+    return SourceRecord(
+        topic=m.topic,
+        partition=m.partition,
+        offset=m.offset,
+        key=m.key,
+        value=m.value,
+        headers=headers_to_dict(headers),
+        timestamp_ms=int(round(ts * 1000.0)) if ts else None,
+    )
+
+
+class BatchScorer:
+    """One pipeline's model and codec, shared by the batches of one Faust worker.
+
+    ONNX Runtime runs on one dedicated thread (``in_thread=True``): it releases the
+    GIL, so the event loop keeps taking events -- and the batch that forms meanwhile
+    is what the adaptive policy dispatches next -- instead of freezing for the run.
+    """
+
+    def __init__(
+        self,
+        pipeline: str = "ctr",
+        *,
+        providers: str = "auto",
+        intra_op_threads: int = 1,
+        warmup: bool = True,
+        in_thread: bool = True,
+        codec_options: dict[str, Any] | None = None,
+        gil_switch_interval_ms: float | None = None,
+    ) -> None:
+        from pipeline.config import load_config
+
+        overrides: dict[str, Any] = {"pipeline": pipeline}
+        if codec_options:
+            overrides["codec"] = dict(codec_options)
+        # The codec factories take a WorkerConfig; build the default one, never from
+        # the environment (TIDEBATCH_* belongs to `tidebatch run`).
+        cfg = load_config(overrides=overrides, environ={})
+        self.pipeline = get_pipeline(pipeline)
+        self.model = self.pipeline.load_model()
+        self.codec = self.pipeline.make_codec(cfg)
+        self.session = InferenceSession(self.model.onnx_path, providers, intra_op_threads)
+        self.provider = self.session.provider
+        self.cost_prior: AffineCost | None = self._warm_up() if warmup else None
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="tidebatch-ort") if in_thread else None
+        if gil_switch_interval_ms is not None:
+            # Process-wide (sys.setswitchinterval), like `tidebatch run`'s
+            # runtime.gil_switch_interval_ms. Not the default here: measured on the
+            # Faust example (4 drains of 3000 CTR requests), 0.5 ms drained 678-685
+            # req/s against 816-907 with Python's 5 ms, and p50/p99 at 300 req/s did
+            # not differ beyond the noise. The event loop does more Python work
+            # between GIL hand-overs than the worker's source thread.
+            sys.setswitchinterval(gil_switch_interval_ms / 1000.0)
+
+    # ------------------------------------------------------------------ set-up
+    def _warm_up(self) -> AffineCost:
+        """The worker's warm-up profile (t(n) per row on sample requests), so the first
+        batching decisions are not guesses."""
+        sizes = self.pipeline.warmup_sizes
+        samples = self.pipeline.make_samples(12345)
+        by_bucket: dict[object, list[Decoded]] = {}
+        for i in range(max(sizes) * 4):
+            _key, value, headers = samples(i)
+            d = self.codec.decode(value, dict(headers))
+            by_bucket.setdefault(d.bucket, []).append(d)
+        decoded = max(by_bucket.values(), key=len)
+        sizes = tuple(n for n in sizes if n <= len(decoded)) or (1,)
+        cost = self.session.profile(lambda n: self.codec.collate([d.payload for d in decoded[:n]]), sizes)
+        mean_rows = sum(d.rows for d in decoded[: max(sizes)]) / max(sizes)
+        cost.b /= mean_rows
+        log.info(
+            "warm-up profile of %s on %s: t(n) = %.3f ms + %.4f ms/row",
+            self.model.name, self.provider, cost.a * 1e3, cost.b * 1e3,
+        )
+        return cost
+
+    def cost_model(self) -> CostModel:
+        """A fresh cost model seeded with the warm-up profile (one per batcher)."""
+        return CostModel(prior=self.cost_prior) if self.cost_prior is not None else CostModel()
+
+    def decode(self, event: Any) -> Decoded:
+        """``prepare=`` for adaptive_batches: the codec's decode of the event (raises
+        DecodeError for invalid input, which then reaches the body as rejected)."""
+        headers = getattr(event.message, "headers", None)
+        if isinstance(headers, dict):
+            headers = list(headers.items())
+        return self.codec.decode(event.value, headers_to_dict(headers))
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
+
+    # ------------------------------------------------------------------ inference
+    def infer(self, decoded: Sequence[Decoded], pad_to_rows: int | None = None) -> tuple[list[dict], float]:
+        """collate -> ONNX Runtime -> split, as the worker's executor does; returns one
+        result per request and the seconds it took (what the cost model learns)."""
+        t0 = time.perf_counter()
+        feeds = self.codec.collate([d.payload for d in decoded], pad_to_rows)
+        outputs = self.session.run(feeds)
+        results = self.codec.split(outputs, decoded)
+        return results, time.perf_counter() - t0
+
+    async def _infer(self, decoded: Sequence[Decoded], pad_to_rows: int | None) -> tuple[list[dict], float]:
+        if self._executor is None:
+            return self.infer(decoded, pad_to_rows)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self.infer, decoded, pad_to_rows)
+
+    async def score(self, batch: FaustBatch) -> tuple[list[dict | None], list[str | None], float]:
+        """Results per event of the batch (None where the model refused that request,
+        with the reason in the second list), and the model seconds. A batch the model
+        refuses is retried request by request, so one poison request cannot sink the
+        others (the worker's rule)."""
+        decoded: list[Decoded] = batch.prepared
+        if not decoded:
+            return [], [], 0.0
+        try:
+            results, seconds = await self._infer(decoded, batch.pad_to_rows)
+            return list(results), [None] * len(results), seconds
+        except Exception as exc:
+            log.warning("batch of %d requests failed (%s); retrying one by one", len(decoded), exc)
+        out: list[dict | None] = []
+        errors: list[str | None] = []
+        total = 0.0
+        for d in decoded:
+            try:
+                (result,), seconds = await self._infer([d], None)
+            except Exception as one_exc:
+                reason = f"model rejected the request: {type(one_exc).__name__}: {one_exc}"
+                out.append(None)
+                errors.append(reason.splitlines()[0])
+                continue
+            total += seconds
+            out.append(result)
+            errors.append(None)
+        return out, errors, total
+
+    # ------------------------------------------------------------------ publishing
+    async def score_and_send(
+        self,
+        batch: FaustBatch,
+        output_topic: Any,
+        *,
+        dlq_topic: Any = None,
+        late_topic: Any = None,
+        wait: bool = False,
+    ) -> list[Awaitable[Any]]:
+        """Score the batch and send one record per event to ``output_topic`` (a Faust
+        topic; same key as the request), rejected input and refused requests to
+        ``dlq_topic``, routed-late requests to ``late_topic``.
+
+        Returns the delivery futures. Unless ``wait``, they are also handed to
+        ``batch.defer_ack``: the events are acked once Kafka acknowledged every send,
+        while the agent already works on the next batch. With ``wait=True`` this
+        returns only after every delivery (slower: one producer linger per batch).
+        """
+        results, errors, seconds = await self.score(batch)
+        batch.service_seconds = seconds  # the cost model learns model time, as in the worker
+        started_wall = batch.formed_wall_ms
+        done_wall = wall_ms()
+        futures: list[Awaitable[Any]] = []
+        for i, (item, result, error) in enumerate(zip(batch.items, results, errors, strict=True)):
+            rec = source_record(item.event)
+            if result is None:
+                batch.outcomes[i] = "dlq"
+                futures.append(await self._dead_letter(dlq_topic, rec, error or "model error", "inference"))
+                continue
+            doc = self._result_doc(item, rec, result, batch.rows, seconds, started_wall, done_wall)
+            futures.append(await output_topic.send(key=rec.key, value=orjson.dumps(doc)))
+        for rej in batch.rejected:
+            rec = source_record(rej.event)
+            log.warning("dead-letter %s[%d]@%d: %s", rec.topic, rec.partition, rec.offset, rej.error)
+            futures.append(await self._dead_letter(dlq_topic, rec, str(rej.error), "decode"))
+        for item in batch.routed_late:
+            rec = source_record(item.event)
+            if late_topic is None:
+                raise ValueError("expiry_action='route_late' needs a late_topic")
+            missed_by = max(done_wall - item.deadline_wall_ms, 0.0)
+            futures.append(
+                await late_topic.send(key=rec.key, value=rec.value, headers=late_headers(rec, missed_by))
+            )
+        if wait:
+            await asyncio.gather(*futures)
+        else:
+            batch.defer_ack(*futures)
+        return futures
+
+    async def _dead_letter(self, dlq_topic: Any, rec: SourceRecord, reason: str, stage: str) -> Awaitable[Any]:
+        if dlq_topic is None:
+            # No DLQ configured: failing loudly keeps the event unacked (replayed),
+            # rather than acking input nobody will ever see again.
+            raise RuntimeError(
+                f"{rec.topic}[{rec.partition}]@{rec.offset} cannot be scored ({reason}) and no dlq_topic is set"
+            )
+        return await dlq_topic.send(key=rec.key, value=rec.value, headers=dlq_headers(rec, reason, stage))
+
+    def _result_doc(
+        self,
+        item: Pending,
+        rec: SourceRecord,
+        result: dict,
+        batch_rows: int,
+        seconds: float,
+        started_wall: int,
+        done_wall: int,
+    ) -> dict:
+        decoded: Decoded = item.prepared
+        doc = {
+            "request_id": decoded.request_id,
+            **result,
+            "key": rec.key.decode("utf-8", "replace") if rec.key is not None else None,
+            "model": self.model.name,
+            "model_version": self.model.version,
+            "batch_rows": batch_rows,
+            "queue_wait_ms": max(started_wall - item.arrival_wall_ms, 0),
+            "inference_ms": round(seconds * 1000.0, 3),
+            "kafka_ts_ms": rec.timestamp_ms,
+            "scored_at_ms": done_wall,
+            "priority": decoded.priority,
+            "late": done_wall > item.deadline_wall_ms,
+            "source": {"topic": rec.topic, "partition": rec.partition, "offset": rec.offset},
+        }
+        if decoded.tenant is not None:
+            doc["tenant"] = decoded.tenant
+        return doc

@@ -1,0 +1,250 @@
+"""The Faust example app (examples/faust_ctr) on the embedded broker: right results,
+and a batch body that raises leaves its events to be processed after a restart.
+
+Each test runs `faust -A examples.faust_ctr.app worker` as a subprocess with its own
+data dir, app id (= consumer group), web port and fresh topics.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import orjson
+import pytest
+
+from consumers.codecs.ctr import CtrCodec
+from consumers.embedded_broker import free_port
+from models.registry import load_spec
+from pipeline.loadgen.ctr import CtrRequestFactory
+from tests.integration.pipeline_helpers import (
+    REPO,
+    committed_offsets,
+    produce_values,
+    read_topic,
+    result_docs,
+    wait_for,
+)
+
+pytest.importorskip("faust", reason="faust-streaming is not installed (the [faust] extra)")
+
+
+@pytest.fixture(scope="module")
+def reference_session() -> ort.InferenceSession:
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    return ort.InferenceSession(str(load_spec("ctr").onnx_path), opts, providers=["CPUExecutionProvider"])
+
+
+@contextmanager
+def faust_worker(
+    bootstrap: str, inp: str, out: str, app_id: str, tmp_path: Path, name: str, **env: str
+) -> Iterator[tuple[subprocess.Popen, int, Path]]:
+    """The example app as a `faust ... worker` process; stopped with SIGTERM at exit."""
+    web_port = free_port()
+    log = tmp_path / f"{name}.log"
+    full_env = dict(
+        os.environ,
+        TIDEBATCH_FAUST_BROKER=f"kafka://{bootstrap}",
+        TIDEBATCH_FAUST_BROKER_PROFILE="embedded",
+        TIDEBATCH_FAUST_APP_ID=app_id,
+        TIDEBATCH_FAUST_INPUT=inp,
+        TIDEBATCH_FAUST_OUTPUT=out,
+        TIDEBATCH_FAUST_PROVIDERS="cpu",
+        **env,
+    )
+    cmd = [
+        sys.executable, "-m", "faust", "--datadir", str(tmp_path / f"{name}-data"),
+        "-A", "examples.faust_ctr.app", "worker", "-l", "info",
+        "--web-port", str(web_port), "--web-host", "127.0.0.1",
+    ]
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=full_env, cwd=REPO)
+    try:
+        yield proc, web_port, log
+    finally:
+        stop(proc)
+
+
+def stop(proc: subprocess.Popen) -> int | None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+    return proc.returncode
+
+
+def http_get(port: int, path: str) -> bytes:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as resp:
+        return resp.read()
+
+
+def sample(text: str, name: str, **labels: str) -> float:
+    """Sum of the Prometheus samples `name{labels...}` in a text exposition."""
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name + "{"):
+            continue
+        if all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def distinct_results(bootstrap: str, out: str, ids: set[str], timeout: float) -> dict[str, dict]:
+    """Read `out` until every id in `ids` has a result (or timeout): id -> first doc."""
+    found: dict[str, dict] = {}
+
+    def done() -> bool:
+        msgs = read_topic(bootstrap, out, 10**9, timeout=1.0)
+        for doc in result_docs(msgs):
+            found.setdefault(doc["request_id"], doc)
+        return ids <= set(found)
+
+    with suppress(AssertionError):
+        wait_for(done, timeout, "", interval=0.2)
+    return found
+
+
+def check_scores(reference_session: ort.InferenceSession, requests, by_id: dict[str, dict]) -> float:
+    codec = CtrCodec()
+    worst = 0.0
+    for key, value in requests:
+        rid = orjson.loads(value)["request_id"]
+        doc = by_id[rid]
+        feeds = codec.collate([codec.decode(value, {}).payload])
+        expected = reference_session.run(["prob"], feeds)[0].reshape(-1)
+        got = np.array(doc["scores"], dtype=np.float32)
+        assert got.shape == expected.shape, rid
+        assert doc["key"] == key.decode()
+        worst = max(worst, float(np.max(np.abs(got - expected))))
+    return worst
+
+
+def test_example_app_scores_every_request_right(
+    broker, topic_factory, unique_group_id, tmp_path, reference_session
+) -> None:
+    n = 400
+    inp = topic_factory("faust-req", partitions=2)
+    out = topic_factory("faust-scores", partitions=2)
+    topic_factory(f"{inp}.dlq", exact=True)
+    factory = CtrRequestFactory(seed=31)
+    requests = [factory.make(i) for i in range(n)]
+    produce_values(broker.bootstrap_servers, inp, requests)
+    metrics_port = free_port()
+    with faust_worker(
+        broker.bootstrap_servers, inp, out, unique_group_id, tmp_path, "worker",
+        TIDEBATCH_FAUST_METRICS_PORT=str(metrics_port),
+    ) as (proc, web_port, log):
+        msgs = read_topic(broker.bootstrap_servers, out, n, timeout=120)
+        assert proc.poll() is None, f"faust worker exited; see {log}"
+        docs = result_docs(msgs)
+        assert len(docs) == n, f"{len(docs)} results for {n} requests; see {log}"
+        by_id = {d["request_id"]: d for d in docs}
+        assert len(by_id) == n
+        assert max(d["batch_rows"] for d in docs) > max(len(orjson.loads(v)["items"]) for _, v in requests)
+
+        # tidebatch's metrics, on Faust's web server and on their own port; every record
+        # is counted once its result was acknowledged by Kafka.
+        def counted() -> bool:
+            text = http_get(web_port, "/tidebatch/metrics/").decode()
+            return sample(text, "tidebatch_records_total", topic=inp) == n
+
+        wait_for(counted, 30, "tidebatch_records_total never reached n")
+        text = http_get(metrics_port, "/metrics").decode()
+        assert sample(text, "tidebatch_records_total", topic=inp) == n
+        assert sample(text, "tidebatch_batch_rows_count", policy="adaptive") == sample(
+            text, "tidebatch_batches_total", policy="adaptive"
+        ) > 0
+        assert sample(text, "tidebatch_batch_rows_sum") == sum(len(orjson.loads(v)["items"]) for _, v in requests)
+        assert sample(text, "tidebatch_inference_seconds_count") > 0
+        assert sample(text, "tidebatch_queue_wait_seconds_count") == n
+        # Faust's own pages still work next to ours.
+        perf = json.loads(http_get(web_port, "/performance/"))
+        assert perf, "empty /performance/ page"
+        assert http_get(web_port, "/router/") is not None
+    worst = check_scores(reference_session, requests, by_id)
+    assert worst <= 1e-5, f"batched scores differ from unbatched by {worst}"
+    assert proc.returncode == 0, f"faust worker exit code {proc.returncode}; see {log}"
+
+
+@pytest.mark.parametrize("on_error", ["restart", "crash"])
+def test_a_failed_batch_is_not_acked_and_is_processed_after_restart(
+    broker, topic_factory, unique_group_id, tmp_path, reference_session, on_error
+) -> None:
+    n = 200
+    inp = topic_factory("faust-fail-req", partitions=1)
+    out = topic_factory("faust-fail-scores", partitions=1)
+    topic_factory(f"{inp}.dlq", exact=True)
+    factory = CtrRequestFactory(seed=32)
+    requests = [factory.make(i) for i in range(n)]
+    all_ids = {orjson.loads(v)["request_id"] for _, v in requests}
+    offset_of = {orjson.loads(v)["request_id"]: i for i, (_, v) in enumerate(requests)}  # one partition
+    produce_values(broker.bootstrap_servers, inp, requests)
+
+    with faust_worker(
+        broker.bootstrap_servers, inp, out, unique_group_id, tmp_path, "first",
+        TIDEBATCH_FAUST_FAIL_FIRST_BATCH="1", TIDEBATCH_FAUST_ON_ERROR=on_error,
+    ) as (proc, _port, log):
+        failed: set[str] = set()
+
+        def failure_logged() -> bool:
+            m = re.search(r"injected failure: batch of (\d+) events not processed: (\S+)", log.read_text())
+            if m:
+                failed.update(m.group(2).split(","))
+                assert len(failed) == int(m.group(1))
+            return bool(m) or proc.poll() is not None
+
+        wait_for(failure_logged, 120, f"no injected failure; see {log}")
+        assert failed, f"faust worker exited before the failure; see {log}"
+        if on_error == "restart":
+            # Faust restarts the agent, which goes on with the rest of the topic; the
+            # acks after the failed batch are held back, not given to Faust.
+            found = distinct_results(broker.bootstrap_servers, out, all_ids - failed, timeout=120)
+            assert all_ids - failed <= set(found), f"{len(all_ids - failed - set(found))} missing; see {log}"
+            assert not failed & set(found), "a request of the failed batch was scored"
+            assert proc.poll() is None, f"faust worker exited; see {log}"
+        else:
+            wait_for(lambda: proc.poll() is not None, 60, f"worker did not stop on the failure; see {log}")
+            assert proc.returncode != 0, "a crashed worker must not exit 0"
+    # Faust committed what it had acked when it stopped -- never past the failed batch.
+    committed = committed_offsets(broker.bootstrap_servers, unique_group_id, inp, 1)[0]
+    assert committed <= min(offset_of[r] for r in failed), f"committed {committed} past the failed batch"
+
+    with faust_worker(broker.bootstrap_servers, inp, out, unique_group_id, tmp_path, "second") as (proc, _p, log2):
+        found = distinct_results(broker.bootstrap_servers, out, all_ids, timeout=120)
+        assert all_ids <= set(found), f"{len(all_ids - set(found))} requests never scored; see {log2}"
+        assert proc.poll() is None, f"faust worker exited; see {log2}"
+    worst = check_scores(reference_session, requests, found)
+    assert worst <= 1e-5, f"scores differ from unbatched by {worst}"
+
+
+def test_bad_input_is_dead_lettered_and_acked(broker, topic_factory, unique_group_id, tmp_path) -> None:
+    inp = topic_factory("faust-bad-req", partitions=1)
+    out = topic_factory("faust-bad-scores", partitions=1)
+    dlq = topic_factory(f"{inp}.dlq", exact=True)
+    factory = CtrRequestFactory(seed=33)
+    good = [factory.make(i) for i in range(5)]
+    produce_values(broker.bootstrap_servers, inp, [good[0], (b"u", b"{not json"), *good[1:]])
+    with faust_worker(broker.bootstrap_servers, inp, out, unique_group_id, tmp_path, "worker") as (_proc, _p, log):
+        assert len(read_topic(broker.bootstrap_servers, out, 5, timeout=120)) == 5, f"see {log}"
+        dead = read_topic(broker.bootstrap_servers, dlq, 1, timeout=30)
+    assert len(dead) == 1
+    headers = dict(dead[0].headers())
+    assert dead[0].value() == b"{not json"
+    assert headers["tidebatch.error"].startswith(b"malformed JSON")
+    assert headers["tidebatch.source.offset"] == b"1"
+    # Every offset, the bad one included, was acked and committed at the clean stop.
+    assert committed_offsets(broker.bootstrap_servers, unique_group_id, inp, 1)[0] == 6
