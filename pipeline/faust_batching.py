@@ -45,13 +45,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequen
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-
 from pipeline.batching.batcher import Batcher
 from pipeline.batching.cost import CostModel
 from pipeline.batching.policies import make_policy
 from pipeline.batching.request import Batch, Request
 from pipeline.clock import Clock, MonotonicClock, wall_ms
+from pipeline.metrics import BatchingMetrics
 
 log = logging.getLogger(__name__)
 
@@ -309,58 +308,9 @@ def ack_gate_for(app: Any) -> AckGate:
 
 
 # ----------------------------------------------------------------------------- metrics
-# Same names, labels and buckets as the worker's (pipeline/metrics.py), so the same
-# dashboards and alerts read both paths.
-_ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
-_LATENCY_BUCKETS = (
-    0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075,
-    0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 30.0,
-)
-
-
-class BatchMetrics:
-    """The WorkerMetrics subset that makes sense inside a Faust app: batch rows, batches
-    by close reason, queue wait, inference (service) seconds, end-to-end latency,
-    queued rows and records by final outcome. Offsets, lag and commits belong to
-    Faust there (its sensors and web pages), so they are not duplicated."""
-
-    def __init__(self, pipeline: str, policy: str, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry or CollectorRegistry()
-        self.pipeline = pipeline
-        self.policy = policy
-        r = self.registry
-        self.records = Counter(
-            "tidebatch_records_total", "Consumed records by final outcome",
-            ["pipeline", "topic", "outcome"], registry=r,
-        )
-        self.batches = Counter(
-            "tidebatch_batches_total", "Batches run, by why the batch closed",
-            ["pipeline", "policy", "reason"], registry=r,
-        )
-        self.batch_rows = Histogram(
-            "tidebatch_batch_rows", "Rows per batch run by the model",
-            ["pipeline", "policy"], buckets=_ROW_BUCKETS, registry=r,
-        )
-        self.queue_rows = Gauge(
-            "tidebatch_queue_rows", "Rows waiting in the batch queue (in-time and late lanes)",
-            ["pipeline"], registry=r,
-        )
-        self.queue_wait = Histogram(
-            "tidebatch_queue_wait_seconds", "Time a request waited in the batch queue",
-            ["pipeline"], buckets=_LATENCY_BUCKETS, registry=r,
-        )
-        self.inference = Histogram(
-            "tidebatch_inference_seconds", "Model run time per batch",
-            ["pipeline"], buckets=_LATENCY_BUCKETS, registry=r,
-        )
-        self.e2e = Histogram(
-            "tidebatch_end_to_end_latency_seconds",
-            "Request Kafka timestamp to result produced",
-            ["pipeline"], buckets=_LATENCY_BUCKETS, registry=r,
-        )
-
-    def outcome(self, topic: str, outcome: str, n: int = 1) -> None:
-        self.records.labels(self.pipeline, topic, outcome).inc(n)
+# The worker's batching metrics (same names, labels and buckets): offsets, lag and
+# commits belong to Faust here (its sensors and web pages), so they are not repeated.
+BatchMetrics = BatchingMetrics
 
 
 # ----------------------------------------------------------------------------- driver

@@ -23,7 +23,11 @@ _LATENCY_BUCKETS = (
 )
 
 
-class WorkerMetrics:
+class BatchingMetrics:
+    """What any path through the batching core exports: the worker and the Faust
+    helper (pipeline/faust_batching.py) share these names, labels and buckets, so one
+    set of dashboards and alerts reads both."""
+
     def __init__(self, pipeline: str, policy: str, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         self.pipeline = pipeline
@@ -58,6 +62,18 @@ class WorkerMetrics:
             "Request Kafka timestamp to result produced",
             ["pipeline"], buckets=_LATENCY_BUCKETS, registry=r,
         )
+
+    def outcome(self, topic: str, outcome: str, n: int = 1) -> None:
+        self.records.labels(self.pipeline, topic, outcome).inc(n)
+
+
+class WorkerMetrics(BatchingMetrics):
+    """A worker's metrics: the batching core's plus Kafka-side ones (lag, commits,
+    pauses, assignment) and the model/provider in use."""
+
+    def __init__(self, pipeline: str, policy: str, registry: CollectorRegistry | None = None) -> None:
+        super().__init__(pipeline, policy, registry)
+        r = self.registry
         self.slo_misses = Counter(
             "tidebatch_slo_miss_total", "Requests answered after their deadline or routed late",
             ["pipeline"], registry=r,
@@ -111,8 +127,6 @@ class WorkerMetrics:
         # partition); dashboards and alerts group by pipeline, so also export the sum.
         r.register(_PipelineLagCollector(self))
 
-    def outcome(self, topic: str, outcome: str, n: int = 1) -> None:
-        self.records.labels(self.pipeline, topic, outcome).inc(n)
 
 
 class _StampingChild:
