@@ -125,6 +125,11 @@ class Worker:
             allowed_batch_sizes=b.allowed_batch_sizes or None,
         )
         self.queue = BatchQueue(batcher, self.clock, b.queue_high_rows, b.queue_low_rows)
+        # Route already-expired records before decoding them (_expired_before_decoding):
+        # only where the configured outcome of expiry is "routed late" anyway.
+        self._max_budget_ms: float | None = None
+        if self.policy.separates_late and b.expiry_action == "route_late":
+            self._max_budget_ms = max([b.slo_ms, *b.priority_slo_ms.values()])
         self.tracker = OffsetTracker()
         self.sinks = list(sinks or [])
         self.hooks = list(hooks or [])
@@ -245,6 +250,8 @@ class Worker:
         requests: list[Request] = []
         notify(self.sinks, "track", records)  # offset-ordered sinks (Parquet) must see every offset
         self.tracker.track_many([(rec.tp, rec.offset) for rec in records])
+        consumed = len(records)
+        records = self._expired_before_decoding(records, now_wall)
         for rec in records:
             try:
                 decoded = self.codec.decode(rec.value, rec.headers)
@@ -270,7 +277,7 @@ class Worker:
                 )
             )
         with self._stats_lock:
-            self.stats.consumed += len(records)
+            self.stats.consumed += consumed
         if requests:
             self.queue.put_many(requests)
         self._queue_rows_gauge.set(self.queue.rows)
@@ -300,18 +307,37 @@ class Worker:
 
     def _route_late(self) -> None:
         routed = self.queue.pop_routed_late()
-        if not routed:
-            return
+        if routed:
+            self._publish_late([(req.item.rec, req.item.deadline_wall_ms) for req in routed])
+
+    def _publish_late(self, late: list[tuple[SourceRecord, float]]) -> None:
+        """Route requests unscored to the late topic: (record, deadline in wall ms)."""
         now_wall = wall_ms()
-        notify(self.sinks, "skip", [req.item.rec for req in routed])
-        for req in routed:
-            inf: InFlight = req.item
-            missed_by = max(now_wall - inf.deadline_wall_ms, 0.0)
-            self.metrics.outcome(inf.rec.topic, "routed_late")
+        notify(self.sinks, "skip", [rec for rec, _ in late])
+        for rec, deadline_wall_ms in late:
+            missed_by = max(now_wall - deadline_wall_ms, 0.0)
+            self.metrics.outcome(rec.topic, "routed_late")
             self.metrics.slo_misses.labels(self.cfg.pipeline).inc()
-            self._send(self.late_topic, inf.rec.key, inf.rec.value, late_headers(inf.rec, missed_by), inf.rec)
+            self._send(self.late_topic, rec.key, rec.value, late_headers(rec, missed_by), rec)
         with self._stats_lock:
-            self.stats.routed_late += len(routed)
+            self.stats.routed_late += len(late)
+
+    def _expired_before_decoding(self, records: list[SourceRecord], now_wall: int) -> list[SourceRecord]:
+        """With route_late, route records that have expired whatever they contain, and
+        return the others. A request's own deadline_ms can only tighten the budget of its
+        priority, so Kafka timestamp + the largest budget already past means no outcome
+        but "late" is possible. Decoding is the worker's most expensive step (the model
+        runs on the other core): under a backlog, decoding answers nobody waits for any
+        more would starve the fresh requests behind them."""
+        if self._max_budget_ms is None:
+            return records
+        horizon = now_wall - self._max_budget_ms
+        expired = [r for r in records if r.timestamp_ms is not None and r.timestamp_ms < horizon]
+        if not expired:
+            return records
+        self._publish_late([(r, r.timestamp_ms + self._max_budget_ms) for r in expired])
+        gone = {id(r) for r in expired}
+        return [r for r in records if id(r) not in gone]
 
     def _send(
         self,
