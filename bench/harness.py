@@ -60,8 +60,8 @@ class RequestPool:
         return key, value.replace(rid, new.encode(), 1)
 
 
-def make_producer(bootstrap: str, topic: str) -> Producer:
-    producer = Producer(producer_config("embedded", bootstrap))
+def make_producer(bootstrap: str, topic: str, overrides: dict | None = None) -> Producer:
+    producer = Producer(producer_config("embedded", bootstrap, overrides))
     warm_up_producer(producer, topic)
     return producer
 
@@ -85,10 +85,11 @@ def preload(bootstrap: str, topic: str, pool: RequestPool, n: int, run: str) -> 
 def open_loop(
     bootstrap: str, topic: str, pool: RequestPool, rate_fn: Callable[[float], float] | float,
     duration: float, run: str, seed: int = 3, priority_fn: Callable[[int], int] | None = None,
+    producer_overrides: dict | None = None,
 ) -> int:
     """Produce for `duration` s at `rate_fn(t)` req/s (Poisson; a time-varying rate is
     realised by thinning). Returns how many were sent."""
-    producer = make_producer(bootstrap, topic)
+    producer = make_producer(bootstrap, topic, producer_overrides)
     if callable(rate_fn):
         peak = max(rate_fn(t) for t in np.linspace(0, duration, 200))
         rng = np.random.default_rng(seed)
@@ -203,6 +204,7 @@ def worker_process(
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=REPO)
     try:
         _wait_assigned(proc, port, log)
+        proc.metrics_url = f"http://127.0.0.1:{port}/metrics"  # type: ignore[attr-defined]
         yield proc
     finally:
         if proc.poll() is None:
@@ -228,6 +230,22 @@ def _wait_assigned(proc: subprocess.Popen, port: int, log: Path, timeout: float 
             pass
         time.sleep(0.2)
     raise RuntimeError(f"worker got no partitions in {timeout} s; see {log}")
+
+
+def wait_outcomes(proc: subprocess.Popen, n: int, timeout: float = 600.0) -> None:
+    """Block until the worker reports n final outcomes (scored, late, DLQ, ...), so a
+    backlog drain is not slowed by the benchmark reading results at the same time."""
+    from pipeline.demo import _sum, scrape
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if _sum(scrape(proc.metrics_url), "tidebatch_records_total") >= n:  # type: ignore[attr-defined]
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"worker reported fewer than {n} outcomes in {timeout} s")
 
 
 def fresh_topics(bootstrap: str, prefix: str, partitions: int = 2) -> tuple[str, str]:

@@ -105,7 +105,10 @@ def soak(bootstrap: str, pool: RequestPool, rate: float, seconds: float) -> dict
     """Worker RSS sampled every 10 s at a steady load: memory must stay flat."""
     import threading
 
-    inp, out = fresh_topics(bootstrap, "bench-soak")
+    # Long runs: the embedded broker's fetch scans every stored batch of a partition and
+    # starves consumers past ~20k batches (BROKER.md); fewer, bigger producer batches
+    # over more partitions keep ten minutes well below that.
+    inp, out = fresh_topics(bootstrap, "bench-soak", partitions=4)
     samples: list[tuple[float, int]] = []
     with worker_process(bootstrap, inp, out, "static", extra_env=STATIC_ENV, log_name="soak") as proc:
         stop = threading.Event()
@@ -119,7 +122,7 @@ def soak(bootstrap: str, pool: RequestPool, rate: float, seconds: float) -> dict
         th = threading.Thread(target=sample, daemon=True)
         th.start()
         # Rate-limited loop in chunks so the broker's memory stays bounded too.
-        open_loop(bootstrap, inp, pool, rate, seconds, "soak")
+        open_loop(bootstrap, inp, pool, rate, seconds, "soak", producer_overrides={"linger.ms": 50})
         stop.set()
         th.join()
     rss = [r for _, r in samples]
@@ -144,8 +147,18 @@ def main() -> int:
     ap.add_argument("--latency-seconds", type=float, default=15.0)
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--soak", type=float, default=0.0, help="seconds of a memory soak at 50 %% load")
+    ap.add_argument("--soak-rate", type=float, default=0.0,
+                    help="with --soak: run only the soak, at this many requests/s")
     args = ap.parse_args()
     policies = args.policies.split(",")
+    if args.soak and args.soak_rate:
+        with embedded_broker() as broker:
+            result = soak(broker.bootstrap_servers, RequestPool(), args.soak_rate, args.soak)
+        print(json.dumps(result))
+        print(f"soak at {args.soak_rate:.0f} req/s for {args.soak:.0f} s: worker RSS "
+              f"{result['first_third_mean_mib']:.1f} MiB (first third) -> "
+              f"{result['last_third_mean_mib']:.1f} MiB (last third)")
+        return 0
 
     report: dict = {"machine": "2 cores, loopback, embedded broker (Tansu)", "ort_intra_op_threads": 1}
     peak = model_peak()

@@ -8,9 +8,11 @@
    overload, and two priority classes (20 % high, 80 % low) at 110 % — for greedy,
    static-64 and adaptive — with goodput, recovery time and outcome counts.
 
-    .venv/bin/python bench/policies.py [--seconds 15] [--quick]
+    .venv/bin/python bench/policies.py [--seconds 15] [--quick] [--camera-text]
 
 Prints tables, draws out/bench/policies.png, writes out/bench/policies.json.
+--camera-text then runs the camera and text pipelines' section (bench/camera_text.py:
+none/static/adaptive on frames, bucketed vs pad-to-longest vs no batching on texts).
 Timings on this 2-core machine are noisy: compare rows of one run, not runs.
 """
 
@@ -38,6 +40,7 @@ from bench.harness import (  # noqa: E402
     read_request_ids,
     read_results,
     table,
+    wait_outcomes,
     worker_process,
 )
 
@@ -148,6 +151,8 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=15.0, help="length of each steady-load run")
     ap.add_argument("--backlog", type=int, default=20_000, help="requests preloaded to measure capacity")
     ap.add_argument("--quick", action="store_true", help="shorter runs, no static grid")
+    ap.add_argument("--camera-text", action="store_true", help="also run the camera and text section")
+    ap.add_argument("--overload-only", action="store_true", help="capacity + the overload scenarios only")
     args = ap.parse_args()
     seconds = 6.0 if args.quick else args.seconds
     pool = RequestPool()
@@ -159,13 +164,14 @@ def main() -> int:
         # A preloaded backlog is older than any SLO: lift it, or adaptive would rightly
         # route the whole backlog late instead of scoring it.
         env = {"TIDEBATCH_BATCHING__SLO_MS": "3600000"}
-        with worker_process(bs, inp, out, "adaptive", extra_env=env, log_name="policies-capacity"):
+        with worker_process(bs, inp, out, "adaptive", extra_env=env, log_name="policies-capacity") as proc:
+            wait_outcomes(proc, args.backlog)
             cap_res = read_results(bs, out, args.backlog, timeout=600, run="cap")
         capacity, capacity_rows = drain_throughput(cap_res)
         report["capacity_req_s"], report["capacity_rows_s"] = capacity, capacity_rows
         print(f"capacity: {capacity:.0f} req/s ({capacity_rows:.0f} rows/s)", flush=True)
 
-        if args.quick:
+        if args.quick or args.overload_only:
             tuned = {"TIDEBATCH_BATCHING__MAX_BATCH_ROWS": "64", "TIDEBATCH_BATCHING__MAX_QUEUE_DELAY_MS": "2"}
             report["static_tuned_grid"] = []
         else:
@@ -173,7 +179,7 @@ def main() -> int:
         report["static_tuned"] = tuned
         print(f"static-tuned: {tuned}", flush=True)
 
-        policies = ["none", "static-64", "static-tuned", "greedy", "adaptive"]
+        policies = [] if args.overload_only else ["none", "static-64", "static-tuned", "greedy", "adaptive"]
         loads = [0.1, 0.5, 0.9]
         steady: dict = {p: {} for p in policies}
         for p in policies:
@@ -218,10 +224,16 @@ def main() -> int:
                   f"overload goodput {r2['goodput_x_capacity']:.2f}x; high-prio p99 {r3['high_p99_ms']:.0f} ms", flush=True)
         report["overload"] = {p: {k: public(v) for k, v in d.items()} for p, d in scen.items()}
 
+    name = "policies-overload" if args.overload_only else "policies"
     print_tables(report, policies, loads, over_policies)
-    plot(report, policies, loads, OUT / "policies.png")
-    (OUT / "policies.json").write_text(json.dumps(report, indent=2, default=float))
-    print(f"\nplot: {OUT / 'policies.png'}\njson: {OUT / 'policies.json'}")
+    plot(report, policies, loads, OUT / f"{name}.png")
+    (OUT / f"{name}.json").write_text(json.dumps(report, indent=2, default=float))
+    print(f"\nplot: {OUT / (name + '.png')}\njson: {OUT / (name + '.json')}")
+    if args.camera_text:
+        from bench import camera_text
+
+        sys.argv = [sys.argv[0], *(["--quick"] if args.quick else [])]
+        return camera_text.main()
     return 0
 
 
