@@ -242,14 +242,15 @@ def print_tables(report: dict, policies: list[str], loads: list[float], over_pol
     print(f"\ncapacity {cap:.0f} req/s ({report['capacity_rows_s']:.0f} rows/s); SLO {SLO_MS:.0f} ms; "
           f"static-tuned = {report['static_tuned']}")
     rows = []
-    for p in policies:
+    for p in policies:  # empty with --overload-only
         row = [p]
         for k in [str(x) for x in loads] + ["onoff"]:
             r = report["steady"][p][k]
             row.append(f"{r['p50_ms']:.0f} / {r['p99_ms']:.0f} ({100 * r['slo_miss_rate']:.0f}%)")
         rows.append(row)
-    print("\np50 / p99 ms (SLO-miss %) by load")
-    print(table(["policy", "10%", "50%", "90%", "on/off bursts"], rows))
+    if rows:
+        print("\np50 / p99 ms (SLO-miss %) by load")
+        print(table(["policy", "10%", "50%", "90%", "on/off bursts"], rows))
     rows = []
     for p in over_policies:
         b, o, pr = (report["overload"][p][k] for k in ("burst", "overload", "priorities"))
