@@ -33,7 +33,8 @@ _NOT_WORKER_PREFIX = "TIDEBATCH_FAUST_"
 @dataclass
 class BatchingConfig:
     policy: str = "adaptive"
-    max_batch_rows: int = 512
+    # None: the pipeline's own default (CTR 512, text 32, camera 8 — pipelines.py).
+    max_batch_rows: int | None = None
     max_queue_delay_ms: float = 10.0  # static only
     slo_ms: float = 100.0  # latency budget from the request's Kafka timestamp
     priority_slo_ms: dict[int, float] = field(default_factory=dict)  # per priority level
@@ -225,7 +226,7 @@ def validate(cfg: WorkerConfig) -> None:
 
     if b.policy not in POLICY_NAMES:
         raise bad("batching.policy", f"{b.policy!r} is not one of {', '.join(POLICY_NAMES)}")
-    if b.max_batch_rows < 1:
+    if b.max_batch_rows is not None and b.max_batch_rows < 1:
         raise bad("batching.max_batch_rows", "must be >= 1")
     if b.max_queue_delay_ms < 0:
         raise bad("batching.max_queue_delay_ms", "must be >= 0")

@@ -35,6 +35,11 @@ class PipelineSpec:
     # Largest value the Kafka clients must carry. Above the codec's own limit, so that
     # an oversized value is still consumed and dead-lettered rather than stuck.
     max_message_bytes: int | None = None
+    # Default batch cap (rows) when the config sets none. Convolutional and transformer
+    # models gain little or nothing from batching on CPU (MODELS.md), and their warm-up
+    # fits come from a few small batches: a cap near the measured sizes keeps a noisy
+    # fit from forming 100-frame batches that run slower per frame than single ones.
+    max_batch_rows: int = 512
 
 
 def _with_codec_options(cls: type, cfg: Any) -> Codec:
@@ -140,10 +145,12 @@ PIPELINES: dict[str, PipelineSpec] = {
         "camera", "camera.frames", "camera.detections", _camera_codec, _camera_model, _camera_samples,
         warmup_sizes=(1, 2),
         max_message_bytes=16 * 1024 * 1024,
+        max_batch_rows=8,
     ),
     "text": PipelineSpec(
         "text", "text.requests", "text.embeddings", _text_codec, _text_model, _text_samples,
         warmup_sizes=(1, 2, 4, 8),
+        max_batch_rows=32,
     ),
 }
 

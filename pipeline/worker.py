@@ -104,7 +104,7 @@ class Worker:
             self.model.onnx_path, cfg.runtime.providers, cfg.runtime.intra_op_threads
         )
         b = cfg.batching
-        self.policy = make_policy(b.policy, **_policy_params(cfg))
+        self.policy = make_policy(b.policy, **_policy_params(cfg, self.pipeline.max_batch_rows))
         self.metrics = WorkerMetrics(cfg.pipeline, b.policy)
         self.metrics.provider.info(
             {"model": self.model.name, "version": self.model.version, "provider": self.session.provider}
@@ -584,9 +584,9 @@ class Worker:
         )
 
 
-def _policy_params(cfg: WorkerConfig) -> dict:
+def _policy_params(cfg: WorkerConfig, pipeline_max_rows: int) -> dict:
     b = cfg.batching
-    params: dict[str, Any] = {"max_batch_rows": b.max_batch_rows}
+    params: dict[str, Any] = {"max_batch_rows": b.max_batch_rows or pipeline_max_rows}
     if b.policy == "static":
         params["max_queue_delay"] = b.max_queue_delay_ms / 1000.0
     elif b.policy == "adaptive":

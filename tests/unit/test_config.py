@@ -62,3 +62,14 @@ def test_missing_and_invalid_files(tmp_path: Path) -> None:
 def test_faust_example_settings_are_not_worker_keys() -> None:
     cfg = load_config(environ={"TIDEBATCH_FAUST_BROKER": "kafka://x:9092", "TIDEBATCH_BATCHING__POLICY": "greedy"})
     assert cfg.batching.policy == "greedy"
+
+
+def test_batch_cap_defaults_to_the_pipeline_and_config_wins() -> None:
+    from pipeline.pipelines import get_pipeline
+    from pipeline.worker import _policy_params
+
+    camera = get_pipeline("camera").max_batch_rows
+    assert camera < get_pipeline("ctr").max_batch_rows
+    assert _policy_params(load_config(environ={}), camera)["max_batch_rows"] == camera
+    explicit = load_config(overrides={"batching": {"max_batch_rows": 64}}, environ={})
+    assert _policy_params(explicit, camera)["max_batch_rows"] == 64
