@@ -108,16 +108,10 @@ class CtrCodec:
         request_id = _request_id(doc)
         priority, deadline_ms, tenant = _meta(doc)
         context = doc.get("context")
-        items = doc.get("items")
         if type(context) is not dict:
             raise _missing_or_type(doc, "context", "object")
-        if type(items) is not list:
-            raise _missing_or_type(doc, "items", "array")
+        items = _items_list(doc, self.max_items)
         n = len(items)
-        if n == 0:
-            raise DecodeError("items: expected at least 1 item, got 0")
-        if n > self.max_items:
-            raise DecodeError(f"too many items: {n} > max_items {self.max_items}")
         if set(map(type, items)) != {dict}:
             i = next(i for i, it in enumerate(items) if type(it) is not dict)
             raise DecodeError(f"items[{i}]: expected object, got {_type_name(items[i])}")
@@ -201,6 +195,18 @@ def _missing_or_type(doc: Mapping[str, Any], key: str, expected: str) -> DecodeE
     if key not in doc:
         return DecodeError(f"missing field {key!r}")
     return DecodeError(f"{key}: expected {expected}, got {_type_name(doc[key])}")
+
+
+def _items_list(doc: Mapping[str, Any], max_items: int) -> list[Any]:
+    """doc["items"]: a list of 1..max_items entries (their contents checked later)."""
+    items = doc.get("items")
+    if type(items) is not list:
+        raise _missing_or_type(doc, "items", "array")
+    if not items:
+        raise DecodeError("items: expected at least 1 item, got 0")
+    if len(items) > max_items:
+        raise DecodeError(f"too many items: {len(items)} > max_items {max_items}")
+    return items
 
 
 def _request_id(doc: Mapping[str, Any]) -> str:

@@ -37,8 +37,8 @@ from consumers.codecs.ctr import (
     _cat,
     _dense,
     _item_ids,
+    _items_list,
     _meta,
-    _missing_or_type,
     _parse_json,
     _request_id,
     _type_name,
@@ -118,14 +118,7 @@ class CtrIdCodec(CtrCodec):
 
     def _items(self, doc: dict[str, Any]) -> list[Any]:
         """The items list of an id request: all id strings or all inline objects."""
-        items = doc.get("items")
-        if type(items) is not list:
-            raise _missing_or_type(doc, "items", "array")
-        n = len(items)
-        if n == 0:
-            raise DecodeError("items: expected at least 1 item, got 0")
-        if n > self.max_items:
-            raise DecodeError(f"too many items: {n} > max_items {self.max_items}")
+        items = _items_list(doc, self.max_items)
         first = type(items[0])
         if first not in (str, dict):
             raise DecodeError(f"items[0]: expected item id string or object, got {_type_name(items[0])}")
