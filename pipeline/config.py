@@ -41,8 +41,8 @@ class BatchingConfig:
     expiry_action: str = "score_late"  # or route_late
     late_share: float = 0.05
     max_late_rows: int = 100_000
-    queue_high_rows: int = 20_000  # pause partitions above
-    queue_low_rows: int = 10_000  # resume below
+    queue_high_rows: int = 20_000  # hold intake above (batching/backpressure.py)
+    queue_low_rows: int = 10_000  # full polls again at or below
     allowed_batch_sizes: list[int] = field(default_factory=list)
     hold_for_efficiency: bool = False
 

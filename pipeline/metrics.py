@@ -96,11 +96,11 @@ class WorkerMetrics(BatchingMetrics):
             self.last_commit,
         )
         self.pauses = Counter(
-            "tidebatch_partition_pauses_total", "Backpressure pauses of the assigned partitions",
+            "tidebatch_partition_pauses_total", "Backpressure episodes: the queue reached its high watermark",
             ["pipeline"], registry=r,
         )
         self.paused = Gauge(
-            "tidebatch_paused", "1 while the worker's partitions are paused by backpressure",
+            "tidebatch_paused", "1 while backpressure holds or pauses the worker's intake",
             ["pipeline"], registry=r,
         )
         self.assigned = Gauge(

@@ -30,6 +30,7 @@ from consumers.codecs.base import Decoded, DecodeError
 from consumers.dead_letter import dlq_headers, late_headers
 from consumers.offsets import OffsetTracker
 from consumers.records import SourceRecord, TopicPartition
+from pipeline.batching.backpressure import Backpressure, Intake, IntakeDecision
 from pipeline.batching.batcher import Batcher
 from pipeline.batching.concurrent import BatchQueue
 from pipeline.batching.cost import CostModel
@@ -48,6 +49,7 @@ log = logging.getLogger(__name__)
 
 _POLL_RECORDS = 1000
 _POLL_TIMEOUT = 0.02
+_HOLD_WAIT = 0.005  # s; how long a holding source loop waits for acks per turn
 _MAX_SEND_ATTEMPTS = 5
 _REVOKE_WAIT = 10.0
 _LAG_INTERVAL = 1.0
@@ -125,6 +127,8 @@ class Worker:
             allowed_batch_sizes=b.allowed_batch_sizes or None,
         )
         self.queue = BatchQueue(batcher, self.clock, b.queue_high_rows, b.queue_low_rows)
+        self.backpressure = Backpressure(b.queue_high_rows, b.queue_low_rows, poll_records=_POLL_RECORDS)
+        self._intake_state = Intake.OPEN
         # Route already-expired records before decoding them (_expired_before_decoding):
         # only where the configured outcome of expiry is "routed late" anyway.
         self._max_budget_ms: float | None = None
@@ -195,13 +199,18 @@ class Worker:
         next_lag = time.monotonic()
         try:
             while not self._stop.is_set():
-                records = self.source.poll_batch(_POLL_RECORDS, _POLL_TIMEOUT)
-                self.last_poll_ok = time.monotonic()
-                if records:
-                    self._admit(records)
-                self.producer.poll(0)
+                intake = self._apply_backpressure()
+                if intake.max_records:
+                    records = self.source.poll_batch(intake.max_records, _POLL_TIMEOUT)
+                    self.last_poll_ok = time.monotonic()
+                    if records:
+                        self._admit(records)
+                    self.producer.poll(0)
+                else:
+                    # Holding: wait for the executors here, serving result acks meanwhile.
+                    self.producer.poll(_HOLD_WAIT)
+                    self.last_poll_ok = time.monotonic()
                 self._route_late()
-                self._apply_backpressure()
                 for sink in self.sinks:
                     sink.poll()
                 now = time.monotonic()
@@ -366,18 +375,27 @@ class Worker:
 
         self.producer.send(topic, key, value, headers, on_ack)
 
-    def _apply_backpressure(self) -> None:
-        if self.source is None:
-            return
-        if not self.source.paused and self.queue.above_high_watermark():
-            self.source.pause_all()
+    def _apply_backpressure(self) -> IntakeDecision:
+        """Hold or pause consumption by the queue's in-time rows (batching/backpressure.py
+        says why holding, not pausing, is the usual answer)."""
+        intake = self.backpressure.step(self.queue.backpressure_rows, time.monotonic())
+        if intake.started_hold:
             self.metrics.pauses.labels(self.cfg.pipeline).inc()
-            self.metrics.paused.labels(self.cfg.pipeline).set(1)
             with self._stats_lock:
                 self.stats.pauses += 1
-        elif self.source.paused and self.queue.below_low_watermark():
-            self.source.resume_all()
-            self.metrics.paused.labels(self.cfg.pipeline).set(0)
+        if intake.state is not self._intake_state:
+            self._intake_state = intake.state
+            self.metrics.paused.labels(self.cfg.pipeline).set(0 if intake.state is Intake.OPEN else 1)
+        if self.source is not None:
+            if intake.state is Intake.PAUSED and not self.source.paused:
+                log.warning(
+                    "queue at %d rows and not draining: pausing the partitions",
+                    self.queue.backpressure_rows,
+                )
+                self.source.pause_all()
+            elif intake.state is not Intake.PAUSED and self.source.paused:
+                self.source.resume_all()
+        return intake
 
     def _commit(self, only: list[TopicPartition] | None = None) -> None:
         if self.source is None:
@@ -401,7 +419,8 @@ class Worker:
         if self.source is None:
             return
         try:
-            for (topic, partition), lag in self.source.lag().items():
+            holding = self.backpressure.state is not Intake.OPEN
+            for (topic, partition), lag in self.source.lag(query_broker=holding).items():
                 self.metrics.lag.labels(topic, str(partition)).set(lag)
         except Exception as exc:
             log.debug("lag update failed: %s", exc)
