@@ -3,7 +3,7 @@
     .venv/bin/python bench/ctr_codec.py [--requests 2000] [--mean-items 20] [--json]
 
 Prints decode throughput (requests/s and item rows/s, best of 5 passes over the same
-messages), collate + split cost per batch, and how fast CtrRequestFactory produces
+messages) for the JSON form and the binary form of the same requests, collate + split cost per batch, and how fast CtrRequestFactory produces
 requests. Figures vary with machine load: quote best-of, not a single pass.
 """
 
@@ -16,10 +16,12 @@ import time
 from pathlib import Path
 
 import numpy as np
+import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
 from consumers.codecs.ctr import CtrCodec  # noqa: E402
+from consumers.codecs.ctr_binary import encode  # noqa: E402
 from pipeline.loadgen.ctr import CtrRequestFactory  # noqa: E402
 
 
@@ -43,6 +45,8 @@ def measure(n_requests: int, mean_items: float) -> dict:
     dec_s = best_of(lambda: [codec.decode(v, None) for v in values])
     # thread CPU time leaves out time spent descheduled on a shared machine
     dec_cpu = best_of(lambda: [codec.decode(v, None) for v in values], clock=time.thread_time)
+    binary = [encode(orjson.loads(v)) for v in values]
+    bin_cpu = best_of(lambda: [codec.decode(v, None) for v in binary], clock=time.thread_time)
     batch = decoded[:25]  # ~500 rows, a typical CPU batch
     batch_rows = sum(d.rows for d in batch)
     col_s = best_of(lambda: [codec.collate([d.payload for d in batch]) for _ in range(100)]) / 100
@@ -57,6 +61,9 @@ def measure(n_requests: int, mean_items: float) -> dict:
         "decode_us_per_request": dec_s / n_requests * 1e6,
         "decode_rows_per_cpu_s": rows / dec_cpu,
         "decode_cpu_us_per_request": dec_cpu / n_requests * 1e6,
+        "binary_mean_bytes": sum(map(len, binary)) / n_requests,
+        "binary_decode_rows_per_cpu_s": rows / bin_cpu,
+        "binary_decode_cpu_us_per_request": bin_cpu / n_requests * 1e6,
         "batch_rows": batch_rows,
         "collate_ms": col_s * 1e3,
         "split_ms": split_s * 1e3,
@@ -85,6 +92,10 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"          {r['decode_rows_per_cpu_s']:>9,.0f} rows/s on thread CPU time "
         f"({r['decode_cpu_us_per_request']:.0f} us/request)"
+    )
+    print(
+        f"binary:   {r['binary_decode_rows_per_cpu_s']:>9,.0f} rows/s on thread CPU time "
+        f"({r['binary_decode_cpu_us_per_request']:.0f} us/request, {r['binary_mean_bytes']:.0f} bytes each)"
     )
     print(
         f"collate:  {r['collate_ms']:.3f} ms, split: {r['split_ms']:.3f} ms "

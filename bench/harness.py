@@ -37,10 +37,13 @@ class RequestPool:
     generating realistic requests costs ~2 ms each in Python, far slower than the
     pipeline, so the load is prepared before the clock starts."""
 
-    def __init__(self, size: int = 2000, seed: int = 11) -> None:
+    def __init__(self, size: int = 2000, seed: int = 11, encoding: str = "json") -> None:
         from pipeline.loadgen.ctr import CtrRequestFactory
 
+        if encoding not in ("json", "binary"):
+            raise ValueError(f"encoding must be json or binary, got {encoding!r}")
         factory = CtrRequestFactory(seed=seed)
+        self.encoding = encoding
         self.templates: list[tuple[bytes | None, bytes, bytes]] = []
         self.rows: list[int] = []
         for i in range(size):
@@ -57,7 +60,12 @@ class RequestPool:
         new = f'"request_id":"{run}-{i}"'
         if priority is not None:
             new = f'"priority":{priority},' + new
-        return key, value.replace(rid, new.encode(), 1)
+        value = value.replace(rid, new.encode(), 1)
+        if self.encoding == "binary":
+            from consumers.codecs.ctr_binary import encode
+
+            value = encode(orjson.loads(value))
+        return key, value
 
 
 def make_producer(bootstrap: str, topic: str, overrides: dict | None = None) -> Producer:

@@ -6,7 +6,9 @@
   no inference),
 - the pipeline's saturation throughput (a preloaded backlog drained by a `tidebatch
   run` process) per policy, and p50/p99 end-to-end latency at 50 % of the static
-  policy's saturation rate.
+  policy's saturation rate,
+- the saturation throughput again with the same requests in the binary form
+  (consumers/codecs/ctr_binary.py; --binary-policies, default none and static).
 
     .venv/bin/python bench/pipeline_capacity.py [--requests 20000] [--latency-seconds 15] [--soak 0]
 
@@ -39,6 +41,7 @@ from bench.harness import (  # noqa: E402
     produce_now,
     read_results,
     table,
+    wait_outcomes,
     worker_process,
 )
 
@@ -79,11 +82,15 @@ def passthrough(bootstrap: str, pool: RequestPool, n: int) -> dict:
 
 
 def saturation(bootstrap: str, pool: RequestPool, policy: str, n: int) -> dict:
-    inp, out = fresh_topics(bootstrap, f"bench-sat-{policy}")
+    inp, out = fresh_topics(bootstrap, f"bench-sat-{policy}-{pool.encoding}")
     run = f"sat-{policy}"
     preload(bootstrap, inp, pool, n, run)
     env = STATIC_ENV if policy == "static" else {}
-    with worker_process(bootstrap, inp, out, policy, extra_env=env, log_name=f"sat-{policy}"):
+    with worker_process(bootstrap, inp, out, policy, extra_env=env, log_name=f"sat-{policy}-{pool.encoding}") as proc:
+        # Read the results only after the drain: a reader running alongside would take
+        # CPU from the worker on this 2-core machine. Throughput comes from the
+        # results' produce timestamps either way.
+        wait_outcomes(proc, n)
         res = read_results(bootstrap, out, n, timeout=600, run=run)
     req_s, rows_s = drain_throughput(res)
     batch = float(np.mean([d["batch_rows"] for d in res.docs]))
@@ -146,11 +153,14 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=20_000, help="backlog size for saturation runs")
     ap.add_argument("--latency-seconds", type=float, default=15.0)
     ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--binary-policies", default="none,static",
+                    help="policies measured again with binary-form requests ('' for none)")
     ap.add_argument("--soak", type=float, default=0.0, help="seconds of a memory soak at 50 %% load")
     ap.add_argument("--soak-rate", type=float, default=0.0,
                     help="with --soak: run only the soak, at this many requests/s")
     args = ap.parse_args()
     policies = args.policies.split(",")
+    binary_policies = [p for p in args.binary_policies.split(",") if p]
     if args.soak and args.soak_rate:
         with embedded_broker() as broker:
             result = soak(broker.bootstrap_servers, RequestPool(), args.soak_rate, args.soak)
@@ -175,6 +185,12 @@ def main() -> int:
         for policy in policies:
             report["saturation"][policy] = saturation(bs, pool, policy, args.requests)
             print(f"saturation {policy}: {report['saturation'][policy]['rows_per_s']:.0f} rows/s", flush=True)
+        binary_pool = RequestPool(encoding="binary")
+        report["saturation_binary"] = {}
+        for policy in binary_policies:
+            report["saturation_binary"][policy] = saturation(bs, binary_pool, policy, args.requests)
+            r = report["saturation_binary"][policy]
+            print(f"saturation {policy} (binary requests): {r['rows_per_s']:.0f} rows/s", flush=True)
         static_req_s = report["saturation"].get("static", next(iter(report["saturation"].values())))["requests_per_s"]
         rate = 0.5 * static_req_s
         report["latency_at_half_static_saturation"] = {}
@@ -195,6 +211,10 @@ def main() -> int:
         lat = report["latency_at_half_static_saturation"][policy]
         rows.append([f"pipeline, {policy}", f"{s['rows_per_s']:.0f}", f"{s['requests_per_s']:.0f}",
                      f"{100 * s['rows_per_s'] / peak_rows:.0f}%", f"{lat['p50_ms']:.1f}", f"{lat['p99_ms']:.1f}"])
+    for policy in binary_policies:
+        s = report["saturation_binary"][policy]
+        rows.append([f"pipeline, {policy}, binary requests", f"{s['rows_per_s']:.0f}", f"{s['requests_per_s']:.0f}",
+                     f"{100 * s['rows_per_s'] / peak_rows:.0f}%", "-", "-"])
     print()
     print(f"mean rows per request: {pool.mean_rows:.1f}; latency at {rate:.0f} req/s (50 % of static saturation)")
     print(table(["path", "rows/s", "req/s", "of model peak", "p50 ms", "p99 ms"], rows))

@@ -57,6 +57,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from consumers.codecs import ctr_binary
 from consumers.codecs.base import Decoded, DecodeError
 from models.ctr import features as F
 
@@ -103,7 +104,10 @@ class CtrCodec:
 
     # ------------------------------------------------------------------------ decode
     def decode(self, value: bytes | None, headers: Mapping[str, bytes] | None = None) -> Decoded:
-        """Validate and featurise one request. ``headers`` are not used."""
+        """Validate and featurise one request, JSON or binary form (ctr_binary.py).
+        ``headers`` are not used."""
+        if value is not None and value[:4] == ctr_binary.MAGIC:
+            return self._decode_binary(value)
         doc = _parse_json(value)
         request_id = _request_id(doc)
         priority, deadline_ms, tenant = _meta(doc)
@@ -127,6 +131,34 @@ class CtrCodec:
             extra={"item_ids": item_ids},
         )
 
+    def _decode_binary(self, value: bytes) -> Decoded:
+        header = ctr_binary.header_bytes(value)
+        try:
+            doc = _parse_json(header)
+        except DecodeError as exc:
+            raise DecodeError(f"binary header: {exc}") from None
+        request_id = _request_id(doc)
+        priority, deadline_ms, tenant = _meta(doc)
+        item_ids = _binary_item_ids(doc, self.max_items)
+        n = len(item_ids)
+        req = ctr_binary.split(value, n)
+        values = np.concatenate([req.ctx_tokens, req.item_tokens.reshape(-1)])
+        cat = _cat_matrix(values, req.present, n)
+        # No clip here, unlike JSON floats (which must not overflow the float32 cast):
+        # these already are float32, and the graph clips counts to DENSE_CLIP itself.
+        dense = np.empty((n, F.N_DENSE), dtype=np.float32)
+        dense[:, :_N_CTX_DENSE] = req.ctx_dense
+        dense[:, _N_CTX_DENSE:] = req.item_dense
+        return Decoded(
+            request_id=request_id,
+            rows=n,
+            payload=CtrPayload(dense, cat),
+            priority=priority,
+            deadline_ms=deadline_ms,
+            tenant=tenant,
+            extra={"item_ids": item_ids},
+        )
+
     # ------------------------------------------------------------------------ batch
     def collate(
         self, payloads: Sequence[CtrPayload], pad_to_rows: int | None = None
@@ -136,13 +168,9 @@ class CtrCodec:
         rows = total if pad_to_rows is None else pad_to_rows
         if rows < total:
             raise ValueError(f"pad_to_rows {pad_to_rows} < {total} rows in the batch")
-        dense = np.empty((rows, F.N_DENSE), dtype=np.float32)
-        cat = np.empty((rows, F.N_CAT), dtype=np.int64)
-        if payloads:
-            np.concatenate([p.dense for p in payloads], out=dense[:total])
-            np.concatenate([p.cat for p in payloads], out=cat[:total])
-        dense[total:] = 0.0
-        cat[total:] = F.MISSING_IDS
+        pad = rows - total
+        dense = _stack([p.dense for p in payloads], bytes(4 * F.N_DENSE * pad), np.float32, F.N_DENSE)
+        cat = _stack([p.cat for p in payloads], _MISSING_ROW * pad, np.int64, F.N_CAT)
         return {"dense": dense, "cat": cat}
 
     def split(
@@ -169,6 +197,21 @@ class CtrCodec:
 
 
 # ---------------------------------------------------------------------------- helpers
+_MISSING_ROW = F.MISSING_IDS.astype(np.int64).tobytes()  # one padding row of cat
+
+
+def _stack(parts: list[np.ndarray], padding: bytes, dtype: type, width: int) -> np.ndarray:
+    """The parts' rows, then the padding, as one writable [rows, width] array.
+
+    One bytearray join: a memcpy per part with the GIL held. np.concatenate released and
+    re-took the GIL for every part, and each re-take in the executor waited for the
+    source thread to give it up: 25 parts took 68 us alone and 379 us beside a busy
+    thread, against 21 and 31 us this way."""
+    for p in parts:
+        if p.dtype != dtype or not p.flags.c_contiguous or p.ndim != 2 or p.shape[1] != width:
+            raise ValueError(f"payload arrays must be C-contiguous {np.dtype(dtype)} [n, {width}]")
+    buf = bytearray().join([*(p.data for p in parts), padding])
+    return np.frombuffer(buf, dtype=dtype).reshape(-1, width)
 def _parse_json(value: bytes | None) -> dict[str, Any]:
     if value is None or len(value) == 0:
         raise DecodeError("empty message value")
@@ -197,13 +240,13 @@ def _missing_or_type(doc: Mapping[str, Any], key: str, expected: str) -> DecodeE
     return DecodeError(f"{key}: expected {expected}, got {_type_name(doc[key])}")
 
 
-def _items_list(doc: Mapping[str, Any], max_items: int) -> list[Any]:
-    """doc["items"]: a list of 1..max_items entries (their contents checked later)."""
-    items = doc.get("items")
+def _items_list(doc: Mapping[str, Any], max_items: int, key: str = "items") -> list[Any]:
+    """doc[key]: a list of 1..max_items entries (their contents checked later)."""
+    items = doc.get(key)
     if type(items) is not list:
-        raise _missing_or_type(doc, "items", "array")
+        raise _missing_or_type(doc, key, "array")
     if not items:
-        raise DecodeError("items: expected at least 1 item, got 0")
+        raise DecodeError(f"{key}: expected at least 1 item, got 0")
     if len(items) > max_items:
         raise DecodeError(f"too many items: {len(items)} > max_items {max_items}")
     return items
@@ -258,6 +301,15 @@ def _item_ids(items: list[dict[str, Any]]) -> list[str]:
     raise AssertionError("unreachable")
 
 
+def _binary_item_ids(doc: Mapping[str, Any], max_items: int) -> list[str]:
+    ids = _items_list(doc, max_items, "item_ids")
+    if set(map(type, ids)) == {str} and "" not in ids:
+        return ids
+    i, bad = next((i, v) for i, v in enumerate(ids) if type(v) is not str or not v)
+    got = "''" if bad == "" else _type_name(bad)
+    raise DecodeError(f"item_ids[{i}]: expected non-empty string, got {got}")
+
+
 def _dense(context: dict[str, Any], items: list[dict[str, Any]]) -> np.ndarray:
     ctx_vals = list(map(context.get, F.CONTEXT_DENSE))
     item_vals = list(chain.from_iterable(map(it.get, F.ITEM_DENSE) for it in items))
@@ -296,7 +348,11 @@ def _cat(context: dict[str, Any], items: list[dict[str, Any]]) -> np.ndarray:
         values, present = F.parse_tokens(toks)  # also the type check
     except F.HexTokenError as exc:
         raise _bad_token(exc) from None
-    n = len(items)
+    return _cat_matrix(values, present, len(items))
+
+
+def _cat_matrix(values: np.ndarray, present: np.ndarray, n: int) -> np.ndarray:
+    """[n, 26] hashed ids from 13 context tokens then 13 per item (flat, row-major)."""
     ids = F.hash_ids(values, present, _field_layout(n))
     cat = np.empty((n, F.N_CAT), dtype=np.int64)
     cat[:, :_N_CTX_CAT] = ids[:_N_CTX_CAT]

@@ -43,6 +43,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--resolutions", metavar="WxH[,WxH...]",
         help="frame sizes given to the cameras round robin (default 640x480,1280x720,320x240,1920x1080)",
     )
+    p.add_argument(
+        "--encoding", choices=("json", "binary"), default="json",
+        help="ctr only: the JSON form (default) or the binary form (docs/schemas/ctr_request.md)",
+    )
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--broker-profile", default="kafka", choices=("kafka", "embedded"))
     p.add_argument("--quiet", action="store_true")
@@ -63,6 +67,7 @@ def produce(
     should_stop: Callable[[], bool] | None = None,
     on_sent: Callable[[int], None] | None = None,
     camera: CameraLoad | None = None,
+    encoding: str = "json",
 ) -> tuple[int, float]:
     """Send `count` requests at `rate`/s (Poisson), or, for the camera pipeline with
     `camera` given, `count` frames of camera.cameras cameras at their own frame rate;
@@ -80,6 +85,10 @@ def produce(
 
         def make(i: int) -> Sample:
             return samples(start_index + i)
+    if encoding == "binary":
+        make = _binary_ctr(pipeline, make)
+    elif encoding != "json":
+        raise UserError(f"unknown encoding {encoding!r}: expected json or binary")
     from consumers.profiles import large_message_overrides
 
     large = large_message_overrides(spec.max_message_bytes).producer if spec.max_message_bytes else None
@@ -112,6 +121,21 @@ def produce(
     if left or errors:
         raise RuntimeError(f"{left} requests unacknowledged, {len(errors)} failed: {errors[:1]}")
     return sent, elapsed
+
+
+def _binary_ctr(pipeline: str, make: Callable[[int], Sample]) -> Callable[[int], Sample]:
+    """The same requests in the binary form (consumers/codecs/ctr_binary.py)."""
+    if pipeline != "ctr":
+        raise UserError(f"--encoding binary applies to the ctr pipeline, not {pipeline!r}")
+    import orjson
+
+    from consumers.codecs.ctr_binary import encode
+
+    def make_binary(i: int) -> Sample:
+        key, value, headers = make(i)
+        return key, encode(orjson.loads(value)), headers
+
+    return make_binary
 
 
 @dataclass(frozen=True)
@@ -167,6 +191,7 @@ def run(args: argparse.Namespace) -> int:
     sent, _ = produce(
         args.bootstrap_servers, args.pipeline, args.rate or DEFAULT_RATE, args.count,
         topic=topic, seed=args.seed, profile=args.broker_profile, progress=not args.quiet, camera=camera,
+        encoding=args.encoding,
     )
     elapsed = time.monotonic() - t0
     print(f"sent {sent} {args.pipeline} requests to {topic} in {elapsed:.1f} s ({sent / elapsed:.1f}/s)")

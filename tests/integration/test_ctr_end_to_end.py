@@ -200,3 +200,37 @@ def test_sigterm_finishes_in_flight_commits_and_exits_zero(
         missing = [o for o in range(offset) if (partition, o) not in done]
         assert not missing, f"partition {partition}: committed {offset} but {len(missing)} unscored"
     assert "worker stopped cleanly" in log.read_text()
+
+
+def test_binary_and_json_requests_share_a_topic_and_score_the_same(
+    broker, topic_factory, unique_group_id, reference_session
+) -> None:
+    """The binary form (consumers/codecs/ctr_binary.py) interleaved with JSON on one
+    topic: each request scored once, binary scores equal to the JSON request's
+    unbatched scores, and a corrupted binary request dead-lettered."""
+    import orjson
+
+    from consumers.codecs.ctr_binary import encode
+
+    n = 400
+    inp = topic_factory("ctr-bin", partitions=2)
+    out = topic_factory("ctr-bin-scores", partitions=2)
+    topic_factory(f"{inp}.dlq", exact=True)
+    factory = CtrRequestFactory(seed=77)
+    json_requests = [factory.make(i) for i in range(n)]
+    mixed = [(k, encode(orjson.loads(v)) if i % 2 else v) for i, (k, v) in enumerate(json_requests)]
+    broken = encode(orjson.loads(json_requests[0][1]))[:-3]
+    cfg = worker_config(broker.bootstrap_servers, inp, out, unique_group_id, dlq_topic=f"{inp}.dlq")
+    with running_worker(cfg):
+        produce_values(broker.bootstrap_servers, inp, [*mixed, (b"broken", broken)])
+        docs = result_docs(read_topic(broker.bootstrap_servers, out, n, timeout=120))
+        dlq = read_topic(broker.bootstrap_servers, f"{inp}.dlq", 1, timeout=60)
+    by_id = {d["request_id"]: d for d in docs}
+    assert len(by_id) == n
+    codec = CtrCodec()
+    for _, value in json_requests:
+        expected = unbatched_scores(reference_session, codec, value)
+        got = np.array(by_id[orjson.loads(value)["request_id"]]["scores"], dtype=np.float32)
+        assert np.max(np.abs(got - expected)) <= 1e-5
+    reason = dict(dlq[0].headers())[H_ERROR].decode()
+    assert reason.startswith("binary request: expected"), reason

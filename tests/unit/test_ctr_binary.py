@@ -1,0 +1,118 @@
+"""The binary form of CTR requests (consumers/codecs/ctr_binary.py): the same features
+as the JSON form, bit for bit, and precise reasons for everything malformed."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import orjson
+import pytest
+
+from consumers.codecs import ctr_binary as B
+from consumers.codecs.base import DecodeError
+from consumers.codecs.ctr import CtrCodec
+from pipeline.loadgen.ctr import CtrRequestFactory
+
+pytestmark = pytest.mark.filterwarnings("error")
+
+
+@pytest.fixture
+def codec() -> CtrCodec:
+    return CtrCodec(max_items=50)
+
+
+def doc(**top: object) -> dict:
+    d: dict = {
+        "request_id": "r1",
+        "user_id": "u9",
+        "priority": 2,
+        "deadline_ms": 80,
+        "tenant": "shop",
+        "context": {"I1": 3, "C1": "68fd1e64", "C2": None, "I2": 2.5e12},
+        "items": [
+            {"item_id": "a", "I7": 1, "C14": "0000abcd"},
+            {"item_id": "b", "I8": None, "C15": "ffffffffffffffff", "C16": "AB"},
+        ],
+    }
+    d.update(top)
+    return d
+
+
+def reason(codec: CtrCodec, value: bytes) -> str:
+    with pytest.raises(DecodeError) as exc:
+        codec.decode(value)
+    return str(exc.value)
+
+
+def test_generated_requests_decode_the_same_in_both_forms():
+    json_codec = CtrCodec()
+    factory = CtrRequestFactory(seed=8)
+    for i in range(300):
+        value = factory.make(i)[1]
+        a = json_codec.decode(value)
+        b = json_codec.decode(B.encode(orjson.loads(value)))
+        assert np.array_equal(a.payload.cat, b.payload.cat)
+        assert np.array_equal(a.payload.dense, b.payload.dense, equal_nan=True)
+        assert (a.request_id, a.rows, a.extra, a.priority, a.deadline_ms, a.tenant) == (
+            b.request_id, b.rows, b.extra, b.priority, b.deadline_ms, b.tenant
+        )
+
+
+def test_metadata_missing_values_long_tokens_and_clipping_match_the_json_form(codec):
+    d = doc()
+    a, b = codec.decode(orjson.dumps(d)), codec.decode(B.encode(d))
+    assert np.array_equal(a.payload.cat, b.payload.cat)
+    assert np.array_equal(a.payload.dense, b.payload.dense, equal_nan=True)
+    assert (b.priority, b.deadline_ms, b.tenant, b.extra["item_ids"]) == (2, 80, "shop", ["a", "b"])
+
+
+def test_layout_is_aligned_and_sized_as_documented():
+    value = B.encode(doc())
+    (h,) = struct.unpack_from("<I", value, 4)
+    assert value[:4] == B.MAGIC and (8 + h) % 8 == 0
+    assert len(value) == 8 + h + B.FIXED_BYTES + 2 * B.BYTES_PER_ITEM == 8 + h + 141 + 290
+
+
+def _with_header(value: bytes, header: dict) -> bytes:
+    """The same arrays behind another header (padded like the encoder pads)."""
+    (h,) = struct.unpack_from("<I", value, 4)
+    head = orjson.dumps(header)
+    head += b" " * (-(8 + len(head)) % 8)
+    return B.MAGIC + struct.pack("<I", len(head)) + head + value[8 + h :]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "expected"),
+    [
+        (lambda v: v[:6], "binary request: 6 bytes is shorter than its 8-byte prefix"),
+        (lambda v: v[:8] + b"{}", "binary request: header length"),
+        (lambda v: v[:-1], "binary request: expected"),
+        (lambda v: v + b"\0", "binary request: expected"),
+        (lambda v: v[:-1] + b"\x02", "binary request: token presence bytes must be 0 or 1"),
+        (lambda v: _with_header(v, {"item_ids": ["a", "b"]}), "missing field 'request_id'"),
+        (lambda v: _with_header(v, {"request_id": "r", "item_ids": "ab"}), "item_ids: expected array, got string"),
+        (lambda v: _with_header(v, {"request_id": "r"}), "missing field 'item_ids'"),
+        (lambda v: _with_header(v, {"request_id": "r", "item_ids": []}), "item_ids: expected at least 1 item, got 0"),
+        (lambda v: _with_header(v, {"request_id": "r", "item_ids": ["a", 7]}), "item_ids[1]: expected non-empty string, got int"),
+        (lambda v: _with_header(v, {"request_id": "r", "item_ids": ["", "b"]}), "item_ids[0]: expected non-empty string, got ''"),
+        (lambda v: _with_header(v, {"request_id": "r", "item_ids": ["a"]}), "binary request: expected"),
+        (lambda v: _with_header(v, {"request_id": "r", "priority": 12, "item_ids": ["a", "b"]}), "priority: expected int 0..9, got 12"),
+        (lambda v: B.MAGIC + struct.pack("<I", 2) + b"[]" + v[8:], "binary header: expected a JSON object at top level"),
+        (lambda v: B.MAGIC + struct.pack("<I", 2) + b"{x" + v[8:], "binary header: malformed JSON"),
+    ],
+)
+def test_malformed_binary_requests_have_precise_reasons(codec, mutate, expected):
+    assert reason(codec, mutate(B.encode(doc()))).startswith(expected)
+
+
+def test_too_many_items_in_the_binary_form(codec):
+    d = doc(items=[{"item_id": f"i{k}"} for k in range(51)])
+    assert reason(codec, B.encode(d)) == "too many items: 51 > max_items 50"
+
+
+def test_encoder_refuses_what_it_cannot_represent():
+    with pytest.raises(ValueError, match="token"):
+        B.encode(doc(items=[{"item_id": "a", "C14": "xyz"}]))
+    with pytest.raises(ValueError, match="counts"):
+        B.encode(doc(items=[{"item_id": "a", "I7": "3"}]))
