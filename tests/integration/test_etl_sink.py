@@ -51,8 +51,11 @@ def test_sigkill_and_restart_leave_exactly_one_row_per_item(
     env = sink_env(root)
     first = start_worker_process(broker.bootstrap_servers, inp, out, unique_group_id, log, **env)
     try:
-        produce_values(broker.bootstrap_servers, inp, requests)
-        # kill once some files are finished but not all requests are scored
+        # The first half, then a kill once some files are finished. The worker may well
+        # score all of it before the kill lands (a 1500-request backlog takes it well
+        # under a second), so the second half is sent while it is down: the restart
+        # has to replay the unfinished files and then carry on.
+        produce_values(broker.bootstrap_servers, inp, requests[: n // 2])
         wait_for(lambda: len(parquet_files(root)) >= 2, 120, f"no Parquet files before the kill; see {log}")
         first.send_signal(signal.SIGKILL)
         first.wait(30)
@@ -60,6 +63,7 @@ def test_sigkill_and_restart_leave_exactly_one_row_per_item(
         if first.poll() is None:
             first.kill()
     files_at_kill = len(parquet_files(root))
+    produce_values(broker.bootstrap_servers, inp, requests[n // 2 :])
     second = start_worker_process(broker.bootstrap_servers, inp, out, unique_group_id, log, **env)
     try:
         def all_scored() -> bool:
