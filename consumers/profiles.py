@@ -49,6 +49,11 @@ _CONSUMER_COMMON: dict[str, Any] = {
     # ~4 s). Callbacks get only the moved partitions (incremental). Every member of a
     # group must use the same strategy: kafka-python gets the same one below.
     "partition.assignment.strategy": "cooperative-sticky",
+    # The prefetch queue is what holds records back while backpressure holds intake
+    # (pipeline/batching/backpressure.py), so it is part of the worker's memory:
+    # 16 MiB instead of librdkafka's 64 MiB. Still ~100 ms of a saturated CTR worker's
+    # input (bench/pipeline_capacity.py), far more than one fetch round trip.
+    "queued.max.messages.kbytes": 16384,
 }
 
 _CONSUMER_PROFILE: dict[str, dict[str, Any]] = {
