@@ -56,9 +56,13 @@ class RuntimeConfig:
     # Python hands the GIL over every switch interval (5 ms by default): an executor
     # whose ONNX Runtime call returned waits up to that long for the decoding thread
     # to let go, which adds to every batch's latency and inflates the cost model.
-    # 0.1 ms: a backlog drain of binary CTR requests ran at 343k rows/s against 327k
-    # with 0.5 ms (the model's 1.3 ms batches each wait for the GIL once).
+    # 0.1 ms: backlog drains of binary CTR requests ran 5-11 % faster than with 0.5 ms
+    # (the model's ~1.5 ms batches each wait for the GIL once).
     gil_switch_interval_ms: float = 0.1
+    # Executor i on the i-th allowed core, everything else on the rest (Linux, one
+    # intra-op thread, more allowed cores than executors; else ignored with a
+    # warning). pipeline/runtime/affinity.py says why.
+    pin_executors: bool = True
 
 
 @dataclass

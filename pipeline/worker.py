@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import queue
 import sys
 import threading
@@ -47,6 +48,7 @@ from pipeline.hooks import WorkerHook
 from pipeline.kafka_backend import make_producer, make_source
 from pipeline.metrics import WorkerMetrics
 from pipeline.pipelines import get_pipeline
+from pipeline.runtime import affinity
 from pipeline.runtime.session import InferenceSession
 from pipeline.sinks import ResultSink, ScoredRow, notify
 
@@ -162,6 +164,7 @@ class Worker:
         self._executors: list[threading.Thread] = []
         self._finished: queue.Queue[_Finished | None] = queue.Queue(maxsize=_PUBLISH_BACKLOG)
         self._publisher: threading.Thread | None = None
+        self._unpin_to: set[int] | None = None  # the cores to give all threads back at shutdown
         self.producer = make_producer(cfg)
         self.source = None  # created in run(): joining the group is the last step
         self.assigned: list[TopicPartition] = []
@@ -207,10 +210,29 @@ class Worker:
         )
         self._publisher = threading.Thread(target=self._publisher_loop, name="publisher", daemon=True)
         self._publisher.start()
+        rt = self.cfg.runtime
+        pinning = affinity.plan(rt.executors) if rt.pin_executors and rt.intra_op_threads == 1 else None
+        if rt.pin_executors and pinning is None:
+            log.warning(
+                "runtime.pin_executors: needs Linux, runtime.intra_op_threads 1 and more allowed "
+                "cores than executors; not pinning"
+            )
+        tids: list[int] = []
         for i in range(self.cfg.runtime.executors):
-            t = threading.Thread(target=self._executor_loop, name=f"executor-{i}", daemon=True)
+            ready = threading.Event()
+            core = pinning[0][i] if pinning else None
+            t = threading.Thread(
+                target=self._executor_loop, args=(core, tids, ready), name=f"executor-{i}", daemon=True
+            )
             t.start()
+            ready.wait(10)
             self._executors.append(t)
+        if pinning:
+            # Undone at shutdown: a worker run inside another program (tests, the demo)
+            # must not leave that program's threads on fewer cores.
+            self._unpin_to = set(os.sched_getaffinity(0))
+            moved = affinity.pin_other_threads(tids, pinning[1])
+            log.info("executors pinned to cores %s; %d other threads on %s", pinning[0], moved, sorted(pinning[1]))
         log.info(
             "worker %s consuming %s -> %s (group %s, policy %s, provider %s)",
             self.cfg.pipeline, self.input_topic, self.output_topic, self.group_id,
@@ -257,6 +279,9 @@ class Worker:
         if self._publisher is not None:
             self._finished.put(None)
             self._publisher.join(timeout=60)
+        if self._unpin_to is not None:
+            affinity.pin_other_threads([], self._unpin_to)
+            self._unpin_to = None
         self._route_late()
         remaining = self.producer.flush(30.0)
         for sink in self.sinks:
@@ -483,7 +508,15 @@ class Worker:
         log.info("revoked %s", tps)
 
     # ------------------------------------------------------------------ executor side
-    def _executor_loop(self) -> None:
+    def _executor_loop(
+        self, core: set[int] | None = None, tids: list[int] | None = None, ready: threading.Event | None = None
+    ) -> None:
+        if core is not None:
+            affinity.pin_current_thread(core)
+        if tids is not None:
+            tids.append(threading.get_native_id())
+        if ready is not None:
+            ready.set()
         while True:
             batch = self.queue.get_batch()
             if batch is None:
