@@ -263,6 +263,16 @@ def fresh_topics(bootstrap: str, prefix: str, partitions: int = 2) -> tuple[str,
     return inp, out
 
 
+def drop_topics(bootstrap: str, inp: str, out: str) -> None:
+    """Delete a run's topics: the embedded broker keeps every byte in memory until its
+    topic is deleted (BROKER.md), and a broker holding earlier runs' gigabytes slowed
+    later runs of one benchmark down (binary-request saturation 245k vs ~320k rows/s
+    on a fresh broker)."""
+    from consumers.admin import delete_topics
+
+    delete_topics(bootstrap, [inp, out, f"{inp}.dlq", f"{inp}.late"])
+
+
 def drain_throughput(res: Results) -> tuple[float, float]:
     """Requests/s and rows/s from the first to the last result of a backlog drain."""
     span = (res.result_ts_ms.max() - res.result_ts_ms.min()) / 1000.0

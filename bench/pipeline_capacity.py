@@ -33,6 +33,7 @@ from bench.harness import (  # noqa: E402
     OUT,
     RequestPool,
     drain_throughput,
+    drop_topics,
     embedded_broker,
     fresh_topics,
     make_producer,
@@ -78,6 +79,7 @@ def passthrough(bootstrap: str, pool: RequestPool, n: int) -> dict:
     producer.flush(60)
     seconds = time.perf_counter() - t0
     consumer.close()
+    drop_topics(bootstrap, inp, out)
     return {"requests_per_s": n / seconds, "rows_per_s": n * pool.mean_rows / seconds}
 
 
@@ -92,6 +94,7 @@ def saturation(bootstrap: str, pool: RequestPool, policy: str, n: int) -> dict:
         # results' produce timestamps either way.
         wait_outcomes(proc, n)
         res = read_results(bootstrap, out, n, timeout=600, run=run)
+    drop_topics(bootstrap, inp, out)
     req_s, rows_s = drain_throughput(res)
     batch = float(np.mean([d["batch_rows"] for d in res.docs]))
     return {"requests_per_s": req_s, "rows_per_s": rows_s, "results": len(res.docs), "mean_batch_rows_seen": batch}
@@ -104,6 +107,7 @@ def latency(bootstrap: str, pool: RequestPool, policy: str, rate: float, seconds
     with worker_process(bootstrap, inp, out, policy, extra_env=env, log_name=f"lat-{policy}"):
         sent = open_loop(bootstrap, inp, pool, rate, seconds, run)
         res = read_results(bootstrap, out, sent, timeout=120, run=run)
+    drop_topics(bootstrap, inp, out)
     p50, p99 = res.percentiles()
     return {"rate": rate, "sent": sent, "results": len(res.docs), "p50_ms": p50, "p99_ms": p99}
 
