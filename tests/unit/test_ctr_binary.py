@@ -116,3 +116,13 @@ def test_encoder_refuses_what_it_cannot_represent():
         B.encode(doc(items=[{"item_id": "a", "C14": "xyz"}]))
     with pytest.raises(ValueError, match="counts"):
         B.encode(doc(items=[{"item_id": "a", "I7": "3"}]))
+
+
+def test_produce_sends_the_binary_form_for_ctr_only():
+    from pipeline.commands.produce import produce
+    from pipeline.errors import UserError
+
+    with pytest.raises(UserError, match="applies to the ctr pipeline"):
+        produce("127.0.0.1:1", "text", rate=1.0, count=1, encoding="binary")
+    with pytest.raises(UserError, match="unknown encoding"):
+        produce("127.0.0.1:1", "ctr", rate=1.0, count=1, encoding="avro")
