@@ -113,14 +113,19 @@ def latency(bootstrap: str, pool: RequestPool, policy: str, rate: float, seconds
 
 
 def soak(bootstrap: str, pool: RequestPool, rate: float, seconds: float) -> dict:
-    """Worker RSS sampled every 10 s at a steady load: memory must stay flat."""
+    """Worker RSS sampled every 10 s at a steady load: memory must stay flat. Each
+    sample also has the worker's queued rows and consumer lag: the embedded broker's
+    fetch slows as a run's batches pile up (BROKER.md), and memory has to be read
+    against whether the worker was keeping up at the time."""
     import threading
+
+    from pipeline.demo import _sum, scrape
 
     # Long runs: the embedded broker's fetch scans every stored batch of a partition and
     # starves consumers past ~20k batches (BROKER.md); fewer, bigger producer batches
-    # over more partitions keep ten minutes well below that.
+    # (200 ms linger) over more partitions keep ten minutes well below that.
     inp, out = fresh_topics(bootstrap, "bench-soak", partitions=4)
-    samples: list[tuple[float, int]] = []
+    samples: list[tuple[float, int, float, float]] = []
     with worker_process(bootstrap, inp, out, "static", extra_env=STATIC_ENV, log_name="soak") as proc:
         stop = threading.Event()
 
@@ -128,21 +133,35 @@ def soak(bootstrap: str, pool: RequestPool, rate: float, seconds: float) -> dict
             t0 = time.monotonic()
             while not stop.wait(10):
                 rss = _rss_kib(proc.pid)
-                samples.append((round(time.monotonic() - t0), rss))
+                try:
+                    m = scrape(proc.metrics_url)  # type: ignore[attr-defined]
+                    rows, lag = _sum(m, "tidebatch_queue_rows"), _sum(m, "tidebatch_consumer_lag_messages")
+                except OSError:
+                    rows = lag = float("nan")
+                samples.append((round(time.monotonic() - t0), rss, rows, lag))
 
         th = threading.Thread(target=sample, daemon=True)
         th.start()
         # Rate-limited loop in chunks so the broker's memory stays bounded too.
-        open_loop(bootstrap, inp, pool, rate, seconds, "soak", producer_overrides={"linger.ms": 50})
+        open_loop(bootstrap, inp, pool, rate, seconds, "soak", producer_overrides={"linger.ms": 200})
         stop.set()
         th.join()
-    rss = [r for _, r in samples]
+    rss = [s[1] for s in samples]
     third = max(len(rss) // 3, 1)
+    drop_topics(bootstrap, inp, out)
     return {
-        "samples_kib": samples,
+        "samples": [{"t_s": t, "rss_kib": r, "queue_rows": q, "lag": lag} for t, r, q, lag in samples],
+        "max_rss_mib": max(rss) / 1024,
+        "max_lag": max(s[3] for s in samples),
         "first_third_mean_mib": float(np.mean(rss[:third])) / 1024,
         "last_third_mean_mib": float(np.mean(rss[-third:])) / 1024,
     }
+
+
+def soak_table(result: dict) -> str:
+    rows = [[s["t_s"], f"{s['rss_kib'] / 1024:.1f}", f"{s['queue_rows']:.0f}", f"{s['lag']:.0f}"]
+            for s in result["samples"][::3]]
+    return table(["t s", "RSS MiB", "queued rows", "lag"], rows)
 
 
 def _rss_kib(pid: int) -> int:
@@ -168,10 +187,13 @@ def main() -> int:
     if args.soak and args.soak_rate:
         with embedded_broker() as broker:
             result = soak(broker.bootstrap_servers, RequestPool(), args.soak_rate, args.soak)
-        print(json.dumps(result))
+        OUT.mkdir(parents=True, exist_ok=True)
+        (OUT / "soak.json").write_text(json.dumps(result, indent=2))
+        print(soak_table(result))
         print(f"soak at {args.soak_rate:.0f} req/s for {args.soak:.0f} s: worker RSS "
               f"{result['first_third_mean_mib']:.1f} MiB (first third) -> "
-              f"{result['last_third_mean_mib']:.1f} MiB (last third)")
+              f"{result['last_third_mean_mib']:.1f} MiB (last third), max {result['max_rss_mib']:.1f} MiB; "
+              f"max lag {result['max_lag']:.0f} (out/bench/soak.json)")
         return 0
 
     report: dict = {"machine": "2 cores, loopback, embedded broker (Tansu)", "ort_intra_op_threads": 1}
