@@ -108,18 +108,19 @@ class ConfluentSource:
     def paused(self) -> bool:
         return self._paused
 
-    def lag(self, query_broker: bool = False) -> dict[TopicPartition, int]:
+    def lag(self) -> dict[TopicPartition, int]:
         """High watermark from the last fetch (cached) minus our position. Never the
-        ListOffsets "latest" answer, which is wrong on the embedded broker.
-        ``query_broker``: also ask the broker (the worker does while backpressure holds
-        its intake: a full prefetch queue stops fetching, which freezes the cache)."""
+        ListOffsets "latest" answer, which is wrong on the embedded broker. While
+        backpressure merely holds intake the cache can lag behind too (a full prefetch
+        queue stops fetching), but asking the broker blocks the source thread for a
+        round trip per partition, so only a paused source asks."""
         out: dict[TopicPartition, int] = {}
         parts = self._consumer.assignment()
         if not parts:
             return out
         for p in self._consumer.position(parts):
             _, high = self._consumer.get_watermark_offsets(p, cached=True)
-            if self._paused or query_broker:
+            if self._paused:
                 # A paused partition is not fetched, so its cached watermark is frozen
                 # exactly when lag matters (backpressure): ask the broker. On the
                 # embedded broker this answer is a little short (BROKER.md), never more.

@@ -100,11 +100,10 @@ class KafkaPythonSource:
     def paused(self) -> bool:
         return self._paused
 
-    def lag(self, query_broker: bool = False) -> dict[TopicPartition, int]:
+    def lag(self) -> dict[TopicPartition, int]:
         """highwater() is the high watermark from the last fetch response, like
         librdkafka's cached watermark: right on the embedded broker too. kafka-python
-        fetches only inside poll(), which a holding worker still calls (a trickle), so
-        ``query_broker`` is not needed here."""
+        fetches only inside poll(), which a holding worker still calls (a trickle)."""
         out: dict[TopicPartition, int] = {}
         for p in self._consumer.assignment():
             high = self._consumer.highwater(p)

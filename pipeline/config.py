@@ -61,8 +61,10 @@ class RuntimeConfig:
     gil_switch_interval_ms: float = 0.1
     # Executor i on the i-th allowed core, everything else on the rest (Linux, one
     # intra-op thread, more allowed cores than executors; else ignored with a
-    # warning). pipeline/runtime/affinity.py says why.
-    pin_executors: bool = True
+    # warning). Off by default: it speeds backlog drains up, but when other processes
+    # share the cores a pinned executor cannot move away from them and tail latency
+    # suffers (pipeline/runtime/affinity.py has the figures).
+    pin_executors: bool = False
 
 
 @dataclass

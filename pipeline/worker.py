@@ -469,8 +469,10 @@ class Worker:
         if self.source is None:
             return
         try:
-            holding = self.backpressure.state is not Intake.OPEN
-            for (topic, partition), lag in self.source.lag(query_broker=holding).items():
+            # Only a paused source asks the broker (its cached watermark is frozen): that
+            # query blocks this thread for a round trip per partition, and a hold is
+            # short and frequent under load (asking then cost seconds-long stalls, p99).
+            for (topic, partition), lag in self.source.lag().items():
                 self.metrics.lag.labels(topic, str(partition)).set(lag)
         except Exception as exc:
             log.debug("lag update failed: %s", exc)

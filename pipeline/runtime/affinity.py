@@ -6,6 +6,15 @@ publishing, librdkafka and broker threads kept preempting the model's thread and
 evicting its caches. With `runtime.pin_executors`, executor i runs only on the i-th
 allowed core, and every other thread of the process (librdkafka's included, and the
 threads it starts later, which inherit the mask) on the remaining cores.
+
+Off by default, because it only pays when the worker has its cores to itself. On
+this 2-core machine, with the embedded broker and the load generator sharing the
+cores, pinning raised a binary-request backlog drain from 236-268k to 283-288k rows/s,
+but at 3980 req/s open-loop (half the JSON static saturation, adaptive policy) p99
+went from 54-62 ms unpinned to 679-1488 ms pinned: the executor could no longer move
+off a core the broker or the load generator was using, and requests queued behind it.
+Turn it on where the worker owns its cores (a Kubernetes pod with the static CPU
+manager, a dedicated VM).
 """
 
 from __future__ import annotations

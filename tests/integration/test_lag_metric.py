@@ -89,7 +89,7 @@ def test_lag_gauge_counts_the_backlog_and_drains_to_zero(broker, topic_factory, 
         wait_for(lambda: live.worker.stats.scored == N, 120, f"all {N} requests scored")
 
 
-def test_lag_counts_arrivals_while_backpressure_holds(broker, topic_factory, unique_group_id):
+def test_lag_counts_arrivals_while_backpressure_pauses(broker, topic_factory, unique_group_id):
     topics = make_topics(topic_factory, 1)
     first, more = 2000, 1000
     produce_ctr(broker.bootstrap_servers, topics.input, first, seed=22)
@@ -111,6 +111,6 @@ def test_lag_counts_arrivals_while_backpressure_holds(broker, topic_factory, uni
             # and it answers "start of the last batch + 1".
             expected = 0.9 * (first + more - consumed)
             wait_for(lambda: (_lag(live.url, topics.input) or 0) >= expected, 8,
-                     "the lag gauge to count requests that arrived during backpressure")
+                     "the lag gauge to count requests that arrived during the pause")
         finally:
             gate.opened.set()
