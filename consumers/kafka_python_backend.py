@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -150,7 +151,13 @@ class KafkaPythonProducer:
             self._in_flight -= 1
 
     def poll(self, timeout: float = 0.0) -> int:
-        return 0  # callbacks run in kafka-python's sender thread
+        """Callbacks run in kafka-python's sender thread, so there is nothing to serve;
+        but wait like confluent's poll(timeout): the worker's source loop waits here
+        while backpressure holds intake (and on revoke), and returning at once made it
+        spin on the GIL the executor needs."""
+        if timeout > 0:
+            time.sleep(timeout)
+        return 0
 
     def flush(self, timeout: float) -> int:
         try:
