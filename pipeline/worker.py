@@ -76,7 +76,6 @@ class InFlight:
     consumed_wall_ms: int
 
 
-@dataclass
 @dataclass(slots=True)
 class _Finished:
     """A batch the model has run, on its way to the publisher thread."""
@@ -89,6 +88,7 @@ class _Finished:
     is_batch: bool = True  # False: one request re-run alone after its batch failed
 
 
+@dataclass
 class WorkerStats:
     consumed: int = 0
     scored: int = 0
