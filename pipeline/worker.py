@@ -148,7 +148,6 @@ class Worker:
         )
         self.queue = BatchQueue(batcher, self.clock, b.queue_high_rows, b.queue_low_rows)
         self.backpressure = Backpressure(b.queue_high_rows, b.queue_low_rows, poll_records=_POLL_RECORDS)
-        self._intake_state = Intake.OPEN
         # Route already-expired records before decoding them (_expired_before_decoding):
         # only where the configured outcome of expiry is "routed late" anyway.
         self._max_budget_ms: float | None = None
@@ -428,13 +427,13 @@ class Worker:
     def _apply_backpressure(self) -> IntakeDecision:
         """Hold or pause consumption by the queue's in-time rows (batching/backpressure.py
         says why holding, not pausing, is the usual answer)."""
+        before = self.backpressure.state
         intake = self.backpressure.step(self.queue.backpressure_rows, time.monotonic())
         if intake.started_hold:
             self.metrics.pauses.labels(self.cfg.pipeline).inc()
             with self._stats_lock:
                 self.stats.pauses += 1
-        if intake.state is not self._intake_state:
-            self._intake_state = intake.state
+        if intake.state is not before:
             self.metrics.paused.labels(self.cfg.pipeline).set(0 if intake.state is Intake.OPEN else 1)
         if self.source is not None:
             if intake.state is Intake.PAUSED and not self.source.paused:

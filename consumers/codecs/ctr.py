@@ -106,7 +106,7 @@ class CtrCodec:
     def decode(self, value: bytes | None, headers: Mapping[str, bytes] | None = None) -> Decoded:
         """Validate and featurise one request, JSON or binary form (ctr_binary.py).
         ``headers`` are not used."""
-        if value is not None and value[:4] == ctr_binary.MAGIC:
+        if ctr_binary.is_binary(value):
             return self._decode_binary(value)
         doc = _parse_json(value)
         request_id = _request_id(doc)

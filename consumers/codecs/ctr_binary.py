@@ -35,7 +35,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 import orjson
@@ -56,9 +56,8 @@ _HEADER_KEYS = ("request_id", "tenant", "priority", "deadline_ms", "user_id")
 
 @dataclass(slots=True)
 class BinaryRequest:
-    """A binary CTR request split into its header and array views (not validated)."""
+    """A binary CTR request's array views (the header is read by ``header_bytes``)."""
 
-    header: bytes
     ctx_tokens: np.ndarray  # uint64 [13]
     item_tokens: np.ndarray  # uint64 [n, 13]
     ctx_dense: np.ndarray  # float32 [6]
@@ -66,8 +65,8 @@ class BinaryRequest:
     present: np.ndarray  # bool [13 + 13n]
 
 
-def is_binary(value: bytes) -> bool:
-    return value[:4] == MAGIC
+def is_binary(value: bytes | None) -> TypeGuard[bytes]:
+    return value is not None and value[:4] == MAGIC
 
 
 def split(value: bytes, n_items: int) -> BinaryRequest:
@@ -92,7 +91,7 @@ def split(value: bytes, n_items: int) -> BinaryRequest:
     if value[at:].translate(None, b"\x00\x01"):  # in C; a numpy max() costs more here
         raise DecodeError("binary request: token presence bytes must be 0 or 1")
     present = np.frombuffer(buf, np.bool_, _N_CTX_CAT + _N_ITEM_CAT * n_items, at)
-    return BinaryRequest(value[8 : 8 + h], ctx_tokens, item_tokens, ctx_dense, item_dense, present)
+    return BinaryRequest(ctx_tokens, item_tokens, ctx_dense, item_dense, present)
 
 
 def header_length(value: bytes) -> int:

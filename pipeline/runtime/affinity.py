@@ -19,11 +19,8 @@ manager, a dedicated VM).
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Iterable
-
-log = logging.getLogger(__name__)
 
 
 def supported() -> bool:
