@@ -7,7 +7,7 @@ Why not simply pause the partitions above the high watermark: librdkafka's pause
 purges the records it has already prefetched, and after resume() it only fetches again
 on its broker thread's next wake-up. Measured on the embedded broker: 0.7-0.8 s from
 resume() to the first record, every time (bench/pipeline_capacity.py saturation went
-from 36k to ~190k rows/s once the worker stopped pausing). librdkafka's own prefetch
+from 36k to about 150k rows/s once the worker stopped pausing). librdkafka's own prefetch
 queue is bounded (queued.max.messages.kbytes, queued.min.messages) and stops fetching
 when full, so not taking records is backpressure already (the librdkafka author's
 advice, confluentinc/librdkafka#1447).

@@ -1,7 +1,7 @@
 """Backpressure on the real broker: a backlog many times the queue's high watermark
 drains with intake held, never with the partitions paused. pause() would purge
 librdkafka's prefetched records and it refetches only ~0.8 s after resume(), which
-cut a backlog drain to a fifth (pipeline/batching/backpressure.py)."""
+cut a backlog drain to about a quarter (pipeline/batching/backpressure.py)."""
 
 from __future__ import annotations
 
