@@ -47,3 +47,21 @@ class Codec(Protocol):
         """One JSON-ready dict per request, in order, from the model outputs of the
         batch (rows in the same order collate() stacked them)."""
         ...
+
+
+def decode_all(
+    codec: Codec, messages: Sequence[tuple[bytes | None, Mapping[str, bytes] | None]]
+) -> list[Decoded | Exception]:
+    """Decode a poll's worth of messages: a Decoded or the exception per message, in
+    order. Uses the codec's ``decode_many`` where it has one (a batch pass can be much
+    cheaper per message, e.g. the CTR binary form's feature hashing)."""
+    many = getattr(codec, "decode_many", None)
+    if many is not None:
+        return many(messages)
+    out: list[Decoded | Exception] = []
+    for value, headers in messages:
+        try:
+            out.append(codec.decode(value, headers))
+        except Exception as exc:  # the caller tells DecodeError from a codec bug
+            out.append(exc)
+    return out

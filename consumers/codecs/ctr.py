@@ -52,7 +52,7 @@ import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import orjson
@@ -131,7 +131,32 @@ class CtrCodec:
             extra={"item_ids": item_ids},
         )
 
+    def decode_many(self, values: Sequence[tuple[bytes | None, Mapping[str, bytes] | None]]) -> list[Decoded | Exception]:
+        """decode() for a poll's worth of messages, in order: a Decoded or the exception
+        (DecodeError = invalid input) per message. Binary requests are featurised
+        together: hashing a request's ~270 tokens is a dozen numpy calls whatever their
+        number, so one pass for all of them costs ~2 us a request instead of ~8."""
+        out: list[Decoded | Exception | None] = [None] * len(values)
+        binary: list[tuple[int, _BinaryHeader, ctr_binary.BinaryParts]] = []
+        for i, (value, headers) in enumerate(values):
+            try:
+                if ctr_binary.is_binary(value):
+                    head = self._binary_header(value)
+                    binary.append((i, head, ctr_binary.locate(value, len(head.item_ids))))
+                else:
+                    out[i] = self.decode(value, headers)
+            except Exception as exc:  # the caller tells DecodeError from a codec bug
+                out[i] = exc
+        if binary:
+            for (i, _, _), decoded in zip(binary, _featurise_binary(binary), strict=True):
+                out[i] = decoded
+        return out  # type: ignore[return-value]  # every slot is filled above
+
     def _decode_binary(self, value: bytes) -> Decoded:
+        head = self._binary_header(value)
+        return _featurise_binary([(0, head, ctr_binary.locate(value, len(head.item_ids)))])[0]
+
+    def _binary_header(self, value: bytes) -> _BinaryHeader:
         header = ctr_binary.header_bytes(value)
         try:
             doc = _parse_json(header)
@@ -139,25 +164,7 @@ class CtrCodec:
             raise DecodeError(f"binary header: {exc}") from None
         request_id = _request_id(doc)
         priority, deadline_ms, tenant = _meta(doc)
-        item_ids = _binary_item_ids(doc, self.max_items)
-        n = len(item_ids)
-        req = ctr_binary.split(value, n)
-        values = np.concatenate([req.ctx_tokens, req.item_tokens.reshape(-1)])
-        cat = _cat_matrix(values, req.present, n)
-        # No clip here, unlike JSON floats (which must not overflow the float32 cast):
-        # these already are float32, and the graph clips counts to DENSE_CLIP itself.
-        dense = np.empty((n, F.N_DENSE), dtype=np.float32)
-        dense[:, :_N_CTX_DENSE] = req.ctx_dense
-        dense[:, _N_CTX_DENSE:] = req.item_dense
-        return Decoded(
-            request_id=request_id,
-            rows=n,
-            payload=CtrPayload(dense, cat),
-            priority=priority,
-            deadline_ms=deadline_ms,
-            tenant=tenant,
-            extra={"item_ids": item_ids},
-        )
+        return _BinaryHeader(request_id, priority, deadline_ms, tenant, _binary_item_ids(doc, self.max_items))
 
     # ------------------------------------------------------------------------ batch
     def collate(
@@ -197,6 +204,55 @@ class CtrCodec:
 
 
 # ---------------------------------------------------------------------------- helpers
+class _BinaryHeader(NamedTuple):
+    request_id: str
+    priority: int
+    deadline_ms: int | None
+    tenant: str | None
+    item_ids: list[str]
+
+
+def _featurise_binary(requests: list[tuple[int, _BinaryHeader, ctr_binary.BinaryParts]]) -> list[Decoded]:
+    """Model rows for checked binary requests: each field of all requests joined into
+    one array, context columns repeated onto their items' rows, one hash for all; each
+    request's payload is a row slice of the shared arrays."""
+    counts = np.fromiter((len(h.item_ids) for _, h, _ in requests), dtype=np.intp, count=len(requests))
+    total = int(counts.sum())
+
+    def joined(field: int, dtype: str, width: int) -> np.ndarray:
+        return np.frombuffer(b"".join([p[field] for _, _, p in requests]), dtype).reshape(-1, width)
+
+    tokens = np.empty((total, F.N_CAT), dtype=np.uint64)
+    tokens[:, :_N_CTX_CAT] = np.repeat(joined(0, "<u8", _N_CTX_CAT), counts, axis=0)
+    tokens[:, _N_CTX_CAT:] = joined(1, "<u8", _N_ITEM_CAT)
+    present = np.empty((total, F.N_CAT), dtype=np.bool_)
+    present[:, :_N_CTX_CAT] = np.repeat(joined(4, "|b1", _N_CTX_CAT), counts, axis=0)
+    present[:, _N_CTX_CAT:] = joined(5, "|b1", _N_ITEM_CAT)
+    cat = F.hash_ids(tokens, present)
+    # No clip here, unlike JSON floats (which must not overflow the float32 cast):
+    # these already are float32, and the graph clips counts to DENSE_CLIP itself.
+    dense = np.empty((total, F.N_DENSE), dtype=np.float32)
+    dense[:, :_N_CTX_DENSE] = np.repeat(joined(2, "<f4", _N_CTX_DENSE), counts, axis=0)
+    dense[:, _N_CTX_DENSE:] = joined(3, "<f4", _N_ITEM_DENSE)
+    out: list[Decoded] = []
+    at = 0
+    for _, head, _ in requests:
+        n = len(head.item_ids)
+        out.append(
+            Decoded(
+                request_id=head.request_id,
+                rows=n,
+                payload=CtrPayload(dense[at : at + n], cat[at : at + n]),
+                priority=head.priority,
+                deadline_ms=head.deadline_ms,
+                tenant=head.tenant,
+                extra={"item_ids": head.item_ids},
+            )
+        )
+        at += n
+    return out
+
+
 _MISSING_ROW = F.MISSING_IDS.astype(np.int64).tobytes()  # one padding row of cat
 
 

@@ -126,3 +126,36 @@ def test_produce_sends_the_binary_form_for_ctr_only():
         produce("127.0.0.1:1", "text", rate=1.0, count=1, encoding="binary")
     with pytest.raises(UserError, match="unknown encoding"):
         produce("127.0.0.1:1", "ctr", rate=1.0, count=1, encoding="avro")
+
+
+def test_decode_many_equals_decode_one_by_one_with_errors_in_place(codec):
+    """A poll's binary requests are featurised together; a bad one in the middle is
+    its own DecodeError and moves nobody else's rows."""
+    factory = CtrRequestFactory(seed=21)
+    values: list[bytes | None] = []
+    for i in range(12):
+        _, value = factory.make(i)
+        values.append(value if i % 3 == 0 else B.encode(orjson.loads(value)))  # JSON among binary
+    values.insert(4, B.encode(doc())[:-3])  # truncated binary
+    values.insert(7, b"{not json")
+    values.insert(9, None)
+    got = codec.decode_many([(v, None) for v in values])
+    assert len(got) == len(values)
+    for value, outcome in zip(values, got, strict=True):
+        try:
+            want = codec.decode(value)
+        except DecodeError as exc:
+            assert isinstance(outcome, DecodeError) and str(outcome) == str(exc)
+            continue
+        assert outcome.request_id == want.request_id and outcome.rows == want.rows
+        assert (outcome.priority, outcome.deadline_ms, outcome.tenant) == (want.priority, want.deadline_ms, want.tenant)
+        assert outcome.extra == want.extra
+        assert np.array_equal(outcome.payload.cat, want.payload.cat)
+        assert np.array_equal(outcome.payload.dense, want.payload.dense, equal_nan=True)
+        assert outcome.payload.cat.flags.c_contiguous and outcome.payload.dense.flags.c_contiguous
+    # and the batch stacks exactly like one-by-one payloads
+    ok = [d for d in got if not isinstance(d, Exception)]
+    singles = [codec.decode(v) for v in values if not isinstance(codec.decode_many([(v, None)])[0], Exception)]
+    a = codec.collate([d.payload for d in ok])
+    b = codec.collate([d.payload for d in singles])
+    assert np.array_equal(a["cat"], b["cat"]) and np.array_equal(a["dense"], b["dense"], equal_nan=True)
