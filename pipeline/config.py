@@ -51,14 +51,28 @@ class BatchingConfig:
 class RuntimeConfig:
     providers: str = "auto"
     intra_op_threads: int = 1
-    executors: int = 1
+    # ONNX Runtime in a process of its own (pipeline/runtime/model_process.py): the
+    # model then never waits for the GIL that decoding and publishing hold, which
+    # raises a backlog drain's throughput (docs/OPERATIONS.md, "Capacity of one
+    # worker"). Off by default: at half load its end-to-end latency was no better and
+    # in some runs worse than in-process. false: ORT on the executor threads.
+    model_process: bool = False
+    # Executor threads, i.e. the most batches in flight at once. Default: 4 with a
+    # model process, where more than one is in flight only through a backlog (the
+    # next batches wait in its socket, so an executor waiting for the GIL does not
+    # leave the model idle; pipeline/batching/depth.py); 1 without (each executor
+    # runs the model itself).
+    executors: int | None = None
     warmup: bool = True
-    # Python hands the GIL over every switch interval (5 ms by default): an executor
-    # whose ONNX Runtime call returned waits up to that long for the decoding thread
-    # to let go, which adds to every batch's latency and inflates the cost model.
-    # 0.1 ms: backlog drains of binary CTR requests ran 5-11 % faster than with 0.5 ms
-    # (the model's ~1.5 ms batches each wait for the GIL once).
-    gil_switch_interval_ms: float = 0.1
+    # How long a thread may hold the GIL while another waits (pipeline/runtime/
+    # interpreter.py has the measurements). Default: 0.1 ms, and Python's 5 ms while a
+    # model process works through a backlog (pipeline/batching/depth.py). A value
+    # here is used throughout.
+    gil_switch_interval_ms: float | None = None
+    # After start-up: freeze the heap and collect generation 0 every this many
+    # allocations (Python: 700), so that the collector's scans stop holding the GIL
+    # for milliseconds at high request rates (interpreter.py). 0: leave the GC alone.
+    gc_gen0_threshold: int = 20_000
     # Executor i on the i-th allowed core, everything else on the rest (Linux, one
     # intra-op thread, more allowed cores than executors; else ignored with a
     # warning). Off by default: it speeds backlog drains up, but when other processes
@@ -254,10 +268,12 @@ def validate(cfg: WorkerConfig) -> None:
         raise bad("max_items", f"{cfg.max_items} exceeds the largest allowed batch size {max(b.allowed_batch_sizes)}")
     if cfg.max_items > b.queue_high_rows:
         raise bad("max_items", "must not exceed batching.queue_high_rows")
-    if cfg.runtime.executors < 1:
+    if cfg.runtime.executors is not None and cfg.runtime.executors < 1:
         raise bad("runtime.executors", "must be >= 1")
-    if not 0 < cfg.runtime.gil_switch_interval_ms <= 100:
+    if cfg.runtime.gil_switch_interval_ms is not None and not 0 < cfg.runtime.gil_switch_interval_ms <= 100:
         raise bad("runtime.gil_switch_interval_ms", "must be in (0, 100]")
+    if cfg.runtime.gc_gen0_threshold < 0:
+        raise bad("runtime.gc_gen0_threshold", "must be >= 0 (0 leaves the garbage collector alone)")
     if cfg.runtime.intra_op_threads < 1:
         raise bad("runtime.intra_op_threads", "must be >= 1")
     if cfg.client not in ("confluent", "kafka-python"):

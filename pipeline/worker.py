@@ -6,12 +6,15 @@ Threads (DESIGN.md "Data flow in one worker"):
   routes bad input to the DLQ, serves producer delivery reports, applies
   backpressure and commits offsets. It never waits for a result: many requests are
   in flight at once, or no batch could ever form.
-- executor threads (runtime.executors) take batches from the BatchQueue, run ONNX
-  Runtime (which releases the GIL) and hand the outputs to the publisher.
+- executor threads (runtime.executors, one batch in flight each) take batches from
+  the BatchQueue, collate them, have the model run them and hand the outputs to the
+  publisher. ONNX Runtime runs on the executor thread itself (it releases the GIL),
+  or with runtime.model_process in a process of its own (runtime/model_process.py),
+  where the model never waits for this process's GIL.
 - the publisher thread builds the result documents, produces them and hands the rows
-  to the sinks. Off the executor so the model starts its next batch at once: on two
-  cores that Python work (about a fifth of the executor's time at saturation) runs on
-  the other core while the model computes.
+  to the sinks, in dispatch order (reorder.py). Off the executors, so that this
+  Python work (about a fifth of an in-process executor's time at saturation) never
+  delays the model's next batch.
 
 Delivery: at-least-once. Each consumed offset is tracked; it is done when every sink
 has acknowledged its outcome; each partition commits its contiguous done watermark.
@@ -23,7 +26,6 @@ import contextlib
 import logging
 import os
 import queue
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -32,7 +34,7 @@ from typing import Any
 
 import orjson
 
-from consumers.codecs.base import Decoded, DecodeError
+from consumers.codecs.base import Decoded, DecodeError, decode_all
 from consumers.dead_letter import dlq_headers, late_headers
 from consumers.offsets import OffsetTracker
 from consumers.records import SourceRecord, TopicPartition
@@ -40,15 +42,18 @@ from pipeline.batching.backpressure import Backpressure, Intake, IntakeDecision
 from pipeline.batching.batcher import Batcher
 from pipeline.batching.concurrent import BatchQueue
 from pipeline.batching.cost import CostModel
+from pipeline.batching.depth import PipelineDepth
 from pipeline.batching.policies import make_policy
 from pipeline.batching.request import Batch, Request
 from pipeline.clock import Clock, MonotonicClock, wall_ms
 from pipeline.config import WorkerConfig
 from pipeline.hooks import WorkerHook
 from pipeline.kafka_backend import make_producer, make_source
-from pipeline.metrics import WorkerMetrics
+from pipeline.metrics import WorkerMetrics, observe_many
 from pipeline.pipelines import get_pipeline
-from pipeline.runtime import affinity
+from pipeline.reorder import Reorder
+from pipeline.runtime import affinity, interpreter
+from pipeline.runtime.model_process import ProcessSession
 from pipeline.runtime.session import InferenceSession
 from pipeline.sinks import ResultSink, ScoredRow, notify
 
@@ -88,6 +93,15 @@ class _Finished:
     is_batch: bool = True  # False: one request re-run alone after its batch failed
 
 
+@dataclass(slots=True)
+class _Done:
+    """What an executor hands the publisher for one dispatched batch: its results as
+    one part, or one part per request re-run alone, or none (all dead-lettered)."""
+
+    seq: int
+    parts: list[_Finished]
+
+
 @dataclass
 class WorkerStats:
     consumed: int = 0
@@ -122,12 +136,19 @@ class Worker:
         self.group_id = cfg.group_id or f"tidebatch-{cfg.pipeline}"
         self.model = self.pipeline.load_model()
         self.codec = self.pipeline.make_codec(cfg)
-        self.session = InferenceSession(
-            self.model.onnx_path, cfg.runtime.providers, cfg.runtime.intra_op_threads
-        )
         b = cfg.batching
         self.policy = make_policy(b.policy, **_policy_params(cfg, self.pipeline.max_batch_rows))
         self.metrics = WorkerMetrics(cfg.pipeline, b.policy)
+        rt = cfg.runtime
+        self.session: InferenceSession | ProcessSession
+        if rt.model_process:
+            restarts = self.metrics.model_restarts.labels(cfg.pipeline)
+            self.session = ProcessSession(
+                self.model.onnx_path, rt.providers, rt.intra_op_threads, on_restart=restarts.inc
+            )
+        else:
+            self.session = InferenceSession(self.model.onnx_path, rt.providers, rt.intra_op_threads)
+        self.executors = rt.executors or (4 if rt.model_process else 1)
         self.metrics.provider.info(
             {"model": self.model.name, "version": self.model.version, "provider": self.session.provider}
         )
@@ -146,7 +167,17 @@ class Worker:
             max_late_rows=b.max_late_rows,
             allowed_batch_sizes=b.allowed_batch_sizes or None,
         )
-        self.queue = BatchQueue(batcher, self.clock, b.queue_high_rows, b.queue_low_rows)
+        depth = None
+        if rt.model_process and self.executors > 1:
+            # Several batches in flight only while a backlog needs the model's full rate
+            # (batching/depth.py): from the backpressure's low watermark (and at least a
+            # full batch for every executor) queued, back to one at a time at one full
+            # batch. A lower mark flipped JSON requests at 50 % load into backlog mode on
+            # every bursty poll, and their latency rose by half.
+            max_rows = _policy_params(cfg, self.pipeline.max_batch_rows).get("max_batch_rows", self.pipeline.max_batch_rows)
+            enter = min(max(self.executors * max_rows, b.queue_low_rows), b.queue_high_rows)
+            depth = PipelineDepth(self.executors, enter, min(max_rows, enter - 1))
+        self.queue = BatchQueue(batcher, self.clock, b.queue_high_rows, b.queue_low_rows, depth=depth)
         self.backpressure = Backpressure(b.queue_high_rows, b.queue_low_rows, poll_records=_POLL_RECORDS)
         # Route already-expired records before decoding them (_expired_before_decoding):
         # only where the configured outcome of expiry is "routed late" anyway.
@@ -161,9 +192,10 @@ class Worker:
         self._stop = threading.Event()
         self._fatal: str | None = None
         self._executors: list[threading.Thread] = []
-        self._finished: queue.Queue[_Finished | None] = queue.Queue(maxsize=_PUBLISH_BACKLOG)
+        self._finished: queue.Queue[_Done | None] = queue.Queue(maxsize=_PUBLISH_BACKLOG)
         self._publisher: threading.Thread | None = None
         self._unpin_to: set[int] | None = None  # the cores to give all threads back at shutdown
+        self._restore_interpreter: Callable[[], None] | None = None
         self.producer = make_producer(cfg)
         self.source = None  # created in run(): joining the group is the last step
         self.assigned: list[TopicPartition] = []
@@ -201,37 +233,21 @@ class Worker:
     # ------------------------------------------------------------------ main loop
     def run(self) -> int:
         """Consume until stop(); finish in-flight work, commit, return an exit code."""
-        # Process-wide: the executor must get the GIL back promptly after each model
-        # run (config.py, runtime.gil_switch_interval_ms, says why).
-        sys.setswitchinterval(self.cfg.runtime.gil_switch_interval_ms / 1000.0)
+        # Process-wide GIL and GC settings (runtime/interpreter.py), undone at shutdown.
+        rt = self.cfg.runtime
+        interval_s = interpreter.CALM_SWITCH_INTERVAL_S
+        if rt.gil_switch_interval_ms is not None:
+            interval_s = rt.gil_switch_interval_ms / 1000.0
+        self._restore_interpreter = interpreter.apply(interval_s, rt.gc_gen0_threshold or None)
+        # Unless configured, the interval follows the queue's mode (interpreter.py).
+        self._interval_follows_depth = rt.gil_switch_interval_ms is None
+        self._backlogged = False
         self.source = make_source(
             self.cfg, self.group_id, [self.input_topic], self._on_assign, self._on_revoke
         )
         self._publisher = threading.Thread(target=self._publisher_loop, name="publisher", daemon=True)
         self._publisher.start()
-        rt = self.cfg.runtime
-        pinning = affinity.plan(rt.executors) if rt.pin_executors and rt.intra_op_threads == 1 else None
-        if rt.pin_executors and pinning is None:
-            log.warning(
-                "runtime.pin_executors: needs Linux, runtime.intra_op_threads 1 and more allowed "
-                "cores than executors; not pinning"
-            )
-        tids: list[int] = []
-        for i in range(self.cfg.runtime.executors):
-            ready = threading.Event()
-            core = pinning[0][i] if pinning else None
-            t = threading.Thread(
-                target=self._executor_loop, args=(core, tids, ready), name=f"executor-{i}", daemon=True
-            )
-            t.start()
-            ready.wait(10)
-            self._executors.append(t)
-        if pinning:
-            # Undone at shutdown: a worker run inside another program (tests, the demo)
-            # must not leave that program's threads on fewer cores.
-            self._unpin_to = set(os.sched_getaffinity(0))
-            moved = affinity.pin_other_threads(tids, pinning[1])
-            log.info("executors pinned to cores %s; %d other threads on %s", pinning[0], moved, sorted(pinning[1]))
+        self._start_executors()
         log.info(
             "worker %s consuming %s -> %s (group %s, policy %s, provider %s)",
             self.cfg.pipeline, self.input_topic, self.output_topic, self.group_id,
@@ -243,6 +259,8 @@ class Worker:
         try:
             while not self._stop.is_set():
                 intake = self._apply_backpressure()
+                if self.queue.backlogged != self._backlogged:
+                    self._follow_backlog()
                 if intake.max_records:
                     records = self.source.poll_batch(intake.max_records, _POLL_TIMEOUT)
                     self.last_poll_ok = time.monotonic()
@@ -270,6 +288,53 @@ class Worker:
             self._shutdown(commit=True)
             return 1
 
+    def _follow_backlog(self) -> None:
+        """The queue's depth changed mode (batching/depth.py): say so, and switch the
+        GIL interval with it unless one is configured (runtime/interpreter.py)."""
+        self._backlogged = self.queue.backlogged
+        depth = self.queue.depth
+        assert depth is not None
+        if self._backlogged:
+            log.info("backlog of %d rows: up to %d batches in flight", self.queue.backpressure_rows, depth.max_in_flight)
+        else:
+            log.info("backlog worked off: one batch in flight")
+        if self._interval_follows_depth:
+            interpreter.set_switch_interval(self._backlogged)
+
+    def _start_executors(self) -> None:
+        rt = self.cfg.runtime
+        model_process = isinstance(self.session, ProcessSession)
+        # With a model process, the model is what needs a core of its own, not the executors.
+        pinned = 1 if model_process else self.executors
+        pinning = affinity.plan(pinned) if rt.pin_executors and rt.intra_op_threads == 1 else None
+        if rt.pin_executors and pinning is None:
+            log.warning(
+                "runtime.pin_executors: needs Linux, runtime.intra_op_threads 1 and more allowed "
+                "cores than executors; not pinning"
+            )
+        tids: list[int] = []
+        for i in range(self.executors):
+            ready = threading.Event()
+            core = pinning[0][i] if pinning and not model_process else None
+            t = threading.Thread(
+                target=self._executor_loop, args=(core, tids, ready), name=f"executor-{i}", daemon=True
+            )
+            t.start()
+            ready.wait(10)
+            self._executors.append(t)
+        if not pinning:
+            return
+        # Undone at shutdown: a worker run inside another program (tests, the demo)
+        # must not leave that program's threads on fewer cores.
+        self._unpin_to = set(os.sched_getaffinity(0))
+        if isinstance(self.session, ProcessSession):
+            self.session.pin(pinning[0][0])
+            moved = affinity.pin_other_threads([], pinning[1])
+            log.info("model process pinned to core %s; %d worker threads on %s", pinning[0][0], moved, sorted(pinning[1]))
+        else:
+            moved = affinity.pin_other_threads(tids, pinning[1])
+            log.info("executors pinned to cores %s; %d other threads on %s", pinning[0], moved, sorted(pinning[1]))
+
     def _shutdown(self, commit: bool = True) -> int:
         """Stop consuming, finish in-flight batches, flush sinks, commit, leave."""
         self.queue.close()
@@ -278,6 +343,10 @@ class Worker:
         if self._publisher is not None:
             self._finished.put(None)
             self._publisher.join(timeout=60)
+        self.session.close()
+        if self._restore_interpreter is not None:
+            self._restore_interpreter()
+            self._restore_interpreter = None
         if self._unpin_to is not None:
             affinity.pin_other_threads([], self._unpin_to)
             self._unpin_to = None
@@ -310,14 +379,13 @@ class Worker:
         self.tracker.track_many([(rec.tp, rec.offset) for rec in records])
         consumed = len(records)
         records = self._expired_before_decoding(records, now_wall)
-        for rec in records:
-            try:
-                decoded = self.codec.decode(rec.value, rec.headers)
-            except DecodeError as exc:
-                self._dead_letter(rec, str(exc), "decode")
+        outcomes = decode_all(self.codec, [(rec.value, rec.headers) for rec in records])
+        for rec, decoded in zip(records, outcomes, strict=True):
+            if isinstance(decoded, DecodeError):
+                self._dead_letter(rec, str(decoded), "decode")
                 continue
-            except Exception as exc:  # a codec bug must not kill the worker
-                self._dead_letter(rec, f"decoder crashed: {type(exc).__name__}: {exc}", "decode")
+            if isinstance(decoded, Exception):  # a codec bug must not kill the worker
+                self._dead_letter(rec, f"decoder crashed: {type(decoded).__name__}: {decoded}", "decode")
                 continue
             budget_ms = self.cfg.slo_seconds(decoded.priority) * 1000.0
             if decoded.deadline_ms is not None:
@@ -522,49 +590,69 @@ class Worker:
             batch = self.queue.get_batch()
             if batch is None:
                 return
+            parts: list[_Finished] = []
             try:
-                self._run_batch(batch)
+                self._run_batch(batch, parts)
             except Exception as exc:  # never lose a batch to a bug: dead-letter it
                 log.exception("batch failed")
+                covered = {id(req) for part in parts for req in part.batch.requests}
                 for req in batch.requests:
-                    inf: InFlight = req.item
-                    self._dead_letter(inf.rec, f"internal error: {type(exc).__name__}: {exc}", "inference")
+                    if id(req) not in covered:
+                        inf: InFlight = req.item
+                        self._dead_letter(inf.rec, f"internal error: {type(exc).__name__}: {exc}", "inference")
+            finally:
+                # Exactly once per dispatched batch, even empty: the publisher waits
+                # for every sequence number in turn.
+                self._finished.put(_Done(batch.seq, parts))
 
     def _infer(self, batch: Batch) -> tuple[list[dict] | None, float]:
         decoded = [r.item.decoded for r in batch.requests]
         for hook in self.hooks:
             hook.before_inference(decoded)
-        t0 = time.perf_counter()
         feeds = self.codec.collate([d.payload for d in decoded], batch.pad_to_rows)
-        outputs = self.session.run(feeds)
-        seconds = time.perf_counter() - t0
+        # The model's own time: with a model process, not the wait behind another batch.
+        outputs, seconds = self.session.run_timed(feeds)
         return self.codec.split(outputs, decoded), seconds
 
-    def _run_batch(self, batch: Batch) -> None:
+    def _run_batch(self, batch: Batch, parts: list[_Finished]) -> None:
         started_wall = wall_ms()
         try:
             results, seconds = self._infer(batch)
         except Exception as exc:
             self.queue.done(batch, 0.0)
-            self._isolate_failure(batch, exc)
+            self._isolate_failure(batch, exc, parts)
             return
         self.queue.done(batch, seconds)
-        self._finished.put(_Finished(batch, results, batch.rows, seconds, started_wall))
+        parts.append(_Finished(batch, results, batch.rows, seconds, started_wall))
 
     def _publisher_loop(self) -> None:
+        """Publish finished batches in dispatch order. With several batches in flight
+        an executor can hand its batch over before one dispatched earlier (the model
+        process answers in order, the executors then race for the GIL), and results
+        of one key, e.g. one camera's frames, must come out in the order they went in
+        (pipeline/reorder.py)."""
+        in_order: Reorder[list[_Finished]] = Reorder()
         while True:
             done = self._finished.get()
             if done is None:
-                return
-            try:
-                self._publish(done.batch.requests, done.results, done.batch_rows, done.seconds, done.started_wall)
-                if done.is_batch:
-                    self._count_batch(done.batch, done.seconds)
-            except Exception as exc:  # never lose a batch to a bug: dead-letter it
-                log.exception("publishing a batch failed")
-                for req in done.batch.requests:
-                    inf: InFlight = req.item
-                    self._dead_letter(inf.rec, f"internal error: {type(exc).__name__}: {exc}", "publish")
+                break
+            for parts in in_order.add(done.seq, done.parts):
+                for part in parts:
+                    self._publish_part(part)
+        for parts in in_order.rest():  # a lost number (a dead executor): publish the rest
+            for part in parts:
+                self._publish_part(part)
+
+    def _publish_part(self, done: _Finished) -> None:
+        try:
+            self._publish(done.batch.requests, done.results, done.batch_rows, done.seconds, done.started_wall)
+            if done.is_batch:
+                self._count_batch(done.batch, done.seconds)
+        except Exception as exc:  # never lose a batch to a bug: dead-letter it
+            log.exception("publishing a batch failed")
+            for req in done.batch.requests:
+                inf: InFlight = req.item
+                self._dead_letter(inf.rec, f"internal error: {type(exc).__name__}: {exc}", "publish")
 
     def _count_batch(self, batch: Batch, seconds: float) -> None:
         pipeline = self.cfg.pipeline
@@ -575,7 +663,7 @@ class Worker:
             self.stats.batches += 1
             self.stats.batch_rows += batch.rows
 
-    def _isolate_failure(self, batch: Batch, exc: Exception) -> None:
+    def _isolate_failure(self, batch: Batch, exc: Exception, parts: list[_Finished]) -> None:
         """A batch the model refused: run its requests one by one so that a single
         poison request goes to the DLQ and the others are still scored."""
         log.warning("batch of %d requests failed (%s); retrying one by one", len(batch.requests), exc)
@@ -589,7 +677,7 @@ class Worker:
                 reason = f"model rejected the request: {type(one_exc).__name__}: {one_exc}"
                 self._dead_letter(inf.rec, reason.splitlines()[0], "inference")
                 continue
-            self._finished.put(_Finished(single, results, req.rows, seconds, started_wall, is_batch=False))
+            parts.append(_Finished(single, results, req.rows, seconds, started_wall, is_batch=False))
 
     def _publish(
         self,
@@ -610,6 +698,8 @@ class Worker:
             for inf, result in zip(infs, results, strict=True)
         ]
         keep = [True] * len(docs)
+        queue_waits: list[float] = []
+        e2e: list[float] = []
         for hook in self.hooks:
             verdicts = hook.after_inference([inf.rec for inf in infs], docs)
             keep = [k and v for k, v in zip(keep, verdicts, strict=True)]
@@ -627,9 +717,11 @@ class Worker:
                 self.tracker.add_acks(rec.tp, rec.offset, len(self.sinks))
                 rows.append(ScoredRow(rec, inf.decoded, doc, lambda rec=rec: self.tracker.ack(rec.tp, rec.offset)))
             self._send(self.output_topic, rec.key, orjson.dumps(doc), None, rec)
-            self._queue_wait_hist.observe(max(started_wall - inf.consumed_wall_ms, 0) / 1000.0)
+            queue_waits.append(max(started_wall - inf.consumed_wall_ms, 0) / 1000.0)
             if rec.timestamp_ms is not None:
-                self._e2e_hist.observe(max(done_wall - rec.timestamp_ms, 0) / 1000.0)
+                e2e.append(max(done_wall - rec.timestamp_ms, 0) / 1000.0)
+        observe_many(self._queue_wait_hist, queue_waits)
+        observe_many(self._e2e_hist, e2e)
         for sink in self.sinks:
             sink.write(rows)
         topic = infs[0].rec.topic

@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 
 from pipeline.batching.batcher import Batcher
+from pipeline.batching.depth import PipelineDepth
 from pipeline.batching.request import Batch, Request
 from pipeline.clock import Clock, MonotonicClock
 
@@ -22,6 +23,7 @@ class BatchQueue:
         clock: Clock | None = None,
         high_watermark_rows: int = 20_000,
         low_watermark_rows: int | None = None,
+        depth: PipelineDepth | None = None,
     ) -> None:
         if high_watermark_rows < 1:
             raise ValueError("high_watermark_rows must be >= 1")
@@ -32,13 +34,33 @@ class BatchQueue:
         self.clock = clock or MonotonicClock()
         self.high_watermark_rows = high_watermark_rows
         self.low_watermark_rows = low
-        self._cond = threading.Condition()
+        lock = threading.Lock()
+        self._cond = threading.Condition(lock)
+        # Executors held back by the depth wait here, not on _cond: the requests that
+        # put_many announces are not theirs to take, and waking them all on every poll
+        # cost the calm path GIL hand-overs (and latency).
+        self._gate = threading.Condition(lock)
         self._closed = False
         self._busy_executors = 0
+        self._next_seq = 0
+        # None: every executor may hold a batch at once (each runs the model itself).
+        self.depth = depth
         self._drained: list[Batch] = []
 
     def now(self) -> float:
         return self.clock.now()
+
+    def _at_depth_limit(self) -> bool:
+        """Under the lock: may no further batch be dispatched now? (Also moves the
+        depth's mode with the queue.)"""
+        if self.depth is None:
+            return False
+        self._update_depth()
+        return self._busy_executors >= self.depth.in_flight and not self._closed
+
+    def _update_depth(self) -> None:
+        if self.depth is not None and self.depth.update(self.batcher.backpressure_rows):
+            self._gate.notify_all()  # backlogged: the held-back executors may go
 
     def put(self, req: Request) -> None:
         with self._cond:
@@ -51,6 +73,7 @@ class BatchQueue:
             now = self.clock.now()
             for req in reqs:
                 self.batcher.add(req, now)
+            self._update_depth()
             self._cond.notify_all()
 
     def get_batch(self) -> Batch | None:
@@ -58,21 +81,28 @@ class BatchQueue:
         with self._cond:
             while True:
                 now = self.clock.now()
+                if self._at_depth_limit():
+                    self._gate.wait(_MAX_WAIT)
+                    continue
                 batch = self.batcher.next_batch(now)
                 if batch is not None:
-                    self._busy_executors += 1
-                    return batch
+                    return self._dispatch(batch)
                 if self._closed:
                     # Shutting down: no point waiting for a linger timer; flush what is left.
                     if not self._drained:
                         self._drained = self.batcher.drain(now)
                     if not self._drained:
                         return None
-                    self._busy_executors += 1
-                    return self._drained.pop(0)
+                    return self._dispatch(self._drained.pop(0))
                 wake = self.batcher.next_wakeup()
                 timeout = _MAX_WAIT if wake is None else min(max(wake - now, 0.0), _MAX_WAIT)
                 self._cond.wait(timeout)
+
+    def _dispatch(self, batch: Batch) -> Batch:
+        self._busy_executors += 1
+        batch.seq = self._next_seq
+        self._next_seq += 1
+        return batch
 
     def done(self, batch: Batch, seconds: float) -> None:
         """An executor finished a batch: feed the cost model."""
@@ -80,10 +110,22 @@ class BatchQueue:
             self._busy_executors -= 1
             self.batcher.observe(batch, seconds)
             self._cond.notify()
+            self._gate.notify()
 
     def pop_routed_late(self) -> list[Request]:
         with self._cond:
             return self.batcher.pop_routed_late()
+
+    @property
+    def at_depth_limit(self) -> bool:
+        """Would a free executor be held back now (batching/depth.py)?"""
+        with self._cond:
+            return self._at_depth_limit()
+
+    @property
+    def backlogged(self) -> bool:
+        """The depth's mode (always False without one)."""
+        return self.depth is not None and self.depth.backlogged
 
     @property
     def rows(self) -> int:
@@ -110,4 +152,5 @@ class BatchQueue:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+            self._gate.notify_all()
 

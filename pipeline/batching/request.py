@@ -40,6 +40,9 @@ class Batch:
     formed_at: float
     late: bool = False  # every request in it already missed its deadline
     pad_to_rows: int | None = None  # allowed_batch_sizes: pad the batch axis up to this
+    # Dispatch order, numbered by BatchQueue from 0: with several batches in flight
+    # the worker publishes results in this order, so one key's results keep its order.
+    seq: int = -1
 
     @property
     def oldest_arrival(self) -> float:

@@ -68,6 +68,9 @@ def readiness(worker: Any, now: float, *, max_poll_age_s: float = READY_POLL_S) 
         "assigned_partitions": [f"{t}[{p}]" for t, p in assigned],
         "last_poll_age_s": poll_age,
     }
+    session = getattr(worker, "session", None)
+    if hasattr(session, "restarts"):  # a model process (runtime.model_process)
+        checks["model_process"] = {"pid": session.pid, "restarts": session.restarts}
     reasons: list[str] = []
     if _stopping(worker):
         reasons.append("worker is stopping")

@@ -64,7 +64,22 @@ def _requested(providers: str | Sequence[str]) -> list[str]:
     return [p for p in wanted if p in available]
 
 
-class InferenceSession:
+class ProfiledSession:
+    """The warm-up profile, for any session that times its own runs."""
+
+    def run_timed(self, feeds: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], float]:
+        raise NotImplementedError
+
+    def profile(
+        self,
+        make_feeds: Callable[[int], Mapping[str, np.ndarray]],
+        sizes: Sequence[int] = (1, 8, 32, 128, 512),
+        repeats: int = 5,
+    ) -> AffineCost:
+        return profile_cost(lambda feeds: self.run_timed(feeds)[1], make_feeds, sizes, repeats)
+
+
+class InferenceSession(ProfiledSession):
     def __init__(
         self,
         onnx_path: str | Path,
@@ -103,24 +118,30 @@ class InferenceSession:
         outputs = self._session.run(self.output_names, dict(feeds))
         return dict(zip(self.output_names, outputs, strict=True))
 
-    def profile(
-        self,
-        make_feeds: Callable[[int], Mapping[str, np.ndarray]],
-        sizes: Sequence[int] = (1, 8, 32, 128, 512),
-        repeats: int = 5,
-    ) -> AffineCost:
-        """Warm-up profile: median latency per batch size, least-squares a + b·n.
-        Seeds the online cost model so the first decisions are not guesses."""
-        xs, ys = [], []
-        for n in sizes:
-            feeds = make_feeds(n)
-            self.run(feeds)  # first call per shape allocates; not representative
-            samples = []
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                self.run(feeds)
-                samples.append(time.perf_counter() - t0)
-            xs.append(n)
-            ys.append(float(np.median(samples)))
-        b, a = np.polyfit(np.array(xs, float), np.array(ys, float), 1)
-        return AffineCost(a=max(float(a), 0.0), b=max(float(b), 1e-9))
+    def run_timed(self, feeds: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], float]:
+        """(outputs, seconds the call took)."""
+        t0 = time.perf_counter()
+        outputs = self.run(feeds)
+        return outputs, time.perf_counter() - t0
+
+    def close(self) -> None:
+        """Nothing to release: the session lives as long as this object."""
+
+
+def profile_cost(
+    run_seconds: Callable[[Mapping[str, np.ndarray]], float],
+    make_feeds: Callable[[int], Mapping[str, np.ndarray]],
+    sizes: Sequence[int] = (1, 8, 32, 128, 512),
+    repeats: int = 5,
+) -> AffineCost:
+    """Warm-up profile: median latency per batch size, least-squares a + b·n.
+    Seeds the online cost model so the first decisions are not guesses."""
+    xs, ys = [], []
+    for n in sizes:
+        feeds = make_feeds(n)
+        run_seconds(feeds)  # first call per shape allocates; not representative
+        samples = [run_seconds(feeds) for _ in range(repeats)]
+        xs.append(n)
+        ys.append(float(np.median(samples)))
+    b, a = np.polyfit(np.array(xs, float), np.array(ys, float), 1)
+    return AffineCost(a=max(float(a), 0.0), b=max(float(b), 1e-9))

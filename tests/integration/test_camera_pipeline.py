@@ -56,7 +56,7 @@ def camera_config(broker, inp: str, out: str, group: str, **extra):
         late_topic=f"{inp}.late", batching={"slo_ms": SLOW_MACHINE_SLO_MS, **extra.pop("batching", {})},
         # The warm-up profile renders HD frames (~6 s on this machine); the cost model
         # learns online anyway. The order test keeps it on: the realistic start.
-        runtime={"warmup": extra.pop("warmup", False)}, **extra,
+        runtime={"warmup": extra.pop("warmup", False), **extra.pop("runtime", {})}, **extra,
     )
 
 
@@ -174,8 +174,13 @@ def test_bad_frames_go_to_the_dlq_with_a_reason_and_the_worker_keeps_scoring(
     assert len(dead[3].value()) == 8 * 1024 * 1024 + 1
 
 
+@pytest.mark.parametrize(
+    "runtime",
+    [{}, {"executors": 3}],
+    ids=["one-executor", "three-executors"],  # three batches run at once: published in dispatch order
+)
 def test_one_cameras_frames_keep_their_order_across_buckets_and_priorities(
-    broker, topic_factory, unique_group_id
+    broker, topic_factory, unique_group_id, runtime
 ) -> None:
     """Several cameras keyed by camera_id on a multi-partition topic, in two resolution
     buckets and two priority levels, under the default (adaptive, EDF) policy: per
@@ -196,7 +201,7 @@ def test_one_cameras_frames_keep_their_order_across_buckets_and_priorities(
             key, value, _ = factory.make(k, j, j * 0.1)
             frames.append((key, value, frame_headers(factory.camera_id(k), j, prio)))
     ts = int(time.time() * 1000)
-    cfg = camera_config(broker, inp, out, unique_group_id, warmup=True)
+    cfg = camera_config(broker, inp, out, unique_group_id, warmup=True, runtime=runtime)
     with running_worker(cfg) as worker:
         size = len(frames) // waves
         for w in range(waves):

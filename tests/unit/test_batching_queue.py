@@ -154,3 +154,13 @@ def test_executor_thread_gets_batches_and_exits_on_close():
     t.join(timeout=5.0)
     assert not t.is_alive()
     assert sorted(i for b in got for i in b) == [0, 1]
+
+
+def test_dispatched_batches_are_numbered_in_order_drain_batches_too():
+    """The worker publishes in this order when several batches are in flight."""
+    q = queue(GreedyPolicy(2))
+    for i in range(6):
+        q.put(req(item=i))
+    assert [q.get_batch().seq for _ in range(2)] == [0, 1]
+    q.close()
+    assert q.get_batch().seq == 2 and q.get_batch() is None

@@ -270,3 +270,22 @@ def test_status_from_prometheus_values():
     assert rep.verdict == S.DEGRADED and rep.workers_up == 3
     assert rep.stats.batch_rows == pytest.approx(40.0) and rep.stats.p99_ms == pytest.approx(200.0)
     assert any("p99" in r for r in rep.reasons) and any("lag growing" in r for r in rep.reasons)
+
+
+def test_histogram_observe_many_counts_like_observe_one_by_one() -> None:
+    from prometheus_client import CollectorRegistry, Histogram
+
+    from pipeline.metrics import observe_many
+
+    buckets = (0.001, 0.01, 0.1, 1.0)
+    one, many = (Histogram("h", "h", registry=CollectorRegistry(), buckets=buckets) for _ in range(2))
+    values = [0.0, 0.001, 0.0011, 0.01, 0.5, 1.0, 7.0, 0.05, 0.05]  # on and between bounds
+    for v in values:
+        one.observe(v)
+    observe_many(many, values)
+    observe_many(many, [])
+
+    def samples(h: Histogram) -> dict:
+        return {(s.name, s.labels.get("le")): s.value for s in h.collect()[0].samples if s.name != "h_created"}
+
+    assert samples(many) == pytest.approx(samples(one))  # the sum's rounding may differ
