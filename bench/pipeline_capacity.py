@@ -8,7 +8,9 @@
   run` process) per policy, and p50/p99 end-to-end latency at 50 % of the static
   policy's saturation rate,
 - the saturation throughput again with the same requests in the binary form
-  (consumers/codecs/ctr_binary.py; --binary-policies, default none and static).
+  (consumers/codecs/ctr_binary.py; --binary-policies, default none and static),
+- static saturation (JSON and binary) and adaptive latency again with ONNX Runtime in
+  a model process of its own (runtime.model_process, pipeline/runtime/model_process.py).
 
     .venv/bin/python bench/pipeline_capacity.py [--requests 20000] [--latency-seconds 15] [--soak 0]
 
@@ -23,7 +25,9 @@ import json
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -47,7 +51,19 @@ from bench.harness import (  # noqa: E402
 )
 
 POLICIES = ("none", "static", "greedy", "adaptive")
-STATIC_ENV = {"TIDEBATCH_BATCHING__MAX_BATCH_ROWS": "512", "TIDEBATCH_BATCHING__MAX_QUEUE_DELAY_MS": "10"}
+# 1024 rows: the model's own rows/s is flat from 128 to 1024 rows (model_peak below),
+# and twice the rows per batch halves the worker's per-batch work (hand-overs, GIL
+# waits). With 512 rows the binary-request drain ran ~10 % slower.
+STATIC_ENV = {"TIDEBATCH_BATCHING__MAX_BATCH_ROWS": "1024", "TIDEBATCH_BATCHING__MAX_QUEUE_DELAY_MS": "10"}
+
+
+def fresh(measure: Callable[..., dict], *args: Any) -> dict:
+    """One measurement on a broker of its own: the embedded broker slows down with what
+    it has served (BROKER.md), and a later row of one run must not pay for earlier ones
+    (the same binary-request drain ran ~10 % slower as the eighth run on a broker than
+    on a fresh one)."""
+    with embedded_broker() as broker:
+        return measure(broker.bootstrap_servers, *args)
 
 
 def model_peak() -> dict:
@@ -83,12 +99,17 @@ def passthrough(bootstrap: str, pool: RequestPool, n: int) -> dict:
     return {"requests_per_s": n / seconds, "rows_per_s": n * pool.mean_rows / seconds}
 
 
-def saturation(bootstrap: str, pool: RequestPool, policy: str, n: int) -> dict:
-    inp, out = fresh_topics(bootstrap, f"bench-sat-{policy}-{pool.encoding}")
+MODEL_PROCESS_ENV = {"TIDEBATCH_RUNTIME__MODEL_PROCESS": "true"}
+
+
+def saturation(bootstrap: str, pool: RequestPool, policy: str, n: int, runtime_env: dict | None = None) -> dict:
+    tag = "-mp" if runtime_env else ""
+    inp, out = fresh_topics(bootstrap, f"bench-sat-{policy}-{pool.encoding}{tag}")
     run = f"sat-{policy}"
     preload(bootstrap, inp, pool, n, run)
-    env = STATIC_ENV if policy == "static" else {}
-    with worker_process(bootstrap, inp, out, policy, extra_env=env, log_name=f"sat-{policy}-{pool.encoding}") as proc:
+    env = {**(STATIC_ENV if policy == "static" else {}), **(runtime_env or {})}
+    log_name = f"sat-{policy}-{pool.encoding}{tag}"
+    with worker_process(bootstrap, inp, out, policy, extra_env=env, log_name=log_name) as proc:
         # Read the results only after the drain: a reader running alongside would take
         # CPU from the worker on this 2-core machine. Throughput comes from the
         # results' produce timestamps either way.
@@ -100,11 +121,14 @@ def saturation(bootstrap: str, pool: RequestPool, policy: str, n: int) -> dict:
     return {"requests_per_s": req_s, "rows_per_s": rows_s, "results": len(res.docs), "mean_batch_rows_seen": batch}
 
 
-def latency(bootstrap: str, pool: RequestPool, policy: str, rate: float, seconds: float) -> dict:
-    inp, out = fresh_topics(bootstrap, f"bench-lat-{policy}")
+def latency(
+    bootstrap: str, pool: RequestPool, policy: str, rate: float, seconds: float, runtime_env: dict | None = None
+) -> dict:
+    tag = "-mp" if runtime_env else ""
+    inp, out = fresh_topics(bootstrap, f"bench-lat-{policy}{tag}")
     run = f"lat-{policy}"
-    env = STATIC_ENV if policy == "static" else {}
-    with worker_process(bootstrap, inp, out, policy, extra_env=env, log_name=f"lat-{policy}"):
+    env = {**(STATIC_ENV if policy == "static" else {}), **(runtime_env or {})}
+    with worker_process(bootstrap, inp, out, policy, extra_env=env, log_name=f"lat-{policy}{tag}"):
         sent = open_loop(bootstrap, inp, pool, rate, seconds, run)
         res = read_results(bootstrap, out, sent, timeout=120, run=run)
     drop_topics(bootstrap, inp, out)
@@ -203,29 +227,39 @@ def main() -> int:
     print(f"model peak: {best['rows_per_s']:.0f} rows/s at batch {best['batch']} (1 thread)", flush=True)
     pool = RequestPool()
     report["mean_rows_per_request"] = pool.mean_rows
-    with embedded_broker() as broker:
-        bs = broker.bootstrap_servers
-        report["passthrough"] = passthrough(bs, pool, args.requests)
-        print(f"kafka passthrough: {report['passthrough']['rows_per_s']:.0f} rows/s", flush=True)
-        report["saturation"] = {}
-        for policy in policies:
-            report["saturation"][policy] = saturation(bs, pool, policy, args.requests)
-            print(f"saturation {policy}: {report['saturation'][policy]['rows_per_s']:.0f} rows/s", flush=True)
-        binary_pool = RequestPool(encoding="binary")
-        report["saturation_binary"] = {}
-        for policy in binary_policies:
-            report["saturation_binary"][policy] = saturation(bs, binary_pool, policy, args.requests)
-            r = report["saturation_binary"][policy]
-            print(f"saturation {policy} (binary requests): {r['rows_per_s']:.0f} rows/s", flush=True)
-        static_req_s = report["saturation"].get("static", next(iter(report["saturation"].values())))["requests_per_s"]
-        rate = 0.5 * static_req_s
-        report["latency_at_half_static_saturation"] = {}
-        for policy in policies:
-            report["latency_at_half_static_saturation"][policy] = latency(bs, pool, policy, rate, args.latency_seconds)
-            r = report["latency_at_half_static_saturation"][policy]
-            print(f"latency {policy} @ {rate:.0f} req/s: p50 {r['p50_ms']:.1f} ms p99 {r['p99_ms']:.1f} ms", flush=True)
-        if args.soak:
-            report["soak"] = soak(bs, pool, rate, args.soak)
+    report["passthrough"] = fresh(passthrough, pool, args.requests)
+    print(f"kafka passthrough: {report['passthrough']['rows_per_s']:.0f} rows/s", flush=True)
+    report["saturation"] = {}
+    for policy in policies:
+        report["saturation"][policy] = fresh(saturation, pool, policy, args.requests)
+        print(f"saturation {policy}: {report['saturation'][policy]['rows_per_s']:.0f} rows/s", flush=True)
+    binary_pool = RequestPool(encoding="binary")
+    report["saturation_binary"] = {}
+    for policy in binary_policies:
+        report["saturation_binary"][policy] = fresh(saturation, binary_pool, policy, args.requests)
+        r = report["saturation_binary"][policy]
+        print(f"saturation {policy} (binary requests): {r['rows_per_s']:.0f} rows/s", flush=True)
+    report["model_process"] = {
+        "saturation_static": fresh(saturation, pool, "static", args.requests, MODEL_PROCESS_ENV),
+        "saturation_static_binary": fresh(saturation, binary_pool, "static", args.requests, MODEL_PROCESS_ENV),
+    }
+    mp = report["model_process"]
+    print(f"saturation static, model process: {mp['saturation_static']['rows_per_s']:.0f} rows/s (JSON), "
+          f"{mp['saturation_static_binary']['rows_per_s']:.0f} rows/s (binary)", flush=True)
+    static_req_s = report["saturation"].get("static", next(iter(report["saturation"].values())))["requests_per_s"]
+    rate = 0.5 * static_req_s
+    report["latency_at_half_static_saturation"] = {}
+    for policy in policies:
+        report["latency_at_half_static_saturation"][policy] = fresh(latency, pool, policy, rate, args.latency_seconds)
+        r = report["latency_at_half_static_saturation"][policy]
+        print(f"latency {policy} @ {rate:.0f} req/s: p50 {r['p50_ms']:.1f} ms p99 {r['p99_ms']:.1f} ms", flush=True)
+    if "adaptive" in policies:
+        mp["latency_adaptive"] = fresh(latency, pool, "adaptive", rate, args.latency_seconds, MODEL_PROCESS_ENV)
+        r = mp["latency_adaptive"]
+        print(f"latency adaptive, model process @ {rate:.0f} req/s: p50 {r['p50_ms']:.1f} ms p99 {r['p99_ms']:.1f} ms",
+              flush=True)
+    if args.soak:
+        report["soak"] = fresh(soak, pool, rate, args.soak)
 
     peak_rows = report["model_peak"]["rows_per_s"]
     rows = [["model direct (ORT, 1 thread)", f"{peak_rows:.0f}", "-", "100%", "-", "-"]]
@@ -241,6 +275,14 @@ def main() -> int:
         s = report["saturation_binary"][policy]
         rows.append([f"pipeline, {policy}, binary requests", f"{s['rows_per_s']:.0f}", f"{s['requests_per_s']:.0f}",
                      f"{100 * s['rows_per_s'] / peak_rows:.0f}%", "-", "-"])
+    mp = report["model_process"]
+    for label, key in (("static", "saturation_static"), ("static, binary requests", "saturation_static_binary")):
+        s = mp[key]
+        rows.append([f"pipeline, {label}, model process", f"{s['rows_per_s']:.0f}", f"{s['requests_per_s']:.0f}",
+                     f"{100 * s['rows_per_s'] / peak_rows:.0f}%", "-", "-"])
+    if "latency_adaptive" in mp:
+        lat = mp["latency_adaptive"]
+        rows.append(["pipeline, adaptive, model process", "-", "-", "-", f"{lat['p50_ms']:.1f}", f"{lat['p99_ms']:.1f}"])
     print()
     print(f"mean rows per request: {pool.mean_rows:.1f}; latency at {rate:.0f} req/s (50 % of static saturation)")
     print(table(["path", "rows/s", "req/s", "of model peak", "p50 ms", "p99 ms"], rows))
