@@ -69,3 +69,34 @@ def test_an_executor_held_back_while_calm_goes_when_the_batch_before_is_done() -
     q.done(first, 0.001)
     waiting.join(10)
     assert got == [1]
+
+
+def wait_until(predicate, what: str, timeout: float = 10.0) -> None:
+    done = threading.Event()
+    deadline = threading.Timer(timeout, done.set)
+    deadline.start()
+    try:
+        while not predicate():
+            if done.wait(0.001):
+                raise AssertionError(f"timed out waiting until {what}")
+    finally:
+        deadline.cancel()
+
+
+def test_while_calm_one_executor_waits_for_requests_the_others_at_the_gate() -> None:
+    """Regression: all executors waited for requests, and every poll woke them all to
+    find one batch (GIL churn that doubled latency at half load)."""
+    q = queue_with_depth(enter_rows=100)
+    got: list[int] = []
+    threads = [threading.Thread(target=lambda: got.extend(b.seq for b in iter(q.get_batch, None))) for _ in range(3)]
+    for t in threads:
+        t.start()
+    wait_until(lambda: q._waiting_for_batch == 1, "one executor waits for requests")
+    assert q._waiting_for_batch == 1  # and not three
+    q.put_many([req(i) for i in range(3)])
+    wait_until(lambda: got == [0], "the first batch is taken")
+    assert q._busy_executors == 1 and q._waiting_for_batch == 0  # the others stay at the gate
+    q.close()
+    for t in threads:
+        t.join(10)
+    assert got == [0]
