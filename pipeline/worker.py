@@ -137,7 +137,8 @@ class Worker:
         self.model = self.pipeline.load_model()
         self.codec = self.pipeline.make_codec(cfg)
         b = cfg.batching
-        self.policy = make_policy(b.policy, **_policy_params(cfg, self.pipeline.max_batch_rows))
+        policy_params = _policy_params(cfg, self.pipeline.max_batch_rows)
+        self.policy = make_policy(b.policy, **policy_params)
         self.metrics = WorkerMetrics(cfg.pipeline, b.policy)
         rt = cfg.runtime
         self.session: InferenceSession | ProcessSession
@@ -174,7 +175,7 @@ class Worker:
             # full batch for every executor) queued, back to one at a time at one full
             # batch. A lower mark flipped JSON requests at 50 % load into backlog mode on
             # every bursty poll, and their latency rose by half.
-            max_rows = _policy_params(cfg, self.pipeline.max_batch_rows).get("max_batch_rows", self.pipeline.max_batch_rows)
+            max_rows = policy_params.get("max_batch_rows", self.pipeline.max_batch_rows)
             enter = min(max(self.executors * max_rows, b.queue_low_rows), b.queue_high_rows)
             depth = PipelineDepth(self.executors, enter, min(max_rows, enter - 1))
         self.queue = BatchQueue(batcher, self.clock, b.queue_high_rows, b.queue_low_rows, depth=depth)
@@ -327,7 +328,8 @@ class Worker:
         # Undone at shutdown: a worker run inside another program (tests, the demo)
         # must not leave that program's threads on fewer cores.
         self._unpin_to = set(os.sched_getaffinity(0))
-        if isinstance(self.session, ProcessSession):
+        if model_process:
+            assert isinstance(self.session, ProcessSession)
             self.session.pin(pinning[0][0])
             moved = affinity.pin_other_threads([], pinning[1])
             log.info("model process pinned to core %s; %d worker threads on %s", pinning[0][0], moved, sorted(pinning[1]))

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeGuard
 
 import numpy as np
@@ -54,32 +53,8 @@ BYTES_PER_ITEM = 8 * _N_ITEM_CAT + 4 * _N_ITEM_DENSE + _N_ITEM_CAT  # 145
 _HEADER_KEYS = ("request_id", "tenant", "priority", "deadline_ms", "user_id")
 
 
-@dataclass(slots=True)
-class BinaryRequest:
-    """A binary CTR request's array views (the header is read by ``header_bytes``)."""
-
-    ctx_tokens: np.ndarray  # uint64 [13]
-    item_tokens: np.ndarray  # uint64 [n, 13]
-    ctx_dense: np.ndarray  # float32 [6]
-    item_dense: np.ndarray  # float32 [n, 7]
-    present: np.ndarray  # bool [13 + 13n]
-
-
 def is_binary(value: bytes | None) -> TypeGuard[bytes]:
     return value is not None and value[:4] == MAGIC
-
-
-def split(value: bytes, n_items: int) -> BinaryRequest:
-    """Views on ``value`` for a request with ``n_items`` items (known from the header).
-    The caller parses the header first: see ``header_bytes``."""
-    parts = locate(value, n_items)
-    return BinaryRequest(
-        np.frombuffer(parts.ctx_tokens, "<u8"),
-        np.frombuffer(parts.item_tokens, "<u8").reshape(n_items, _N_ITEM_CAT),
-        np.frombuffer(parts.ctx_dense, "<f4"),
-        np.frombuffer(parts.item_dense, "<f4").reshape(n_items, _N_ITEM_DENSE),
-        np.frombuffer(bytes(parts.ctx_present) + bytes(parts.item_present), np.bool_),
-    )
 
 
 class BinaryParts(NamedTuple):

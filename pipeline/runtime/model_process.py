@@ -6,8 +6,9 @@ On two cores a 495-row CTR batch took 1.70-1.76 ms inside the worker against 1.3
 alone, and the executor's core sat waiting: a backlog of binary requests drained at
 ~67 % of the model's own peak while the worker used ~1.4 of its 2 cores. In its own
 process the model runs exactly as it does alone (the same session options, one batch
-at a time), and with two batches in flight (`runtime.executors` 2) the next batch is
-already waiting in its socket while the worker's threads take the GIL back for the last.
+at a time), and through a backlog several batches are in flight (`runtime.executors`,
+pipeline/batching/depth.py): the next batch is already waiting in its socket while the
+worker's threads take the GIL back for the last.
 
 The worker's executors call ``run_timed`` as they would an in-process session; the
 process runs the batches in the order they were sent and answers in that order, so
@@ -187,7 +188,7 @@ class ProcessSession(ProfiledSession):
         self._closed = False
         self._cores: set[int] | None = None
         self._free_slots: list[int] = []
-        self._busy_slots: set[int] = set()
+        self._slots_made = 0
         self._channel = self._start()
         hello = self._channel.hello
         self.provider: str = hello["provider"]
@@ -231,22 +232,20 @@ class ProcessSession(ProfiledSession):
                 if self._on_restart is not None:
                     self._on_restart()
             # A slot per batch in flight: one is written again only after its answer.
-            slot = self._free_slots.pop() if self._free_slots else len(self._busy_slots) + len(self._free_slots)
-            self._busy_slots.add(slot)
+            if self._free_slots:
+                slot = self._free_slots.pop()
+            else:
+                slot, self._slots_made = self._slots_made, self._slots_made + 1
             try:
                 ticket = channel.submit(feeds, slot)
             except BaseException:
-                self._release(slot)
+                self._free_slots.append(slot)
                 raise
         try:
             return channel.receive(ticket)
         finally:
             with self._send_lock:
-                self._release(slot)
-
-    def _release(self, slot: int) -> None:
-        self._busy_slots.discard(slot)
-        self._free_slots.append(slot)
+                self._free_slots.append(slot)
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         return self.run_timed(feeds)[0]

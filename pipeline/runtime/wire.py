@@ -23,7 +23,7 @@ import mmap
 import os
 import socket
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -78,7 +78,6 @@ class Slot:
     def __init__(self, index: int) -> None:
         self.index = index
         self.size = 0
-        self._fd = -1
         self._map: mmap.mmap | None = None
 
     def place(self, sock: socket.socket, arrays: Mapping[str, np.ndarray]) -> list[list[Any]]:
@@ -131,23 +130,17 @@ class FrameReader:
         self._file = sock.makefile("rb", buffering=1 << 18)
 
     def read(self) -> tuple[int, dict[str, Any], dict[str, np.ndarray]]:
-        kind, size = _PREFIX.unpack(self._exact(_PREFIX.size))
-        if size > _MAX_HEADER:
-            raise ValueError(f"frame header of {size} bytes: the stream is out of step")
-        header = orjson.loads(self._exact(size))
-        arrays: dict[str, np.ndarray] = {}
-        for name, dtype, shape in header.pop("arrays", []):
-            arr = np.empty(shape, dtype=np.dtype(dtype))
-            if arr.nbytes and self._file.readinto(memoryview(arr).cast("B")) != arr.nbytes:
-                raise ChannelClosed("the model process channel closed")
-            arrays[name] = arr
-        return kind, header, arrays
+        return _read_body(self._exact(_PREFIX.size), self._exact, self._into)
 
     def _exact(self, n: int) -> bytes:
         data = self._file.read(n)
         if len(data) != n:
             raise ChannelClosed("the model process channel closed")
         return data
+
+    def _into(self, view: memoryview) -> None:
+        if self._file.readinto(view) != len(view):
+            raise ChannelClosed("the model process channel closed")
 
     def close(self) -> None:
         self._file.close()
@@ -163,18 +156,28 @@ def recv_frame(sock: socket.socket) -> tuple[int, dict[str, Any], dict[str, np.n
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
     prefix = data + _recv_exact(sock, _PREFIX.size - len(data))
+    kind, header, arrays = _read_body(prefix, lambda n: _recv_exact(sock, n), lambda v: _recv_into(sock, v))
+    return kind, header, arrays, list(fds)
+
+
+def _read_body(
+    prefix: bytes, exact: Callable[[int], bytes], into: Callable[[memoryview], None]
+) -> tuple[int, dict[str, Any], dict[str, np.ndarray]]:
+    """The rest of a frame after its prefix, read with either side's primitives. Inline
+    arrays are read and their specs taken out of the header; a RUN frame's arrays
+    are in its slot, so their specs (with offsets) stay in the header."""
     kind, size = _PREFIX.unpack(prefix)
     if size > _MAX_HEADER:
         raise ValueError(f"frame header of {size} bytes: the stream is out of step")
-    header = orjson.loads(_recv_exact(sock, size))
+    header = orjson.loads(exact(size))
     arrays: dict[str, np.ndarray] = {}
-    for spec in header.get("arrays", []) if header.get("slot") is None else []:
-        name, dtype, shape = spec
-        arr = np.empty(shape, dtype=np.dtype(dtype))
-        if arr.nbytes:
-            _recv_into(sock, memoryview(arr).cast("B"))
-        arrays[name] = arr
-    return kind, header, arrays, list(fds)
+    if header.get("slot") is None:
+        for name, dtype, shape in header.pop("arrays", []):
+            arr = np.empty(shape, dtype=np.dtype(dtype))
+            if arr.nbytes:
+                into(memoryview(arr).cast("B"))
+            arrays[name] = arr
+    return kind, header, arrays
 
 
 def _send_all(sock: socket.socket, parts: list[memoryview]) -> None:
