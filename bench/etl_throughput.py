@@ -58,22 +58,24 @@ def make_input(path: Path, rows: int, fmt: str) -> None:
 
 
 def cpu_peak(batch: int, threads: int, seconds: float) -> float:
-    """Model rows per CPU-second at one batch size (synthetic feeds, as model_peak):
-    unlike wall-clock rows/s this barely moves with other load on the machine."""
+    """Model rows per CPU-second at one batch size (synthetic feeds, fresh rows each
+    call, as model_peak): unlike wall-clock rows/s this barely moves with other load on
+    the machine."""
     import numpy as np
 
-    from bench.model_peak import make_session, synthetic_feeds
+    from bench.model_peak import call_feeds, make_session, pool_rows, synthetic_feeds
     from models.registry import load_spec
 
     spec = load_spec("ctr")
     session = make_session(spec, threads, "cpu")
-    feeds = synthetic_feeds(spec, batch, np.random.default_rng(0))
+    pool = synthetic_feeds(spec, pool_rows(spec, [batch]), np.random.default_rng(0))
+    parts = call_feeds(pool, batch)
     outputs = [o.name for o in session.get_outputs()]
-    for _ in range(3):
+    for feeds in parts[:3]:
         session.run(outputs, feeds)
     rows, t0 = 0, time.process_time()
     while time.process_time() - t0 < seconds:
-        session.run(outputs, feeds)
+        session.run(outputs, parts[(rows // batch) % len(parts)])
         rows += batch
     return rows / (time.process_time() - t0)
 

@@ -12,6 +12,16 @@ Each call is timed twice: wall clock, and the calling thread's CPU time (with on
 intra-op thread ONNX Runtime computes on the calling thread). On a machine shared with
 other jobs the wall figures include time spent descheduled; the CPU figures do not, so
 they approximate what the model costs on a core of its own.
+
+Every call gets rows the model has not just seen: the calls walk through a pool of
+distinct rows (~32 MB, at least one batch of the largest size). Re-running one batch
+over and over, as this script first did, keeps that batch's embedding rows in the
+core's L2 cache and overstates the peak no pipeline can reach, since a pipeline never
+scores the same requests twice: the CTR model ran 376-395k rows/s on one repeated
+batch of 128-256 rows but 351-360k on fresh rows of the same requests. ``--feeds
+requests`` takes the rows from the model's pipeline's own generated requests (what
+bench/pipeline_capacity.py sends), ``synthetic`` (default) draws them from the input
+spec's ranges.
 """
 
 from __future__ import annotations
@@ -60,17 +70,55 @@ def synthetic_feeds(spec: ModelSpec, n: int, rng: np.random.Generator) -> dict[s
     return feeds
 
 
+POOL_BYTES = 32 << 20
+FEEDS = ("synthetic", "requests")
+
+
+def pool_rows(spec: ModelSpec, sizes: list[int]) -> int:
+    """Rows in the pool: ~POOL_BYTES of inputs, at least the largest batch, and no
+    more than 64 of the largest batches."""
+    one = synthetic_feeds(spec, 1, np.random.default_rng(0))
+    row_bytes = sum(a.nbytes for a in one.values())
+    return max(max(sizes), min(POOL_BYTES // row_bytes, 64 * max(sizes)))
+
+
+def request_feeds(model: str, rows: int) -> dict[str, np.ndarray]:
+    """At least `rows` model rows from the generated requests of the pipeline named
+    like the model, decoded and collated as the worker does."""
+    from pipeline.config import WorkerConfig
+    from pipeline.pipelines import get_pipeline
+
+    pipeline = get_pipeline(model)
+    codec = pipeline.make_codec(WorkerConfig(pipeline=model))
+    make = pipeline.make_samples(11)  # bench/harness.py RequestPool's seed
+    decoded, have = [], 0
+    while have < rows:
+        _key, value, headers = make(len(decoded))
+        decoded.append(codec.decode(value, dict(headers)))
+        have += decoded[-1].rows
+    return codec.collate([d.payload for d in decoded])
+
+
+def call_feeds(pool: dict[str, np.ndarray], n: int) -> list[dict[str, np.ndarray]]:
+    """The pool cut into consecutive calls of n rows (views, no copies)."""
+    total = len(next(iter(pool.values())))
+    return [{k: v[start : start + n] for k, v in pool.items()} for start in range(0, total - n + 1, n)]
+
+
 def time_batch(
-    session: Any, feeds: dict[str, np.ndarray], min_seconds: float
+    session: Any, pool: dict[str, np.ndarray], n: int, min_seconds: float
 ) -> tuple[list[float], list[float]]:
-    """(wall seconds, calling thread's CPU seconds) per call."""
+    """(wall seconds, calling thread's CPU seconds) per call of n rows, each call on the
+    next n rows of the pool (module doc: rows the caches have not just seen)."""
     outputs = [o.name for o in session.get_outputs()]
-    for _ in range(3):  # warm-up: first calls allocate and plan
+    parts = call_feeds(pool, n)
+    for feeds in parts[:3]:  # warm-up: first calls allocate and plan
         session.run(outputs, feeds)
     wall: list[float] = []
     cpu: list[float] = []
     start = time.perf_counter()
     while len(wall) < 7 or time.perf_counter() - start < min_seconds:
+        feeds = parts[len(wall) % len(parts)]
         c0, t0 = time.thread_time(), time.perf_counter()
         session.run(outputs, feeds)
         wall.append(time.perf_counter() - t0)
@@ -84,13 +132,21 @@ def fit_affine(ns: list[int], ts: list[float]) -> tuple[float, float]:
     return float(a), float(b)
 
 
-def measure(model: str, sizes: list[int], threads: int, provider: str, seconds: float) -> dict:
+def measure(
+    model: str, sizes: list[int], threads: int, provider: str, seconds: float, feeds: str = "synthetic"
+) -> dict:
+    if feeds not in FEEDS:
+        raise UserError(f"feeds must be one of {', '.join(FEEDS)}, got {feeds!r}")
     spec = load_spec(model)
     session = make_session(spec, threads, provider)
-    rng = np.random.default_rng(0)
+    n_rows = pool_rows(spec, sizes)
+    if feeds == "requests":
+        pool = request_feeds(model, n_rows)
+    else:
+        pool = synthetic_feeds(spec, n_rows, np.random.default_rng(0))
     rows = []
     for n in sizes:
-        wall, cpu = time_batch(session, synthetic_feeds(spec, n, rng), seconds)
+        wall, cpu = time_batch(session, pool, n, seconds)
         med, med_cpu = statistics.median(wall), max(statistics.median(cpu), 1e-9)
         rows.append(
             {
@@ -114,6 +170,8 @@ def measure(model: str, sizes: list[int], threads: int, provider: str, seconds: 
         "onnx": spec.onnx_path.name,
         "provider": session.get_providers()[0],
         "intra_op_threads": threads,
+        "feeds": feeds,
+        "pool_rows": len(next(iter(pool.values()))),
         "batches": rows,
         **fits,
         "best": {"batch": best["batch"], "rows_per_s": best["rows_per_s"]},
@@ -125,7 +183,8 @@ def measure(model: str, sizes: list[int], threads: int, provider: str, seconds: 
 def print_table(result: dict) -> None:
     print(
         f"{result['model']} ({result['onnx']}) on {result['provider']}, "
-        f"{result['intra_op_threads']} intra-op thread(s)"
+        f"{result['intra_op_threads']} intra-op thread(s), {result['feeds']} feeds, "
+        f"a pool of {result['pool_rows']} rows"
     )
     print(f"{'':13} {'------ wall clock ------':>22} {'----- thread CPU -----':>22}")
     print(
@@ -157,11 +216,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads (default 1)")
     parser.add_argument("--provider", choices=("cpu", "auto"), default="cpu")
     parser.add_argument("--seconds", type=float, default=0.5, help="time per batch size")
+    parser.add_argument("--feeds", choices=FEEDS, default="synthetic", help="input rows (module doc)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.batch_sizes.split(",") if s]
     try:
-        result = measure(args.model, sizes, args.threads, args.provider, args.seconds)
+        result = measure(args.model, sizes, args.threads, args.provider, args.seconds, args.feeds)
     except UserError as exc:
         print(f"model_peak: error: {exc}", file=sys.stderr)
         return 2

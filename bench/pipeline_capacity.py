@@ -1,7 +1,9 @@
 """Issue 2's measurement, in one run on this machine:
 
-- the CTR model's own peak (direct ONNX Runtime, best batch size, 1 intra-op thread —
-  the worker's setting),
+- the CTR model's own peak: direct ONNX Runtime, 1 intra-op thread (the worker's
+  setting), best batch size, on the rows of the requests this bench sends, every call
+  on rows it has not just seen (bench/model_peak.py says why). Measured at the start
+  and at the end of the run; the higher figure is the denominator of every ratio.
 - the raw Kafka passthrough ceiling (consume + produce the same records, no decoding,
   no inference),
 - the pipeline's saturation throughput (a preloaded backlog drained by a `tidebatch
@@ -10,12 +12,17 @@
 - the saturation throughput again with the same requests in the binary form
   (consumers/codecs/ctr_binary.py; --binary-policies, default none and static),
 - static saturation (JSON and binary) and adaptive latency again with ONNX Runtime in
-  a model process of its own (runtime.model_process, pipeline/runtime/model_process.py).
+  a model process of its own (runtime.model_process, pipeline/runtime/model_process.py),
+  unpinned and with pinned cores (runtime.pin_executors: the model process on one core,
+  the worker's threads on the other; for workers that own their cores).
 
-    .venv/bin/python bench/pipeline_capacity.py [--requests 20000] [--latency-seconds 15] [--soak 0]
+    .venv/bin/python bench/pipeline_capacity.py [--requests 20000] [--latency-seconds 15] [--repeat 1] [--soak 0]
 
-Prints a table and writes out/bench/pipeline_capacity.json. With --soak S it also
-runs the static policy at 50 % load for S seconds and samples the worker's RSS.
+With --repeat N every saturation case is drained N times, the cases taking turns
+(so that the machine's drift spreads over all of them), and the table gives the
+median with the range. Prints a table and writes out/bench/pipeline_capacity.json.
+With --soak S it also runs the static policy at 50 % load for S seconds and samples
+the worker's RSS.
 """
 
 from __future__ import annotations
@@ -69,7 +76,7 @@ def fresh(measure: Callable[..., dict], *args: Any) -> dict:
 def model_peak() -> dict:
     from bench.model_peak import measure
 
-    return measure("ctr", [32, 128, 256, 512, 1024, 2048], threads=1, provider="cpu", seconds=1.0)
+    return measure("ctr", [32, 128, 256, 512, 1024, 2048], threads=1, provider="cpu", seconds=1.0, feeds="requests")
 
 
 def passthrough(bootstrap: str, pool: RequestPool, n: int) -> dict:
@@ -100,10 +107,11 @@ def passthrough(bootstrap: str, pool: RequestPool, n: int) -> dict:
 
 
 MODEL_PROCESS_ENV = {"TIDEBATCH_RUNTIME__MODEL_PROCESS": "true"}
+PINNED_MODEL_PROCESS_ENV = {**MODEL_PROCESS_ENV, "TIDEBATCH_RUNTIME__PIN_EXECUTORS": "true"}
 
 
 def saturation(bootstrap: str, pool: RequestPool, policy: str, n: int, runtime_env: dict | None = None) -> dict:
-    tag = "-mp" if runtime_env else ""
+    tag = _tag(runtime_env)
     inp, out = fresh_topics(bootstrap, f"bench-sat-{policy}-{pool.encoding}{tag}")
     run = f"sat-{policy}"
     preload(bootstrap, inp, pool, n, run)
@@ -124,7 +132,7 @@ def saturation(bootstrap: str, pool: RequestPool, policy: str, n: int, runtime_e
 def latency(
     bootstrap: str, pool: RequestPool, policy: str, rate: float, seconds: float, runtime_env: dict | None = None
 ) -> dict:
-    tag = "-mp" if runtime_env else ""
+    tag = _tag(runtime_env)
     inp, out = fresh_topics(bootstrap, f"bench-lat-{policy}{tag}")
     run = f"lat-{policy}"
     env = {**(STATIC_ENV if policy == "static" else {}), **(runtime_env or {})}
@@ -134,6 +142,13 @@ def latency(
     drop_topics(bootstrap, inp, out)
     p50, p99 = res.percentiles()
     return {"rate": rate, "sent": sent, "results": len(res.docs), "p50_ms": p50, "p99_ms": p99}
+
+
+def _tag(runtime_env: dict | None) -> str:
+    """Topic and log name suffix of a runtime variant."""
+    if not runtime_env:
+        return ""
+    return "-mp-pinned" if runtime_env.get("TIDEBATCH_RUNTIME__PIN_EXECUTORS") == "true" else "-mp"
 
 
 def soak(bootstrap: str, pool: RequestPool, rate: float, seconds: float) -> dict:
@@ -188,6 +203,74 @@ def soak_table(result: dict) -> str:
     return table(["t s", "RSS MiB", "queued rows", "lag"], rows)
 
 
+def saturation_cases(
+    policies: list[str], binary_policies: list[str], pool: RequestPool, binary_pool: RequestPool
+) -> list[tuple[str, RequestPool, str, dict | None]]:
+    """(label, requests, policy, worker environment) of every saturation row."""
+    cases: list[tuple[str, RequestPool, str, dict | None]] = [(p, pool, p, None) for p in policies]
+    cases += [(f"{p}, binary requests", binary_pool, p, None) for p in binary_policies]
+    for suffix, env in (("model process", MODEL_PROCESS_ENV), ("model process, pinned cores", PINNED_MODEL_PROCESS_ENV)):
+        cases.append((f"static, {suffix}", pool, "static", env))
+        cases.append((f"static, binary requests, {suffix}", binary_pool, "static", env))
+    return cases
+
+
+def latency_cases(policies: list[str]) -> list[tuple[str, str, dict | None]]:
+    """(label, policy, worker environment) of every latency row, JSON requests."""
+    cases: list[tuple[str, str, dict | None]] = [(p, p, None) for p in policies]
+    if "adaptive" in policies:
+        cases.append(("adaptive, model process", "adaptive", MODEL_PROCESS_ENV))
+        cases.append(("adaptive, model process, pinned cores", "adaptive", PINNED_MODEL_PROCESS_ENV))
+    return cases
+
+
+def summarise(runs: list[dict]) -> dict:
+    """The median run's figures, with every run's rows/s."""
+    by_rate = sorted(runs, key=lambda r: r["rows_per_s"])
+    median = by_rate[(len(by_rate) - 1) // 2]  # the lower median: an odd count has one middle
+    return {**median, "runs_rows_per_s": [r["rows_per_s"] for r in runs]}
+
+
+def _peak() -> dict:
+    peak = model_peak()
+    best = {**peak["best"], **peak["fit"], "pool_rows": peak["pool_rows"]}
+    print(f"model peak: {best['rows_per_s']:.0f} rows/s at batch {best['batch']} (1 thread, fresh request rows)",
+          flush=True)
+    return best
+
+
+def result_table(report: dict) -> str:
+    peak_rows = report["model_peak"]["rows_per_s"]
+
+    def share(rows_per_s: float) -> str:
+        return f"{100 * rows_per_s / peak_rows:.0f}%"
+
+    rows = []
+    for i, p in enumerate(report["model_peak_runs"]):
+        when = "start" if i == 0 else "end"
+        rows.append([f"model direct (ORT, 1 thread, batch {p['batch']}), {when}", f"{p['rows_per_s']:.0f}", "-",
+                     share(p["rows_per_s"]), "-", "-"])
+    pt = report["passthrough"]
+    rows.append(["kafka passthrough (no inference)", f"{pt['rows_per_s']:.0f}", f"{pt['requests_per_s']:.0f}",
+                 share(pt["rows_per_s"]), "-", "-"])
+    latency = report["latency"]
+    for label, s in report["saturation"].items():
+        spread = s["runs_rows_per_s"]
+        rate = f"{s['rows_per_s']:.0f}"
+        if len(spread) > 1:
+            rate += f" ({min(spread):.0f}-{max(spread):.0f})"
+        lat = latency.get(label)
+        rows.append([f"pipeline, {label}", rate, f"{s['requests_per_s']:.0f}", share(s["rows_per_s"]),
+                     f"{lat['p50_ms']:.1f}" if lat else "-", f"{lat['p99_ms']:.1f}" if lat else "-"])
+    for label, lat in latency.items():
+        if label not in report["saturation"]:
+            rows.append([f"pipeline, {label}", "-", "-", "-", f"{lat['p50_ms']:.1f}", f"{lat['p99_ms']:.1f}"])
+    head = (f"mean rows per request: {report['mean_rows_per_request']:.1f}; latency at "
+            f"{report['latency_rate']:.0f} req/s (50 % of static saturation); ratios against the higher "
+            f"model peak")
+    return head + "\n" + table(["path", "rows/s", "req/s", "of model peak", "p50 ms", "p99 ms"], rows)
+
+
 def _rss_kib(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -202,6 +285,7 @@ def main() -> int:
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--binary-policies", default="none,static",
                     help="policies measured again with binary-form requests ('' for none)")
+    ap.add_argument("--repeat", type=int, default=1, help="drains per saturation case (median reported)")
     ap.add_argument("--soak", type=float, default=0.0, help="seconds of a memory soak at 50 %% load")
     ap.add_argument("--soak-rate", type=float, default=0.0,
                     help="with --soak: run only the soak, at this many requests/s")
@@ -221,71 +305,34 @@ def main() -> int:
         return 0
 
     report: dict = {"machine": "2 cores, loopback, embedded broker (Tansu)", "ort_intra_op_threads": 1}
-    peak = model_peak()
-    best = peak["best"]
-    report["model_peak"] = {**best, **peak["fit"]}
-    print(f"model peak: {best['rows_per_s']:.0f} rows/s at batch {best['batch']} (1 thread)", flush=True)
+    report["model_peak_runs"] = [_peak()]
     pool = RequestPool()
+    binary_pool = RequestPool(encoding="binary")
     report["mean_rows_per_request"] = pool.mean_rows
     report["passthrough"] = fresh(passthrough, pool, args.requests)
     print(f"kafka passthrough: {report['passthrough']['rows_per_s']:.0f} rows/s", flush=True)
-    report["saturation"] = {}
-    for policy in policies:
-        report["saturation"][policy] = fresh(saturation, pool, policy, args.requests)
-        print(f"saturation {policy}: {report['saturation'][policy]['rows_per_s']:.0f} rows/s", flush=True)
-    binary_pool = RequestPool(encoding="binary")
-    report["saturation_binary"] = {}
-    for policy in binary_policies:
-        report["saturation_binary"][policy] = fresh(saturation, binary_pool, policy, args.requests)
-        r = report["saturation_binary"][policy]
-        print(f"saturation {policy} (binary requests): {r['rows_per_s']:.0f} rows/s", flush=True)
-    report["model_process"] = {
-        "saturation_static": fresh(saturation, pool, "static", args.requests, MODEL_PROCESS_ENV),
-        "saturation_static_binary": fresh(saturation, binary_pool, "static", args.requests, MODEL_PROCESS_ENV),
-    }
-    mp = report["model_process"]
-    print(f"saturation static, model process: {mp['saturation_static']['rows_per_s']:.0f} rows/s (JSON), "
-          f"{mp['saturation_static_binary']['rows_per_s']:.0f} rows/s (binary)", flush=True)
-    static_req_s = report["saturation"].get("static", next(iter(report["saturation"].values())))["requests_per_s"]
-    rate = 0.5 * static_req_s
-    report["latency_at_half_static_saturation"] = {}
-    for policy in policies:
-        report["latency_at_half_static_saturation"][policy] = fresh(latency, pool, policy, rate, args.latency_seconds)
-        r = report["latency_at_half_static_saturation"][policy]
-        print(f"latency {policy} @ {rate:.0f} req/s: p50 {r['p50_ms']:.1f} ms p99 {r['p99_ms']:.1f} ms", flush=True)
-    if "adaptive" in policies:
-        mp["latency_adaptive"] = fresh(latency, pool, "adaptive", rate, args.latency_seconds, MODEL_PROCESS_ENV)
-        r = mp["latency_adaptive"]
-        print(f"latency adaptive, model process @ {rate:.0f} req/s: p50 {r['p50_ms']:.1f} ms p99 {r['p99_ms']:.1f} ms",
-              flush=True)
+    cases = saturation_cases(policies, binary_policies, pool, binary_pool)
+    runs: dict[str, list[dict]] = {label: [] for label, *_ in cases}
+    for _ in range(args.repeat):
+        for label, case_pool, policy, env in cases:
+            r = fresh(saturation, case_pool, policy, args.requests, env)
+            runs[label].append(r)
+            print(f"saturation, {label}: {r['rows_per_s']:.0f} rows/s", flush=True)
+    report["saturation"] = {label: summarise(rs) for label, rs in runs.items()}
+    static = report["saturation"].get("static") or next(iter(report["saturation"].values()))
+    rate = 0.5 * static["requests_per_s"]
+    report["latency_rate"] = rate
+    report["latency"] = {}
+    for label, policy, env in latency_cases(policies):
+        r = report["latency"][label] = fresh(latency, pool, policy, rate, args.latency_seconds, env)
+        print(f"latency, {label} @ {rate:.0f} req/s: p50 {r['p50_ms']:.1f} ms p99 {r['p99_ms']:.1f} ms", flush=True)
+    report["model_peak_runs"].append(_peak())
+    report["model_peak"] = max(report["model_peak_runs"], key=lambda p: p["rows_per_s"])
     if args.soak:
         report["soak"] = fresh(soak, pool, rate, args.soak)
 
-    peak_rows = report["model_peak"]["rows_per_s"]
-    rows = [["model direct (ORT, 1 thread)", f"{peak_rows:.0f}", "-", "100%", "-", "-"]]
-    pt = report["passthrough"]
-    rows.append(["kafka passthrough (no inference)", f"{pt['rows_per_s']:.0f}", f"{pt['requests_per_s']:.0f}",
-                 f"{100 * pt['rows_per_s'] / peak_rows:.0f}%", "-", "-"])
-    for policy in policies:
-        s = report["saturation"][policy]
-        lat = report["latency_at_half_static_saturation"][policy]
-        rows.append([f"pipeline, {policy}", f"{s['rows_per_s']:.0f}", f"{s['requests_per_s']:.0f}",
-                     f"{100 * s['rows_per_s'] / peak_rows:.0f}%", f"{lat['p50_ms']:.1f}", f"{lat['p99_ms']:.1f}"])
-    for policy in binary_policies:
-        s = report["saturation_binary"][policy]
-        rows.append([f"pipeline, {policy}, binary requests", f"{s['rows_per_s']:.0f}", f"{s['requests_per_s']:.0f}",
-                     f"{100 * s['rows_per_s'] / peak_rows:.0f}%", "-", "-"])
-    mp = report["model_process"]
-    for label, key in (("static", "saturation_static"), ("static, binary requests", "saturation_static_binary")):
-        s = mp[key]
-        rows.append([f"pipeline, {label}, model process", f"{s['rows_per_s']:.0f}", f"{s['requests_per_s']:.0f}",
-                     f"{100 * s['rows_per_s'] / peak_rows:.0f}%", "-", "-"])
-    if "latency_adaptive" in mp:
-        lat = mp["latency_adaptive"]
-        rows.append(["pipeline, adaptive, model process", "-", "-", "-", f"{lat['p50_ms']:.1f}", f"{lat['p99_ms']:.1f}"])
     print()
-    print(f"mean rows per request: {pool.mean_rows:.1f}; latency at {rate:.0f} req/s (50 % of static saturation)")
-    print(table(["path", "rows/s", "req/s", "of model peak", "p50 ms", "p99 ms"], rows))
+    print(result_table(report))
     if "soak" in report:
         s = report["soak"]
         print(f"soak: worker RSS {s['first_third_mean_mib']:.1f} MiB (first third) -> {s['last_third_mean_mib']:.1f} MiB (last third)")

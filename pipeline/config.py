@@ -53,9 +53,9 @@ class RuntimeConfig:
     intra_op_threads: int = 1
     # ONNX Runtime in a process of its own (pipeline/runtime/model_process.py): the
     # model then never waits for the GIL that decoding and publishing hold, which
-    # raises a backlog drain's throughput (docs/OPERATIONS.md, "Capacity of one
-    # worker"). Off by default: at half load its end-to-end latency was no better and
-    # in some runs worse than in-process. false: ORT on the executor threads.
+    # raises a backlog drain's throughput, most with pin_executors (docs/OPERATIONS.md,
+    # "Capacity of one worker"). Off by default: unpinned, its end-to-end latency at
+    # half load was worse than in-process. false: ORT on the executor threads.
     model_process: bool = False
     # Executor threads, i.e. the most batches in flight at once. Default: 4 with a
     # model process, where more than one is in flight only through a backlog (the
@@ -73,7 +73,8 @@ class RuntimeConfig:
     # allocations (Python: 700), so that the collector's scans stop holding the GIL
     # for milliseconds at high request rates (interpreter.py). 0: leave the GC alone.
     gc_gen0_threshold: int = 20_000
-    # Executor i on the i-th allowed core, everything else on the rest (Linux, one
+    # Executor i on the i-th allowed core, everything else on the rest; with a model
+    # process, that process on the first core and the worker on the rest (Linux, one
     # intra-op thread, more allowed cores than executors; else ignored with a
     # warning). Off by default: it speeds backlog drains up, but when other processes
     # share the cores a pinned executor cannot move away from them and tail latency
