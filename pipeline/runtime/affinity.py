@@ -17,12 +17,13 @@ cores:
   adaptive policy) p99 went from 54-62 ms unpinned to 679-1488 ms pinned: the
   executor could no longer move off a core the broker or the load generator was
   using, and requests queued behind it;
-- with a model process, pinning raised the same drain from 250-277k to 284-336k rows/s
-  (the model process busy 94 % of its core against 82 % unpinned), and at 3400 req/s
-  adaptive p50 / p99 were 23-29 / 194-330 ms against 46-75 / 481-1115 ms unpinned
-  (in-process unpinned: 20-29 / 65-101 ms). Pinning only the model process and
-  leaving the worker's threads free did neither (250k rows/s, 36-46 / 478-642 ms):
-  what the model needs is a core the worker's threads stay off.
+- with a model process, pinning raised the same drain from 250-277k to 284-338k rows/s
+  (the model process busy 94 % of its core against 82 % unpinned), the most of any
+  configuration; at half load (adaptive, JSON, 3400-3700 req/s, six runs each) p50 /
+  p99 were 17-52 / 44-669 ms pinned against 31-93 / 56-1115 ms unpinned (in-process
+  unpinned: 17-39 / 65-270 ms). Pinning only the model process and leaving the
+  worker's threads free did neither (250k rows/s, 36-46 / 478-642 ms): what the
+  model needs is a core the worker's threads stay off.
 Turn it on where the worker owns its cores (a Kubernetes pod with the static CPU
 manager, a dedicated VM).
 """
