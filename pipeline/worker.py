@@ -149,6 +149,24 @@ class Worker:
             )
         else:
             self.session = InferenceSession(self.model.onnx_path, rt.providers, rt.intra_op_threads)
+        try:
+            self._set_up(cfg, policy_params, sinks, hooks)
+        except BaseException:
+            # Nobody will call run() or its shutdown: a model process must not outlive
+            # a worker that never started.
+            self.session.close()
+            raise
+
+    def _set_up(
+        self,
+        cfg: WorkerConfig,
+        policy_params: dict[str, Any],
+        sinks: list[ResultSink] | None,
+        hooks: list[WorkerHook] | None,
+    ) -> None:
+        """The rest of __init__, once the model's session exists."""
+        b = cfg.batching
+        rt = cfg.runtime
         self.executors = rt.executors or (4 if rt.model_process else 1)
         self.metrics.provider.info(
             {"model": self.model.name, "version": self.model.version, "provider": self.session.provider}

@@ -166,3 +166,32 @@ def test_worker_whose_model_process_died_scores_every_request(broker, topic_fact
         assert restarts == worker.session.restarts
         assert worker.stats.dlq == 0
     assert worker.stats.scored == 2000
+
+
+def _children() -> set[int]:
+    out: set[int] = set()
+    for tid in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{tid}/children") as fh:
+            out.update(int(pid) for pid in fh.read().split())
+    return out
+
+
+def test_a_worker_that_fails_to_start_stops_its_model_process(broker, topic_factory, unique_group_id, monkeypatch):
+    """A step of Worker.__init__ after the model process started fails (here the Kafka
+    producer): the model process goes with it instead of living on until the worker
+    object is garbage-collected."""
+    import pipeline.worker as worker_module
+
+    before = _children()
+    started: set[int] = set()
+
+    def no_producer(_cfg: object) -> None:
+        started.update(_children() - before)  # the model process is up by now
+        raise RuntimeError("no producer today")
+
+    monkeypatch.setattr(worker_module, "make_producer", no_producer)
+    cfg = worker_config(broker, make_topics(topic_factory, 1), unique_group_id, runtime={"model_process": True})
+    with pytest.raises(RuntimeError, match="no producer today"):
+        worker_module.Worker(cfg)
+    assert started, "no model process was started"
+    assert all(gone(pid) for pid in started), f"model process {sorted(started)} still running"
