@@ -451,6 +451,13 @@ class Worker:
         notify(self.sinks, "skip", [rec])  # no row will come for this offset
         self._send(self.dlq_topic, rec.key, rec.value, dlq_headers(rec, reason, stage), rec)
 
+    def _dead_letter_internal(self, requests: list[Request], exc: Exception, stage: str) -> None:
+        """A bug of ours, not bad input: the requests still get an outcome (the DLQ,
+        with the error), so none is lost and the worker keeps going."""
+        for req in requests:
+            inf: InFlight = req.item
+            self._dead_letter(inf.rec, f"internal error: {type(exc).__name__}: {exc}", stage)
+
     def _route_late(self) -> None:
         routed = self.queue.pop_routed_late()
         if routed:
@@ -616,10 +623,7 @@ class Worker:
             except Exception as exc:  # never lose a batch to a bug: dead-letter it
                 log.exception("batch failed")
                 covered = {id(req) for part in parts for req in part.batch.requests}
-                for req in batch.requests:
-                    if id(req) not in covered:
-                        inf: InFlight = req.item
-                        self._dead_letter(inf.rec, f"internal error: {type(exc).__name__}: {exc}", "inference")
+                self._dead_letter_internal([r for r in batch.requests if id(r) not in covered], exc, "inference")
             finally:
                 # Exactly once per dispatched batch, even empty: the publisher waits
                 # for every sequence number in turn.
@@ -670,9 +674,7 @@ class Worker:
                 self._count_batch(done.batch, done.seconds)
         except Exception as exc:  # never lose a batch to a bug: dead-letter it
             log.exception("publishing a batch failed")
-            for req in done.batch.requests:
-                inf: InFlight = req.item
-                self._dead_letter(inf.rec, f"internal error: {type(exc).__name__}: {exc}", "publish")
+            self._dead_letter_internal(done.batch.requests, exc, "publish")
 
     def _count_batch(self, batch: Batch, seconds: float) -> None:
         pipeline = self.cfg.pipeline

@@ -234,3 +234,51 @@ def test_binary_and_json_requests_share_a_topic_and_score_the_same(
         assert np.max(np.abs(got - expected)) <= 1e-5
     reason = dict(dlq[0].headers())[H_ERROR].decode()
     assert reason.startswith("binary request: expected"), reason
+
+
+class _FailsOnce:
+    """A hook with a bug that shows once: its first after_inference raises."""
+
+    name = "fails-once"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def before_inference(self, decoded: object) -> None:
+        pass
+
+    def after_inference(self, records: list, docs: list[dict]) -> list[bool]:
+        self.calls += 1
+        if self.calls == 1:
+            raise RuntimeError("hook bug")
+        return [True] * len(docs)
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_bug_while_publishing_dead_letters_that_batch_and_the_worker_goes_on(
+    broker, topic_factory, unique_group_id
+) -> None:
+    """Not bad input but a bug of ours (here a hook's): the batch's requests still get
+    an outcome, the DLQ with the error and the stage, and the rest are scored."""
+    import orjson
+
+    from consumers.dead_letter import H_STAGE
+    from tests.integration import opsutil
+
+    topics = opsutil.make_topics(topic_factory, 1)
+    cfg = opsutil.worker_config(broker, topics, unique_group_id, batching={"policy": "static", "slo_ms": 600_000})
+    with opsutil.live_worker(cfg, hooks=[_FailsOnce()]) as live:
+        stats = live.worker.stats
+        ids = opsutil.produce_ctr(broker.bootstrap_servers, topics.input, 300, seed=5)
+        wait_for(lambda: stats.scored + stats.dlq >= 300, 120, "an outcome for every request")
+        dead = read_topic(broker.bootstrap_servers, topics.dlq, stats.dlq)
+        docs = result_docs(read_topic(broker.bootstrap_servers, topics.output, stats.scored))
+    assert 1 <= len(dead) < 300 and len(dead) + len(docs) == 300
+    for m in dead:
+        headers = dict(m.headers())
+        assert headers[H_ERROR].decode() == "internal error: RuntimeError: hook bug"
+        assert headers[H_STAGE].decode() == "publish"
+    dead_ids = {orjson.loads(m.value())["request_id"] for m in dead}
+    assert dead_ids | {d["request_id"] for d in docs} == set(ids)
