@@ -454,9 +454,10 @@ class Worker:
     def _dead_letter_internal(self, requests: list[Request], exc: Exception, stage: str) -> None:
         """A bug of ours, not bad input: the requests still get an outcome (the DLQ,
         with the error), so none is lost and the worker keeps going."""
+        reason = f"internal error: {type(exc).__name__}: {exc}"
         for req in requests:
             inf: InFlight = req.item
-            self._dead_letter(inf.rec, f"internal error: {type(exc).__name__}: {exc}", stage)
+            self._dead_letter(inf.rec, reason, stage)
 
     def _route_late(self) -> None:
         routed = self.queue.pop_routed_late()

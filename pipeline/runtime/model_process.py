@@ -37,7 +37,7 @@ import numpy as np
 
 from pipeline.errors import UserError
 from pipeline.runtime import wire
-from pipeline.runtime.session import ProfiledSession
+from pipeline.runtime.session import ProfiledSession, model_file
 
 log = logging.getLogger(__name__)
 
@@ -178,10 +178,7 @@ class ProcessSession(ProfiledSession):
         intra_op_threads: int = 1,
         on_restart: Callable[[], None] | None = None,
     ) -> None:
-        path = Path(onnx_path)
-        if not path.is_file():
-            raise UserError(f"model file not found: {path}")
-        self.path = path
+        self.path = path = model_file(onnx_path)
         self._providers = providers if isinstance(providers, str) else ",".join(providers)
         self._threads = intra_op_threads
         self._send_lock = threading.Lock()

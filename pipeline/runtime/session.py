@@ -64,6 +64,14 @@ def _requested(providers: str | Sequence[str]) -> list[str]:
     return [p for p in wanted if p in available]
 
 
+def model_file(onnx_path: str | Path) -> Path:
+    """The model's path, or a one-line UserError when there is no such file."""
+    path = Path(onnx_path)
+    if not path.is_file():
+        raise UserError(f"model file not found: {path}")
+    return path
+
+
 class ProfiledSession:
     """The warm-up profile, for any session that times its own runs."""
 
@@ -87,9 +95,7 @@ class InferenceSession(ProfiledSession):
         intra_op_threads: int = 1,
         inter_op_threads: int = 1,
     ) -> None:
-        path = Path(onnx_path)
-        if not path.is_file():
-            raise UserError(f"model file not found: {path}")
+        path = model_file(onnx_path)
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = intra_op_threads
         opts.inter_op_num_threads = inter_op_threads
