@@ -243,3 +243,34 @@ def _topic_names(admin: AdminClient, timeout: float) -> set[str]:
         return set(admin.list_topics(timeout=max(timeout, 0.1)).topics)
     except KafkaException as exc:
         raise AdminError(f"cannot read Kafka metadata: {exc.args[0]}") from None
+
+
+def topic_max_message_bytes(
+    bootstrap_servers: str,
+    topics: Iterable[str],
+    timeout: float = 5.0,
+    *,
+    admin_config: Mapping[str, Any] | None = None,
+) -> dict[str, int]:
+    """{topic: max.message.bytes} for the topics whose configuration the broker
+    describes. A broker that does not (Tansu answers with no entries, and has no such
+    limit), a topic that does not exist yet, or a failed request leaves the topic out:
+    the caller then knows only its producer's own limit."""
+    from confluent_kafka.admin import ConfigResource
+
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in dict.fromkeys(topics)]
+    if not resources:
+        return {}
+    try:
+        futures = _admin(bootstrap_servers, admin_config).describe_configs(resources, request_timeout=timeout)
+    except KafkaException:
+        return {}
+    limits: dict[str, int] = {}
+    for resource, future in futures.items():
+        try:
+            entry = future.result(timeout=timeout).get("max.message.bytes")
+        except Exception:  # noqa: BLE001 - unknown topic, no permission: not known, not fatal
+            continue
+        if entry is not None and entry.value and str(entry.value).isdigit():
+            limits[resource.name] = int(entry.value)
+    return limits

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 
-from consumers.records import AckCallback, SourceRecord, TopicPartition, headers_to_dict
+from consumers.records import AckCallback, SendError, SourceRecord, TopicPartition, headers_to_dict
 
 log = logging.getLogger(__name__)
 
@@ -136,9 +136,30 @@ class ConfluentSource:
         self._consumer.close()
 
 
+# Errors that are about the record itself: sending it again cannot succeed.
+_REFUSED_CODES = frozenset(
+    {
+        KafkaError.MSG_SIZE_TOO_LARGE,  # over message.max.bytes (local) or the topic's max.message.bytes
+        KafkaError.RECORD_LIST_TOO_LARGE,
+        KafkaError.INVALID_RECORD,
+        KafkaError.INVALID_MSG,
+        KafkaError.INVALID_MSG_SIZE,
+    }
+)
+# librdkafka's default message.max.bytes.
+_DEFAULT_MAX_RECORD_BYTES = 1_000_000
+
+
+def _send_error(err: KafkaError) -> SendError:
+    return SendError(err.str(), refused=err.code() in _REFUSED_CODES)
+
+
 class ConfluentProducer:
     def __init__(self, config: Mapping[str, object]) -> None:
         self._producer = Producer(dict(config))
+        # The largest record this producer accepts (librdkafka counts key + value +
+        # headers + a few bytes of framing against it).
+        self.max_record_bytes = int(config.get("message.max.bytes", _DEFAULT_MAX_RECORD_BYTES))  # type: ignore[call-overload]
 
     def send(
         self,
@@ -148,8 +169,13 @@ class ConfluentProducer:
         headers: list[tuple[str, bytes]] | None,
         on_ack: AckCallback,
     ) -> None:
+        """Produce one record; `on_ack` gets exactly one call, with None or the error.
+        A record librdkafka refuses at once (too large, say) is reported through
+        `on_ack` like a failed delivery, never raised: the caller decides what the
+        request's outcome becomes instead."""
+
         def delivered(err: KafkaError | None, _msg: object) -> None:
-            on_ack(None if err is None else err.str())
+            on_ack(None if err is None else _send_error(err))
 
         while True:
             try:
@@ -158,6 +184,9 @@ class ConfluentProducer:
             except BufferError:
                 # Local queue full: serve delivery reports to make room, then retry.
                 self._producer.poll(0.05)
+            except KafkaException as exc:
+                on_ack(_send_error(exc.args[0]))
+                return
 
     def poll(self, timeout: float = 0.0) -> int:
         return self._producer.poll(timeout)

@@ -1,7 +1,18 @@
-"""Dead-letter and late records: the original bytes, unchanged, plus headers that say
-what went wrong and where the record came from, so it can be inspected and replayed."""
+"""Dead-letter and late records: the original bytes plus headers that say what went
+wrong and where the record came from, so it can be inspected and replayed.
+
+A copy must always fit: a dead-letter record that Kafka refuses would leave its
+request without an outcome, and a worker that stops on it stops again on the same
+record after every restart. So a copy that would exceed the limit of the topic it goes
+to carries a prefix of the value (or, at the last resort, none) plus headers that say
+so: the original size and SHA-256, and which parts were cut. The original itself stays
+where `tidebatch.source.{topic,partition,offset}` say, for as long as that topic's
+retention keeps it (docs/ARCHITECTURE.md, "Size limits")."""
 
 from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
 
 from consumers.records import SourceRecord
 
@@ -12,9 +23,46 @@ H_PARTITION = "tidebatch.source.partition"
 H_OFFSET = "tidebatch.source.offset"
 H_TIMESTAMP = "tidebatch.source.timestamp_ms"
 H_DEADLINE_MISSED_BY = "tidebatch.deadline_missed_by_ms"
+# Set only on a copy that had to be cut to fit its topic.
+H_TRUNCATED = "tidebatch.truncated"  # what was cut: "value", "value,headers", "value,headers,key"
+H_VALUE_BYTES = "tidebatch.original.value_bytes"
+H_VALUE_SHA256 = "tidebatch.original.value_sha256"
+H_KEY_BYTES = "tidebatch.original.key_bytes"
+
+# Allowance for a record's framing (record batch header, varints, lengths) on top of
+# its key, value and headers: librdkafka counts ~100 bytes, the broker a batch header.
+RECORD_OVERHEAD_BYTES = 512
+# A key kept in a cut-down copy: enough to recognise it, never a size problem.
+KEY_PREFIX_BYTES = 256
+MAX_REASON_CHARS = 1000
+
+Headers = list[tuple[str, bytes]]
 
 
-def source_headers(rec: SourceRecord) -> list[tuple[str, bytes]]:
+@dataclass(frozen=True, slots=True)
+class Copy:
+    """One outgoing dead-letter or late record."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: Headers
+    truncated: bool = False
+
+
+def record_bytes(key: bytes | None, value: bytes | None, headers: Headers | None) -> int:
+    """What a record counts against a size limit, framing allowance included."""
+    size = RECORD_OVERHEAD_BYTES + len(key or b"") + len(value or b"")
+    for name, data in headers or ():
+        size += len(name) + len(data)
+    return size
+
+
+def one_line(reason: str) -> str:
+    """A reason as one bounded line (a header value, a log line)."""
+    return " ".join(reason.split())[:MAX_REASON_CHARS]
+
+
+def source_headers(rec: SourceRecord) -> Headers:
     return [
         (H_TOPIC, rec.topic.encode()),
         (H_PARTITION, str(rec.partition).encode()),
@@ -23,13 +71,69 @@ def source_headers(rec: SourceRecord) -> list[tuple[str, bytes]]:
     ]
 
 
-def dlq_headers(rec: SourceRecord, reason: str, stage: str = "decode") -> list[tuple[str, bytes]]:
+def _original(rec: SourceRecord) -> Headers:
+    """The request's own headers, kept for replay (ours from an earlier hop are not)."""
+    return [(k, v) for k, v in rec.headers.items() if not k.startswith("tidebatch.")]
+
+
+def _dlq_own(rec: SourceRecord, reason: str, stage: str) -> Headers:
+    return [(H_ERROR, one_line(reason).encode()), (H_STAGE, stage.encode())] + source_headers(rec)
+
+
+def _late_own(rec: SourceRecord, missed_by_ms: float) -> Headers:
+    return [(H_DEADLINE_MISSED_BY, f"{missed_by_ms:.1f}".encode())] + source_headers(rec)
+
+
+def dlq_headers(rec: SourceRecord, reason: str, stage: str = "decode") -> Headers:
     """Original headers first (kept for replay), then ours."""
-    one_line = " ".join(reason.split())[:1000]
-    original = [(k, v) for k, v in rec.headers.items() if not k.startswith("tidebatch.")]
-    return original + [(H_ERROR, one_line.encode()), (H_STAGE, stage.encode())] + source_headers(rec)
+    return _original(rec) + _dlq_own(rec, reason, stage)
 
 
-def late_headers(rec: SourceRecord, missed_by_ms: float) -> list[tuple[str, bytes]]:
-    original = [(k, v) for k, v in rec.headers.items() if not k.startswith("tidebatch.")]
-    return original + [(H_DEADLINE_MISSED_BY, f"{missed_by_ms:.1f}".encode())] + source_headers(rec)
+def late_headers(rec: SourceRecord, missed_by_ms: float) -> Headers:
+    return _original(rec) + _late_own(rec, missed_by_ms)
+
+
+def dead_letter_copy(
+    rec: SourceRecord, reason: str, stage: str, limit: int, prefix_bytes: int, *, minimal: bool = False
+) -> Copy:
+    """The dead-letter record of `rec`, cut down to fit `limit` bytes if it must be."""
+    return fit_copy(rec, _dlq_own(rec, reason, stage), limit, prefix_bytes, minimal=minimal)
+
+
+def late_copy(
+    rec: SourceRecord, missed_by_ms: float, limit: int, prefix_bytes: int, *, minimal: bool = False
+) -> Copy:
+    """The late record of `rec`, cut down to fit `limit` bytes if it must be."""
+    return fit_copy(rec, _late_own(rec, missed_by_ms), limit, prefix_bytes, minimal=minimal)
+
+
+def fit_copy(rec: SourceRecord, own: Headers, limit: int, prefix_bytes: int, *, minimal: bool = False) -> Copy:
+    """A copy of `rec` with our headers `own` that counts at most `limit` bytes
+    (record_bytes), giving up, in this order, only what it must: the value beyond a
+    prefix of at most `prefix_bytes`, the request's own headers, the key beyond
+    KEY_PREFIX_BYTES. `minimal` gives all of them up at once: the form to send when
+    the broker refused a copy that fitted the limit we knew (its topic's limit is
+    lower), which only our headers can still exceed."""
+    original = _original(rec)
+    key, value = rec.key, rec.value
+    if not minimal and record_bytes(key, value, original + own) <= limit:
+        return Copy(key, value, original + own)
+    value = value or b""
+    cut: list[str] = []
+    notes = [(H_VALUE_BYTES, str(len(value)).encode()), (H_VALUE_SHA256, hashlib.sha256(value).hexdigest().encode())]
+    headers = original + own
+    if minimal or record_bytes(key, None, headers + notes) + 64 > limit:
+        cut.append("headers")
+        headers = list(own)
+    too_big = minimal or record_bytes(key, None, headers + notes) + 64 > limit
+    if key is not None and too_big and len(key) > KEY_PREFIX_BYTES:
+        cut.append("key")
+        notes.append((H_KEY_BYTES, str(len(key)).encode()))
+        key = key[:KEY_PREFIX_BYTES]
+    # Room for the value once the header naming what was cut is in (at most 32 bytes).
+    room = limit - record_bytes(key, None, headers + notes) - len(H_TRUNCATED) - 32
+    keep = 0 if minimal else max(0, min(prefix_bytes, room, len(value)))
+    if keep < len(value):
+        cut.insert(0, "value")
+    notes.append((H_TRUNCATED, ",".join(cut).encode()))
+    return Copy(key, value[:keep], headers + notes, truncated=True)

@@ -16,11 +16,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer
+from kafka import errors as kafka_errors
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
 from kafka.structs import OffsetAndMetadata
 from kafka.structs import TopicPartition as KpTopicPartition
 
-from consumers.records import AckCallback, SourceRecord, TopicPartition, headers_to_dict
+from consumers.records import AckCallback, SendError, SourceRecord, TopicPartition, headers_to_dict
 
 log = logging.getLogger(__name__)
 
@@ -117,11 +118,27 @@ class KafkaPythonSource:
         self._consumer.close(autocommit=False)
 
 
+# Errors that are about the record itself: sending it again cannot succeed.
+_REFUSED = (
+    kafka_errors.MessageSizeTooLargeError,
+    kafka_errors.RecordListTooLargeError,
+    kafka_errors.InvalidRecordError,
+    kafka_errors.CorruptRecordError,
+)
+# kafka-python's default max_request_size.
+_DEFAULT_MAX_RECORD_BYTES = 1_048_576
+
+
+def _send_error(exc: BaseException) -> SendError:
+    return SendError(f"{type(exc).__name__}: {exc}", refused=isinstance(exc, _REFUSED))
+
+
 class KafkaPythonProducer:
     def __init__(self, config: Mapping[str, Any]) -> None:
         self._producer = KafkaProducer(**dict(config))
         self._lock = threading.Lock()
         self._in_flight = 0
+        self.max_record_bytes = int(config.get("max_request_size", _DEFAULT_MAX_RECORD_BYTES))
 
     def send(
         self,
@@ -131,6 +148,8 @@ class KafkaPythonProducer:
         headers: list[tuple[str, bytes]] | None,
         on_ack: AckCallback,
     ) -> None:
+        """As ConfluentProducer.send: exactly one `on_ack` call, never an exception for
+        a record kafka-python refuses before sending it."""
         with self._lock:
             self._in_flight += 1
 
@@ -140,9 +159,13 @@ class KafkaPythonProducer:
 
         def failed(exc: BaseException) -> None:
             self._done()
-            on_ack(f"{type(exc).__name__}: {exc}")
+            on_ack(_send_error(exc))
 
-        future = self._producer.send(topic, value=value, key=key, headers=headers or None)
+        try:
+            future = self._producer.send(topic, value=value, key=key, headers=headers or None)
+        except kafka_errors.KafkaError as exc:  # e.g. MessageSizeTooLargeError, raised at once
+            failed(exc)
+            return
         future.add_callback(ok)
         future.add_errback(failed)
 

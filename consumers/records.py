@@ -6,8 +6,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 TopicPartition = tuple[str, int]
-# Called once per produced record with None on success or a one-line error.
-AckCallback = Callable[[str | None], None]
+
+
+@dataclass(frozen=True, slots=True)
+class SendError:
+    """Why Kafka did not take a produced record. `refused`: the record itself was
+    refused (over a size limit, or invalid), so sending it again cannot succeed and the
+    caller must change it (pipeline/outcomes.py); otherwise the error is the broker's or
+    the network's, and a retry may succeed."""
+
+    reason: str  # one line
+    refused: bool = False
+
+
+# Called once per produced record with None on success or the error.
+AckCallback = Callable[[SendError | None], None]
 
 
 @dataclass(slots=True)

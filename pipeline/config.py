@@ -82,6 +82,28 @@ class RuntimeConfig:
     pin_executors: bool = False
 
 
+UNDELIVERABLE_ACTIONS = ("skip", "stop")
+
+
+@dataclass
+class LimitsConfig:
+    """What one message may cost (docs/ARCHITECTURE.md, "Size limits")."""
+
+    # Largest request record (key + value + headers) that is decoded; a larger one is
+    # dead-lettered before decoding. None: the pipeline's default (pipelines.py). Never
+    # above what the dead-letter topic takes, so any refused request can be copied
+    # there whole (lowered at start, with a warning, if it is).
+    max_request_bytes: int | None = None
+    # Bytes of the value that a dead-letter or late copy keeps when the whole record
+    # would exceed its topic's limit (the copy then says so in its headers).
+    dead_letter_prefix_bytes: int = 65536
+    # When not even a cut-down dead-letter record can be written for a request:
+    # "skip" logs one line naming the offset, counts it (outcome="undeliverable") and
+    # moves on; "stop" exits 1 without committing past it, naming the offset and how
+    # to skip it. Never the default: a stop replays the same record after a restart.
+    on_undeliverable: str = "skip"
+
+
 @dataclass
 class MetricsConfig:
     enabled: bool = True
@@ -107,12 +129,16 @@ class WorkerConfig:
     dlq_topic: str | None = None  # default: <input_topic>.dlq
     late_topic: str | None = None  # default: <input_topic>.late
     commit_interval_ms: int = 200
+    # SIGTERM: how long the worker finishes queued and in-flight work before it
+    # leaves the rest uncommitted (replayed by the partitions' next owner) and exits.
+    drain_timeout_s: float = 30.0
     create_topics: bool = True  # create missing topics at start (input with `partitions`)
     partitions: int = 4  # for topics this worker creates
     max_items: int = 1000
     batching: BatchingConfig = field(default_factory=BatchingConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
     kafka: KafkaOverrides = field(default_factory=KafkaOverrides)
     # Keyword options of the pipeline's codec (camera, text), e.g. {"pad_to": "longest"}
     # for the text codec; checked against the codec when the worker starts.
@@ -285,6 +311,15 @@ def validate(cfg: WorkerConfig) -> None:
         raise bad("partitions", "must be >= 1")
     if cfg.commit_interval_ms < 1:
         raise bad("commit_interval_ms", "must be >= 1")
+    if cfg.drain_timeout_s <= 0:
+        raise bad("drain_timeout_s", "must be > 0")
+    lim = cfg.limits
+    if lim.max_request_bytes is not None and lim.max_request_bytes < 1024:
+        raise bad("limits.max_request_bytes", "must be >= 1024")
+    if lim.dead_letter_prefix_bytes < 0:
+        raise bad("limits.dead_letter_prefix_bytes", "must be >= 0")
+    if lim.on_undeliverable not in UNDELIVERABLE_ACTIONS:
+        raise bad("limits.on_undeliverable", f"{lim.on_undeliverable!r} is not one of {', '.join(UNDELIVERABLE_ACTIONS)}")
     if not 0 <= cfg.metrics.port <= 65535:
         raise bad("metrics.port", "must be a TCP port (0 picks a free one)")
     validate_redis(cfg.redis, bad)

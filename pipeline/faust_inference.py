@@ -30,7 +30,7 @@ from typing import Any
 import orjson
 
 from consumers.codecs.base import Decoded
-from consumers.dead_letter import dlq_headers, late_headers
+from consumers.dead_letter import dead_letter_copy, late_copy, record_bytes
 from consumers.records import SourceRecord, headers_to_dict
 from pipeline.batching.cost import AffineCost, CostModel
 from pipeline.clock import wall_ms
@@ -39,6 +39,11 @@ from pipeline.pipelines import get_pipeline
 from pipeline.runtime.session import InferenceSession
 
 log = logging.getLogger(__name__)
+# Records this path writes must fit aiokafka's max_request_size (1 MiB) and Apache
+# Kafka's default max.message.bytes (~1 MB): a dead-letter copy is cut to fit
+# (consumers/dead_letter.py), a larger result is its request's dead letter.
+FAUST_MAX_RECORD_BYTES = 1_000_000
+DEAD_LETTER_PREFIX_BYTES = 65536
 
 
 def source_record(event: Any) -> SourceRecord:
@@ -216,7 +221,20 @@ class BatchScorer:
                 futures.append(await self._dead_letter(dlq_topic, rec, error or "model error", "inference"))
                 continue
             doc = self._result_doc(item, rec, result, batch.rows, seconds, started_wall, done_wall)
-            futures.append(await output_topic.send(key=rec.key, value=orjson.dumps(doc)))
+            try:
+                value = orjson.dumps(doc)
+            except (TypeError, orjson.JSONEncodeError) as exc:
+                batch.outcomes[i] = "dlq"
+                futures.append(await self._dead_letter(dlq_topic, rec, f"result cannot be serialised: {exc}", "publish"))
+                continue
+            if (size := record_bytes(rec.key, value, None)) > FAUST_MAX_RECORD_BYTES:
+                # As the worker (pipeline/outcomes.py): a result Kafka would refuse is
+                # this request's dead letter, never an error for the whole batch.
+                batch.outcomes[i] = "dlq"
+                reason = f"result is {size} bytes, over the {FAUST_MAX_RECORD_BYTES}-byte record limit"
+                futures.append(await self._dead_letter(dlq_topic, rec, reason, "publish"))
+                continue
+            futures.append(await output_topic.send(key=rec.key, value=value))
         for rej in batch.rejected:
             rec = source_record(rej.event)
             log.warning("dead-letter %s[%d]@%d: %s", rec.topic, rec.partition, rec.offset, rej.error)
@@ -226,9 +244,8 @@ class BatchScorer:
             if late_topic is None:
                 raise ValueError("expiry_action='route_late' needs a late_topic")
             missed_by = max(done_wall - item.deadline_wall_ms, 0.0)
-            futures.append(
-                await late_topic.send(key=rec.key, value=rec.value, headers=late_headers(rec, missed_by))
-            )
+            copy = late_copy(rec, missed_by, FAUST_MAX_RECORD_BYTES, DEAD_LETTER_PREFIX_BYTES)
+            futures.append(await late_topic.send(key=copy.key, value=copy.value, headers=copy.headers))
         if wait:
             await asyncio.gather(*futures)
         else:
@@ -242,7 +259,8 @@ class BatchScorer:
             raise RuntimeError(
                 f"{rec.topic}[{rec.partition}]@{rec.offset} cannot be scored ({reason}) and no dlq_topic is set"
             )
-        return await dlq_topic.send(key=rec.key, value=rec.value, headers=dlq_headers(rec, reason, stage))
+        copy = dead_letter_copy(rec, reason, stage, FAUST_MAX_RECORD_BYTES, DEAD_LETTER_PREFIX_BYTES)
+        return await dlq_topic.send(key=copy.key, value=copy.value, headers=copy.headers)
 
     def _result_doc(
         self,

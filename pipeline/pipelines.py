@@ -35,6 +35,12 @@ class PipelineSpec:
     # Largest value the Kafka clients must carry. Above the codec's own limit, so that
     # an oversized value is still consumed and dead-lettered rather than stuck.
     max_message_bytes: int | None = None
+    # Largest request record (key + value + headers) the worker decodes; a larger one
+    # is dead-lettered before decoding (pipeline/limits.py). Config:
+    # limits.max_request_bytes. 512 KiB holds a CTR request of max_items (1000) items
+    # (a 20-item JSON request is ~5.7 KB) and a text of max_chars CJK characters
+    # (100,000 x 3 bytes), well below librdkafka's 1 MB record limit.
+    max_request_bytes: int = 512 * 1024
     # Default batch cap (rows) when the config sets none. Convolutional and transformer
     # models gain little or nothing from batching on CPU (MODELS.md), and their warm-up
     # fits come from a few small batches: a cap near the measured sizes keeps a noisy
@@ -145,6 +151,9 @@ PIPELINES: dict[str, PipelineSpec] = {
         "camera", "camera.frames", "camera.detections", _camera_codec, _camera_model, _camera_samples,
         warmup_sizes=(1, 2),
         max_message_bytes=16 * 1024 * 1024,
+        # The codec's own 8 MiB frame limit plus room for headers: a frame between the
+        # two gets the codec's reason, a larger one is refused unread.
+        max_request_bytes=8 * 1024 * 1024 + 64 * 1024,
         max_batch_rows=8,
     ),
     "text": PipelineSpec(

@@ -35,7 +35,7 @@ from typing import Any
 import orjson
 
 from consumers.codecs.base import Decoded, DecodeError, decode_all
-from consumers.dead_letter import dlq_headers, late_headers
+from consumers.dead_letter import record_bytes
 from consumers.offsets import OffsetTracker
 from consumers.records import SourceRecord, TopicPartition
 from pipeline.batching.backpressure import Backpressure, Intake, IntakeDecision
@@ -49,10 +49,12 @@ from pipeline.clock import Clock, MonotonicClock, wall_ms
 from pipeline.config import WorkerConfig
 from pipeline.hooks import WorkerHook
 from pipeline.kafka_backend import make_producer, make_source
+from pipeline.limits import Limits, resolve_limits
 from pipeline.metrics import WorkerMetrics, observe_many
+from pipeline.outcomes import Outcomes, Topics
 from pipeline.pipelines import get_pipeline
 from pipeline.reorder import Reorder
-from pipeline.runtime import affinity, interpreter
+from pipeline.runtime import affinity, allocator, interpreter
 from pipeline.runtime.model_process import ProcessSession
 from pipeline.runtime.session import InferenceSession
 from pipeline.sinks import ResultSink, ScoredRow, notify
@@ -63,8 +65,8 @@ _POLL_RECORDS = 1000
 _POLL_TIMEOUT = 0.02
 _PUBLISH_BACKLOG = 4  # finished batches waiting for the publisher before executors wait
 _HOLD_WAIT = 0.005  # s; how long a holding source loop waits for acks per turn
-_MAX_SEND_ATTEMPTS = 5
 _REVOKE_WAIT = 10.0
+_HANDOFF_WAIT = 0.1  # s; an executor re-checks the publisher this often while handing over
 _LAG_INTERVAL = 1.0
 # Kafka timestamps map to the batcher's clock through one fixed anchor (see
 # _clock_anchor); a drift beyond this between the two clocks is a wall-clock step.
@@ -102,6 +104,14 @@ class _Done:
     parts: list[_Finished]
 
 
+class _BeforeOutcomes(Exception):
+    """Publishing a part failed before any of its requests had an outcome."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 @dataclass
 class WorkerStats:
     consumed: int = 0
@@ -109,6 +119,7 @@ class WorkerStats:
     scored_late: int = 0
     routed_late: int = 0
     dlq: int = 0
+    undeliverable: int = 0  # no outcome could be written (limits.on_undeliverable: skip)
     duplicates: int = 0
     batches: int = 0
     batch_rows: int = 0
@@ -130,9 +141,10 @@ class Worker:
         self.clock = clock or MonotonicClock()
         self.pipeline = get_pipeline(cfg.pipeline)
         self.input_topic = cfg.input_topic or self.pipeline.input_topic
-        self.output_topic = cfg.output_topic or self.pipeline.output_topic
-        self.dlq_topic = cfg.dlq_topic or f"{self.input_topic}.dlq"
-        self.late_topic = cfg.late_topic or f"{self.input_topic}.late"
+        self.topics = Topics.for_input(
+            self.input_topic, cfg.output_topic or self.pipeline.output_topic, cfg.dlq_topic, cfg.late_topic
+        )
+        self.output_topic = self.topics.output
         self.group_id = cfg.group_id or f"tidebatch-{cfg.pipeline}"
         self.model = self.pipeline.load_model()
         self.codec = self.pipeline.make_codec(cfg)
@@ -210,12 +222,26 @@ class Worker:
         self._stats_lock = threading.Lock()
         self._stop = threading.Event()
         self._fatal: str | None = None
+        self._drain_deadline: float | None = None  # monotonic; set when shutdown starts
         self._executors: list[threading.Thread] = []
         self._finished: queue.Queue[_Done | None] = queue.Queue(maxsize=_PUBLISH_BACKLOG)
         self._publisher: threading.Thread | None = None
         self._unpin_to: set[int] | None = None  # the cores to give all threads back at shutdown
         self._restore_interpreter: Callable[[], None] | None = None
         self.producer = make_producer(cfg)
+        # Until run() asks the broker for its topics' limits: the producer's own.
+        self.outcomes = Outcomes(
+            self.producer,
+            lambda rec: self.tracker.ack(rec.tp, rec.offset),
+            self.topics,
+            self._limits({}),
+            metrics=self.metrics,
+            pipeline=cfg.pipeline,
+            sinks=self.sinks,
+            on_undeliverable=cfg.limits.on_undeliverable,
+            count=self._count,
+            fail=self.fail,
+        )
         self.source = None  # created in run(): joining the group is the last step
         self.assigned: list[TopicPartition] = []
         self.started = threading.Event()  # model loaded, source subscribed
@@ -244,10 +270,70 @@ class Worker:
             self.model.name, self.session.provider, cost.a * 1e3, cost.b * 1e3,
         )
 
+    def _limits(self, described: dict[str, int]) -> Limits:
+        """The size limits (pipeline/limits.py) from the producer's own and the topics'
+        max.message.bytes the broker described."""
+        configured = self.cfg.limits.max_request_bytes or self.pipeline.max_request_bytes
+        limits, warnings = resolve_limits(
+            requested_request_bytes=configured,
+            producer_bytes=self.producer.max_record_bytes,
+            described=described,
+            outgoing=self.topics.all(),
+            dead_letter_topic=self.topics.dead_letter,
+            prefix_bytes=self.cfg.limits.dead_letter_prefix_bytes,
+        )
+        for warning in warnings:
+            log.warning("%s", warning)
+        return limits
+
+    def _read_topic_limits(self) -> None:
+        from consumers.admin import topic_max_message_bytes
+
+        described = topic_max_message_bytes(self.cfg.bootstrap_servers, self.topics.all())
+        self.outcomes.limits = self._limits(described)
+        log.info(
+            "size limits: requests up to %d bytes; records to %s",
+            self.outcomes.limits.request_bytes,
+            ", ".join(f"{t} up to {self.outcomes.limits.for_topic(t)}" for t in self.topics.all()),
+        )
+
+    def _count(self, name: str, n: int) -> None:
+        with self._stats_lock:
+            setattr(self.stats, name, getattr(self.stats, name) + n)
+
     def stop(self, reason: str = "stop requested") -> None:
         if not self._stop.is_set():
             log.info("stopping: %s", reason)
         self._stop.set()
+
+    def fail(self, reason: str) -> None:
+        """Stop with an error: the worker is no longer alive or ready, and run()
+        returns 1 (the first reason is the one reported)."""
+        if self._fatal is None:
+            self._fatal = reason
+        self.stop(reason)
+
+    @property
+    def failure(self) -> str | None:
+        """Why the worker failed, or None."""
+        return self._fatal
+
+    def threads(self) -> list[threading.Thread]:
+        """The threads this worker needs while it runs: executors and the publisher."""
+        return [*self._executors, *([self._publisher] if self._publisher is not None else [])]
+
+    def _guarded(self, name: str, body: Callable[[], None]) -> Callable[[], None]:
+        """A thread body whose death is the worker's: without its executors or its
+        publisher, requests would queue for ever while the worker looked healthy."""
+
+        def run() -> None:
+            try:
+                body()
+            except BaseException as exc:  # noqa: BLE001 - reported, and the worker stops
+                log.critical("%s thread died", name, exc_info=True)
+                self.fail(f"{name} thread died: {type(exc).__name__}: {exc}")
+
+        return run
 
     # ------------------------------------------------------------------ main loop
     def run(self) -> int:
@@ -258,13 +344,17 @@ class Worker:
         if rt.gil_switch_interval_ms is not None:
             interval_s = rt.gil_switch_interval_ms / 1000.0
         self._restore_interpreter = interpreter.apply(interval_s, rt.gc_gen0_threshold or None)
+        allocator.fix_mmap_threshold()  # runtime/allocator.py: large values must not pile up
         # Unless configured, the interval follows the queue's mode (interpreter.py).
         self._interval_follows_depth = rt.gil_switch_interval_ms is None
         self._backlogged = False
+        self._read_topic_limits()
         self.source = make_source(
             self.cfg, self.group_id, [self.input_topic], self._on_assign, self._on_revoke
         )
-        self._publisher = threading.Thread(target=self._publisher_loop, name="publisher", daemon=True)
+        self._publisher = threading.Thread(
+            target=self._guarded("publisher", self._publisher_loop), name="publisher", daemon=True
+        )
         self._publisher.start()
         self._start_executors()
         log.info(
@@ -302,10 +392,10 @@ class Worker:
                     self._update_lag()
                     next_lag = now + _LAG_INTERVAL
             return self._shutdown()
-        except Exception:
+        except Exception as exc:
             log.exception("worker failed; offsets not committed past finished work")
-            self._shutdown(commit=True)
-            return 1
+            self.fail(f"source loop failed: {type(exc).__name__}: {exc}")
+            return self._shutdown(commit=True)
 
     def _follow_backlog(self) -> None:
         """The queue's depth changed mode (batching/depth.py): say so, and switch the
@@ -335,9 +425,8 @@ class Worker:
         for i in range(self.executors):
             ready = threading.Event()
             core = pinning[0][i] if pinning and not model_process else None
-            t = threading.Thread(
-                target=self._executor_loop, args=(core, tids, ready), name=f"executor-{i}", daemon=True
-            )
+            body = self._guarded(f"executor-{i}", lambda core=core, ready=ready: self._executor_loop(core, tids, ready))
+            t = threading.Thread(target=body, name=f"executor-{i}", daemon=True)
             t.start()
             ready.wait(10)
             self._executors.append(t)
@@ -356,13 +445,19 @@ class Worker:
             log.info("executors pinned to cores %s; %d other threads on %s", pinning[0], moved, sorted(pinning[1]))
 
     def _shutdown(self, commit: bool = True) -> int:
-        """Stop consuming, finish in-flight batches, flush sinks, commit, leave."""
+        """Stop consuming, finish in-flight batches, flush sinks, commit, leave; all
+        within cfg.drain_timeout_s (plus the final commit and the group leave). Work
+        still queued when it runs out stays uncommitted, replayed by the next owner."""
+        self._drain_deadline = time.monotonic() + self.cfg.drain_timeout_s
         self.queue.close()
         for t in self._executors:
-            t.join(timeout=60)
+            t.join(timeout=self._drain_left())
+        if any(t.is_alive() for t in self._executors):
+            log.warning("drain time (%.0f s) ran out: queued requests stay uncommitted", self.cfg.drain_timeout_s)
+            self.queue.abandon()
         if self._publisher is not None:
-            self._finished.put(None)
-            self._publisher.join(timeout=60)
+            self._hand_over(None)
+            self._publisher.join(timeout=self._drain_left())
         self.session.close()
         if self._restore_interpreter is not None:
             self._restore_interpreter()
@@ -371,10 +466,10 @@ class Worker:
             affinity.pin_other_threads([], self._unpin_to)
             self._unpin_to = None
         self._route_late()
-        remaining = self.producer.flush(30.0)
+        remaining = self.producer.flush(max(self._drain_left(), 1.0))
         for sink in self.sinks:
             sink.flush()
-        self.producer.flush(5.0)
+        self.producer.flush(max(min(self._drain_left(), 5.0), 0.5))
         if commit:
             self._commit()
         if self.source is not None:
@@ -389,6 +484,26 @@ class Worker:
         log.info("worker stopped cleanly: %s", self.stats_line())
         return 0
 
+    def _drain_left(self) -> float:
+        if self._drain_deadline is None:
+            return self.cfg.drain_timeout_s
+        return max(self._drain_deadline - time.monotonic(), 0.0)
+
+    def _hand_over(self, done: _Done | None) -> bool:
+        """Give the publisher a finished batch (None: no more will come). Never blocks
+        for ever: gives up once the publisher is dead or the drain time has run out
+        (that batch's requests then stay uncommitted and are replayed)."""
+        while True:
+            try:
+                self._finished.put(done, timeout=_HANDOFF_WAIT)
+                return True
+            except queue.Full:
+                publisher = self._publisher
+                if publisher is None or not publisher.is_alive():
+                    return False
+                if self._drain_deadline is not None and time.monotonic() >= self._drain_deadline:
+                    return False
+
     # ------------------------------------------------------------------ source side
     def _admit(self, records: list[SourceRecord]) -> None:
         now = self.clock.now()
@@ -398,9 +513,12 @@ class Worker:
         notify(self.sinks, "track", records)  # offset-ordered sinks (Parquet) must see every offset
         self.tracker.track_many([(rec.tp, rec.offset) for rec in records])
         consumed = len(records)
+        records = self._within_size_limit(records)
         records = self._expired_before_decoding(records, now_wall)
         outcomes = decode_all(self.codec, [(rec.value, rec.headers) for rec in records])
         for rec, decoded in zip(records, outcomes, strict=True):
+            if isinstance(decoded, Exception):
+                _drop_traceback(decoded)
             if isinstance(decoded, DecodeError):
                 self._dead_letter(rec, str(decoded), "decode")
                 continue
@@ -441,15 +559,22 @@ class Worker:
             anchor = self._anchor = (now, now_wall)
         return anchor
 
+    def _within_size_limit(self, records: list[SourceRecord]) -> list[SourceRecord]:
+        """Dead-letter requests over the entry limit before anything else looks at
+        them (pipeline/limits.py): decoding a huge value costs memory and time, and its
+        copy must still fit the dead-letter topic."""
+        limit = self.outcomes.limits.request_bytes
+        kept: list[SourceRecord] = []
+        for rec in records:
+            size = record_bytes(rec.key, rec.value, list(rec.headers.items()))
+            if size <= limit:
+                kept.append(rec)
+            else:
+                self._dead_letter(rec, f"request is {size} bytes, over the {limit}-byte limit (limits.max_request_bytes)", "admit")
+        return kept
+
     def _dead_letter(self, rec: SourceRecord, reason: str, stage: str) -> None:
-        log.warning(
-            "dead-letter %s[%d]@%d: %s", rec.topic, rec.partition, rec.offset, reason
-        )
-        self.metrics.outcome(rec.topic, "dlq")
-        with self._stats_lock:
-            self.stats.dlq += 1
-        notify(self.sinks, "skip", [rec])  # no row will come for this offset
-        self._send(self.dlq_topic, rec.key, rec.value, dlq_headers(rec, reason, stage), rec)
+        self.outcomes.dead_letter(rec, reason, stage)
 
     def _dead_letter_internal(self, requests: list[Request], exc: Exception, stage: str) -> None:
         """A bug of ours, not bad input: the requests still get an outcome (the DLQ,
@@ -462,19 +587,7 @@ class Worker:
     def _route_late(self) -> None:
         routed = self.queue.pop_routed_late()
         if routed:
-            self._publish_late([(req.item.rec, req.item.deadline_wall_ms) for req in routed])
-
-    def _publish_late(self, late: list[tuple[SourceRecord, float]]) -> None:
-        """Route requests unscored to the late topic: (record, deadline in wall ms)."""
-        now_wall = wall_ms()
-        notify(self.sinks, "skip", [rec for rec, _ in late])
-        for rec, deadline_wall_ms in late:
-            missed_by = max(now_wall - deadline_wall_ms, 0.0)
-            self.metrics.outcome(rec.topic, "routed_late")
-            self.metrics.slo_misses.labels(self.cfg.pipeline).inc()
-            self._send(self.late_topic, rec.key, rec.value, late_headers(rec, missed_by), rec)
-        with self._stats_lock:
-            self.stats.routed_late += len(late)
+            self.outcomes.late([(req.item.rec, req.item.deadline_wall_ms) for req in routed], wall_ms())
 
     def _expired_before_decoding(self, records: list[SourceRecord], now_wall: int) -> list[SourceRecord]:
         """With route_late, route records that have expired whatever they contain, and
@@ -489,36 +602,9 @@ class Worker:
         expired = [r for r in records if r.timestamp_ms is not None and r.timestamp_ms < horizon]
         if not expired:
             return records
-        self._publish_late([(r, r.timestamp_ms + self._max_budget_ms) for r in expired])
+        self.outcomes.late([(r, r.timestamp_ms + self._max_budget_ms) for r in expired], now_wall)
         gone = {id(r) for r in expired}
         return [r for r in records if id(r) not in gone]
-
-    def _send(
-        self,
-        topic: str,
-        key: bytes | None,
-        value: bytes | None,
-        headers: list[tuple[str, bytes]] | None,
-        rec: SourceRecord,
-        attempt: int = 1,
-    ) -> None:
-        """Produce one outcome record; its ack completes the source offset. A failed
-        delivery is retried; when retries run out the worker stops without committing
-        past it, so a restart replays the request."""
-
-        def on_ack(err: str | None) -> None:
-            if err is None:
-                self.tracker.ack(rec.tp, rec.offset)
-                return
-            self.metrics.delivery_errors.labels(self.cfg.pipeline, topic).inc()
-            if attempt < _MAX_SEND_ATTEMPTS:
-                log.warning("delivery to %s failed (attempt %d): %s; retrying", topic, attempt, err)
-                self._send(topic, key, value, headers, rec, attempt + 1)
-            else:
-                self._fatal = f"cannot deliver to {topic}: {err}"
-                self.stop(self._fatal)
-
-        self.producer.send(topic, key, value, headers, on_ack)
 
     def _apply_backpressure(self) -> IntakeDecision:
         """Hold or pause consumption by the queue's in-time rows (batching/backpressure.py
@@ -625,10 +711,10 @@ class Worker:
                 log.exception("batch failed")
                 covered = {id(req) for part in parts for req in part.batch.requests}
                 self._dead_letter_internal([r for r in batch.requests if id(r) not in covered], exc, "inference")
-            finally:
-                # Exactly once per dispatched batch, even empty: the publisher waits
-                # for every sequence number in turn.
-                self._finished.put(_Done(batch.seq, parts))
+            # Exactly once per dispatched batch, even empty: the publisher waits for
+            # every sequence number in turn. False: no publisher to take it any more.
+            if not self._hand_over(_Done(batch.seq, parts)):
+                return
 
     def _infer(self, batch: Batch) -> tuple[list[dict] | None, float]:
         decoded = [r.item.decoded for r in batch.requests]
@@ -669,13 +755,17 @@ class Worker:
                 self._publish_part(part)
 
     def _publish_part(self, done: _Finished) -> None:
+        """Publish one finished part. Every request gets exactly one outcome, whatever
+        fails: _publish gives each its own, and a bug before it gave any (a hook, the
+        result documents) dead-letters them all with the error."""
         try:
             self._publish(done.batch.requests, done.results, done.batch_rows, done.seconds, done.started_wall)
-            if done.is_batch:
-                self._count_batch(done.batch, done.seconds)
-        except Exception as exc:  # never lose a batch to a bug: dead-letter it
-            log.exception("publishing a batch failed")
-            self._dead_letter_internal(done.batch.requests, exc, "publish")
+        except _BeforeOutcomes as exc:
+            log.error("publishing a batch failed", exc_info=exc.__cause__)
+            self._dead_letter_internal(done.batch.requests, exc.error, "publish")
+            return
+        if done.is_batch:
+            self._count_batch(done.batch, done.seconds)
 
     def _count_batch(self, batch: Batch, seconds: float) -> None:
         pipeline = self.cfg.pipeline
@@ -710,53 +800,78 @@ class Worker:
         seconds: float,
         started_wall: int,
     ) -> None:
-        assert results is not None and len(results) == len(requests)
+        """One outcome per request: its result, or its dead letter when the result
+        cannot be serialised or is over the output topic's limit (decided here, before
+        anything is sent, so that one request's result never touches its batch-mates').
+        Raises _BeforeOutcomes if it failed before any request had its outcome."""
+        infs: list[InFlight] = [req.item for req in requests]
         done_wall = wall_ms()
-        pipeline = self.cfg.pipeline
+        try:
+            assert results is not None and len(results) == len(requests)
+            docs = [
+                self._result_doc(inf, result, batch_rows, seconds, started_wall, done_wall)
+                for inf, result in zip(infs, results, strict=True)
+            ]
+            keep = [True] * len(docs)
+            for hook in self.hooks:
+                verdicts = hook.after_inference([inf.rec for inf in infs], docs)
+                keep = [k and v for k, v in zip(keep, verdicts, strict=True)]
+        except Exception as exc:
+            raise _BeforeOutcomes(exc) from exc
         counts = {"ok": 0, "late": 0, "duplicate": 0}
         rows: list[ScoredRow] = []
-        infs: list[InFlight] = [req.item for req in requests]
-        docs = [
-            self._result_doc(inf, result, batch_rows, seconds, started_wall, done_wall)
-            for inf, result in zip(infs, results, strict=True)
-        ]
-        keep = [True] * len(docs)
         queue_waits: list[float] = []
         e2e: list[float] = []
-        for hook in self.hooks:
-            verdicts = hook.after_inference([inf.rec for inf in infs], docs)
-            keep = [k and v for k, v in zip(keep, verdicts, strict=True)]
         for inf, doc, publish in zip(infs, docs, keep, strict=True):
             rec = inf.rec
-            # Exactly one outcome per record: a replay is a duplicate, whatever its timing.
-            outcome = "duplicate" if not publish or doc.get("duplicate") else "late" if doc["late"] else "ok"
-            counts[outcome] += 1
             if not publish:
                 # Dropped replay: its first outcome was already published.
+                counts["duplicate"] += 1
                 notify(self.sinks, "skip", [rec])
                 self.tracker.ack(rec.tp, rec.offset)
                 continue
+            refused = self._unpublishable(rec, doc)
+            if isinstance(refused, str):
+                self._dead_letter(rec, refused, "publish")
+                continue
+            # Exactly one outcome per record: a replay is a duplicate, whatever its timing.
+            counts["duplicate" if doc.get("duplicate") else "late" if doc["late"] else "ok"] += 1
             if self.sinks:
                 self.tracker.add_acks(rec.tp, rec.offset, len(self.sinks))
                 rows.append(ScoredRow(rec, inf.decoded, doc, lambda rec=rec: self.tracker.ack(rec.tp, rec.offset)))
-            self._send(self.output_topic, rec.key, orjson.dumps(doc), None, rec)
+            self.outcomes.result(rec, refused)
             queue_waits.append(max(started_wall - inf.consumed_wall_ms, 0) / 1000.0)
             if rec.timestamp_ms is not None:
                 e2e.append(max(done_wall - rec.timestamp_ms, 0) / 1000.0)
         observe_many(self._queue_wait_hist, queue_waits)
         observe_many(self._e2e_hist, e2e)
-        for sink in self.sinks:
-            sink.write(rows)
+        if rows:
+            try:
+                for sink in self.sinks:
+                    sink.write(rows)
+            except Exception as exc:
+                # The results are out; the rows' acks will never come, so their offsets
+                # stay uncommitted and a restart replays them into the sink.
+                log.exception("a sink failed")
+                self.fail(f"sink failed: {type(exc).__name__}: {exc}")
         topic = infs[0].rec.topic
         for outcome, n in counts.items():
             if n:
                 self.metrics.outcome(topic, outcome, n)
         if counts["late"]:
-            self.metrics.slo_misses.labels(pipeline).inc(counts["late"])
+            self.metrics.slo_misses.labels(self.cfg.pipeline).inc(counts["late"])
         with self._stats_lock:
             self.stats.scored += counts["ok"] + counts["late"]
             self.stats.scored_late += counts["late"]
             self.stats.duplicates += counts["duplicate"]
+
+    def _unpublishable(self, rec: SourceRecord, doc: dict) -> bytes | str:
+        """The result record's value, or why this result cannot be published."""
+        try:
+            value = orjson.dumps(doc)
+        except (TypeError, orjson.JSONEncodeError) as exc:
+            return f"result cannot be serialised: {exc}"
+        return self.outcomes.result_too_large(rec, value) or value
 
     def _result_doc(
         self, inf: InFlight, result: dict, batch_rows: int, seconds: float, started_wall: int, done_wall: int
@@ -792,6 +907,19 @@ class Worker:
             f"routed_late={s.routed_late} dlq={s.dlq} batches={s.batches} "
             f"mean_batch_rows={mean:.1f} commits={s.commits} pauses={s.pauses}"
         )
+
+
+def _drop_traceback(exc: BaseException) -> None:
+    """Forget where a refused request's exception was raised. Its traceback holds the
+    decoding frames, whose locals hold the request's value, and decode_all's frame,
+    which holds the list of outcomes that holds the exception: a reference cycle that
+    only the cyclic collector frees, and the worker runs it rarely (runtime/
+    interpreter.py). Refused 10 MB camera frames grew the heap by gigabytes that way."""
+    current: BaseException | None = exc
+    while current is not None:
+        following = current.__cause__ or current.__context__
+        current.__traceback__ = current.__context__ = current.__cause__ = None
+        current = following
 
 
 def _policy_params(cfg: WorkerConfig, pipeline_max_rows: int) -> dict:

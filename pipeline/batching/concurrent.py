@@ -41,6 +41,7 @@ class BatchQueue:
         # cost the calm path GIL hand-overs (and latency).
         self._gate = threading.Condition(lock)
         self._closed = False
+        self._abandoned = False
         self._busy_executors = 0
         self._waiting_for_batch = 0  # executors past the depth gate, waiting for requests
         self._next_seq = 0
@@ -86,6 +87,8 @@ class BatchQueue:
         """Block until the policy dispatches a batch; None once closed and empty."""
         with self._cond:
             while True:
+                if self._abandoned:
+                    return None
                 now = self.clock.now()
                 if self._at_depth_limit():
                     self._gate.wait(_MAX_WAIT)
@@ -162,6 +165,16 @@ class BatchQueue:
         """Executors get what is still queued as drain batches, then None."""
         with self._cond:
             self._closed = True
+            self._cond.notify_all()
+            self._gate.notify_all()
+
+    def abandon(self) -> None:
+        """Executors get None from now on: what is still queued stays without an
+        outcome (the drain time ran out; its offsets are not committed, so the
+        partitions' next owner scores it)."""
+        with self._cond:
+            self._closed = True
+            self._abandoned = True
             self._cond.notify_all()
             self._gate.notify_all()
 

@@ -10,8 +10,13 @@ loaded, broker answered a poll in the last few seconds. A worker that has no par
 (more workers than partitions) is alive but not ready.
 
 The worker is read through the attributes documented on pipeline.worker.Worker:
-`started`, `assigned`, `last_poll_ok`, `session.provider`; plus `_executors` and
-`_stop` when present (their threads and its stop flag).
+`started`, `assigned`, `last_poll_ok`, `session.provider`, `failure` (why it failed,
+or None) and `threads()` (the executor and publisher threads it needs); plus `_stop`
+when present (its stop flag).
+
+A failed worker (a dead executor or publisher thread, an outcome it could not write)
+is neither alive nor ready from that moment, also while it shuts down: an
+orchestrator must not send it traffic, and may restart it.
 """
 
 from __future__ import annotations
@@ -40,14 +45,18 @@ def liveness(
     started = worker.started.is_set()
     body: dict[str, Any] = {"alive": True, "started": started, "stopping": _stopping(worker)}
     problems: list[str] = []
+    failure = getattr(worker, "failure", None)
+    if failure:
+        problems.append(f"worker failed: {failure}")
     if source_thread is not None and started and not source_thread.is_alive():
         problems.append("the worker's source loop has exited")
     if started and not _stopping(worker):
-        # Executors end only when the queue closes at shutdown; a dead one mid-run
-        # means batches will pile up forever.
-        dead = [t.name for t in getattr(worker, "_executors", []) if not t.is_alive()]
+        # Executors and the publisher end only at shutdown; a dead one mid-run means
+        # batches pile up for ever.
+        threads = worker.threads() if hasattr(worker, "threads") else getattr(worker, "_executors", [])
+        dead = [t.name for t in threads if not t.is_alive()]
         if dead:
-            problems.append(f"executor threads died: {', '.join(dead)}")
+            problems.append(f"worker threads died: {', '.join(dead)}")
         last = worker.last_poll_ok
         if last is not None and now - last > stall_s:
             problems.append(f"source loop stalled: last poll {now - last:.0f} s ago")
@@ -72,6 +81,9 @@ def readiness(worker: Any, now: float, *, max_poll_age_s: float = READY_POLL_S) 
     if hasattr(session, "restarts"):  # a model process (runtime.model_process)
         checks["model_process"] = {"pid": session.pid, "restarts": session.restarts}
     reasons: list[str] = []
+    failure = getattr(worker, "failure", None)
+    if failure:
+        reasons.append(f"worker failed: {failure}")
     if _stopping(worker):
         reasons.append("worker is stopping")
     if not checks["started"]:

@@ -181,11 +181,12 @@ class WorkerProcess:
 
 
 def start_worker_process(
-    broker: EmbeddedBroker, topics: Topics, group_id: str, log_dir: Path, name: str, **env: str
+    broker: EmbeddedBroker, topics: Topics, group_id: str, log_dir: Path, name: str, *,
+    pipeline: str = "ctr", **env: str,
 ) -> WorkerProcess:
     port = free_port()
     cmd = [
-        sys.executable, "-m", "pipeline.cli", "run", "--pipeline", "ctr",
+        sys.executable, "-m", "pipeline.cli", "run", "--pipeline", pipeline,
         "--bootstrap-servers", broker.bootstrap_servers, "--broker-profile", "embedded",
         "--group-id", group_id, "--input-topic", topics.input, "--output-topic", topics.output,
         "--metrics-port", str(port),

@@ -203,6 +203,23 @@ def test_alive_while_loading_and_rebalancing_dead_when_stuck():
     assert not ok and "exited" in body["reason"]
 
 
+def test_a_failed_worker_is_neither_alive_nor_ready_also_while_it_stops():
+    """A dead publisher thread used to leave /healthz and /readyz at 200 while no
+    request got an outcome any more (issue: no message may wedge a worker)."""
+    dead = threading.Thread(target=lambda: None, name="publisher")
+    dead.start()
+    dead.join()
+    stopping = threading.Event()
+    stopping.set()
+    worker = _worker(failure="publisher thread died: MemoryError: ", threads=lambda: [dead], _stop=stopping)
+    ok, body = health.liveness(worker, now=101.0)
+    assert not ok and body["reason"].startswith("worker failed: publisher thread died")
+    ok, body = health.readiness(worker, now=101.0)
+    assert not ok and body["reason"].startswith("worker failed")
+    ok, body = health.liveness(_worker(threads=lambda: [dead]), now=101.0)
+    assert not ok and "publisher" in body["reason"]
+
+
 # ----------------------------------------------------------------------------- metrics
 def test_commit_counter_stamps_the_last_commit_time():
     m = _metrics()

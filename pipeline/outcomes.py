@@ -1,0 +1,200 @@
+"""Outcome records: exactly one per consumed request -- its result, its dead letter or
+its late record -- and the offset acknowledgement that follows Kafka's.
+
+Why a record Kafka refuses never stops the worker (docs/ARCHITECTURE.md, "Size
+limits"): a worker that stops on a record stops again on the same one after every
+restart, so one message could take a consumer group down for good. Instead:
+- a result over the output topic's limit, or refused by Kafka, becomes the request's
+  dead letter, with the reason;
+- a dead-letter or late copy is cut down to fit its topic (consumers/dead_letter.py);
+  if Kafka refuses it all the same (a topic limit lower than the one known at start),
+  the minimal copy -- no value, our headers -- is sent instead, and a refused late
+  record becomes a dead letter;
+- if even the minimal dead letter is refused, `limits.on_undeliverable` decides:
+  "skip" (default: one error line naming the offset, outcome="undeliverable", the
+  offset is released) or "stop" (exit 1 without committing past it, naming the offset
+  and how to skip it).
+Errors of the broker or the network, not of the record, are retried; when retries run
+out the worker stops without committing past the request (a restart replays it once
+the broker is back, which is no loop on one record).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from consumers.dead_letter import Copy, dead_letter_copy, late_copy, one_line, record_bytes
+from consumers.records import AckCallback, SendError, SourceRecord
+from pipeline.limits import Limits
+from pipeline.sinks import ResultSink, notify
+
+log = logging.getLogger(__name__)
+
+MAX_SEND_ATTEMPTS = 5
+
+
+class Producer(Protocol):
+    def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes]] | None,
+        on_ack: AckCallback,
+    ) -> None: ...
+
+
+@dataclass(frozen=True)
+class Topics:
+    """The topics one worker writes, with their defaults in one place."""
+
+    output: str
+    dead_letter: str
+    late: str
+
+    @classmethod
+    def for_input(cls, input_topic: str, output: str, dead_letter: str | None, late: str | None) -> Topics:
+        return cls(output, dead_letter or f"{input_topic}.dlq", late or f"{input_topic}.late")
+
+    def all(self) -> tuple[str, ...]:
+        return (self.output, self.dead_letter, self.late)
+
+
+class Outcomes:
+    """Sends outcome records and acknowledges each request's offset once Kafka has its
+    outcome. Thread-safe: called from the source thread (dead letters of decoding,
+    late routing, delivery reports) and the publisher thread (results)."""
+
+    def __init__(
+        self,
+        producer: Producer,
+        ack: Callable[[SourceRecord], None],
+        topics: Topics,
+        limits: Limits,
+        *,
+        metrics: Any,
+        pipeline: str,
+        sinks: Sequence[ResultSink] = (),
+        on_undeliverable: str = "skip",
+        count: Callable[[str, int], None] = lambda _name, _n: None,
+        fail: Callable[[str], None],
+    ) -> None:
+        self.producer = producer
+        self._ack = ack
+        self.topics = topics
+        self.limits = limits
+        self.metrics = metrics
+        self.pipeline = pipeline
+        self.sinks = list(sinks)
+        self.on_undeliverable = on_undeliverable
+        self._count = count
+        self._fail = fail
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ results
+    def result_too_large(self, rec: SourceRecord, value: bytes) -> str | None:
+        """Why this result cannot go to the output topic, or None if it fits."""
+        limit = self.limits.for_topic(self.topics.output)
+        size = record_bytes(rec.key, value, None)
+        if size <= limit:
+            return None
+        return f"result is {size} bytes, over the {limit}-byte record limit of {self.topics.output}"
+
+    def result(self, rec: SourceRecord, value: bytes) -> None:
+        """Send a result that fits (result_too_large said None). If Kafka refuses it
+        all the same, the request is dead-lettered instead; its sink rows were already
+        written, so the sinks are not told to skip it."""
+
+        def refused(err: SendError) -> None:
+            self.dead_letter(rec, f"Kafka refused the result: {err.reason}", "publish", rows_written=True)
+
+        self._send(self.topics.output, rec.key, value, None, rec, refused)
+
+    # ------------------------------------------------------------------ dead letters
+    def dead_letter(self, rec: SourceRecord, reason: str, stage: str, *, rows_written: bool = False) -> None:
+        """The request's outcome is a dead letter with `reason` (one line)."""
+        log.warning("dead-letter %s[%d]@%d: %s", rec.topic, rec.partition, rec.offset, one_line(reason)[:300])
+        self.metrics.outcome(rec.topic, "dlq")
+        self._count("dlq", 1)
+        if not rows_written:
+            notify(self.sinks, "skip", [rec])  # no row will come for this offset
+        limit = self.limits.for_topic(self.topics.dead_letter)
+        copy = dead_letter_copy(rec, reason, stage, limit, self.limits.prefix_bytes)
+
+        def refused(err: SendError) -> None:
+            # Over a limit we did not know (the topic's is lower): the smallest copy.
+            minimal = dead_letter_copy(rec, reason, stage, limit, 0, minimal=True)
+            self._send_copy(self.topics.dead_letter, minimal, rec, lambda e: self._undeliverable(rec, reason, e))
+
+        self._send_copy(self.topics.dead_letter, copy, rec, refused)
+
+    def _undeliverable(self, rec: SourceRecord, reason: str, err: SendError) -> None:
+        where = f"{rec.topic}[{rec.partition}]@{rec.offset}"
+        if self.on_undeliverable == "stop":
+            self._fail(
+                f"no outcome can be written for {where} ({one_line(reason)[:200]}): {self.topics.dead_letter} "
+                f"refused even its minimal dead letter ({err.reason}); to skip it, commit offset "
+                f"{rec.offset + 1} of partition {rec.partition} for this group, or set "
+                "limits.on_undeliverable: skip"
+            )
+            return
+        log.error(
+            "no outcome written for %s: %s refused even its minimal dead letter (%s); skipped "
+            "(limits.on_undeliverable: skip); reason it was dead-lettered: %s",
+            where, self.topics.dead_letter, err.reason, one_line(reason)[:200],
+        )
+        self.metrics.outcome(rec.topic, "undeliverable")
+        self._count("undeliverable", 1)
+        self._ack(rec)
+
+    # ------------------------------------------------------------------ late records
+    def late(self, late: Sequence[tuple[SourceRecord, float]], now_wall_ms: int) -> None:
+        """Route requests unscored to the late topic: (record, deadline in wall ms)."""
+        notify(self.sinks, "skip", [rec for rec, _ in late])
+        limit = self.limits.for_topic(self.topics.late)
+        for rec, deadline_wall_ms in late:
+            missed_by = max(now_wall_ms - deadline_wall_ms, 0.0)
+            self.metrics.outcome(rec.topic, "routed_late")
+            self.metrics.slo_misses.labels(self.pipeline).inc()
+            copy = late_copy(rec, missed_by, limit, self.limits.prefix_bytes)
+
+            def refused(err: SendError, rec: SourceRecord = rec) -> None:
+                self.dead_letter(rec, f"Kafka refused its late record: {err.reason}", "late", rows_written=True)
+
+            self._send_copy(self.topics.late, copy, rec, refused)
+        self._count("routed_late", len(late))
+
+    # ------------------------------------------------------------------ sending
+    def _send_copy(self, topic: str, copy: Copy, rec: SourceRecord, refused: Callable[[SendError], None]) -> None:
+        self._send(topic, copy.key, copy.value, copy.headers, rec, refused)
+
+    def _send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes]] | None,
+        rec: SourceRecord,
+        refused: Callable[[SendError], None],
+        attempt: int = 1,
+    ) -> None:
+        """Produce one outcome record; its ack completes the source offset."""
+
+        def on_ack(err: SendError | None) -> None:
+            if err is None:
+                self._ack(rec)
+                return
+            self.metrics.delivery_errors.labels(self.pipeline, topic).inc()
+            if err.refused:
+                refused(err)
+            elif attempt < MAX_SEND_ATTEMPTS:
+                log.warning("delivery to %s failed (attempt %d): %s; retrying", topic, attempt, err.reason)
+                self._send(topic, key, value, headers, rec, refused, attempt + 1)
+            else:
+                self._fail(f"cannot deliver to {topic}: {err.reason}")
+
+        self.producer.send(topic, key, value, headers, on_ack)
