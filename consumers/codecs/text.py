@@ -154,15 +154,14 @@ def _optional_int(doc: Mapping[str, Any], key: str, lo: int, hi: int | None, raw
     value = doc.get(key)
     if value is None:
         return None
-    want = f"integer {lo}..{hi}" if hi is not None else "positive integer"
     if type(value) is float:  # orjson's reading of an integer literal beyond 64 bits?
         literal = jsonnum.int_literal(raw, key)
         if literal is None:
-            raise DecodeError(f"{key}: expected {want}, got float")
+            raise DecodeError(f"{key}: expected {_int_wanted(lo, hi)}, got float")
         value = int(literal) if len(literal) <= 20 else (-1 if literal.startswith("-") else jsonnum.INT64_MAX + 1)
         shown = jsonnum.show_int(literal)
     elif type(value) is not int:  # `type is`: a bool (an int subclass) is no priority 1
-        raise DecodeError(f"{key}: expected {want}, got {_type_name(value)}")
+        raise DecodeError(f"{key}: expected {_int_wanted(lo, hi)}, got {_type_name(value)}")
     else:
         shown = str(value)
     if hi is not None and not lo <= value <= hi:
@@ -170,6 +169,10 @@ def _optional_int(doc: Mapping[str, Any], key: str, lo: int, hi: int | None, raw
     if hi is None and value < lo:
         raise DecodeError(f"{key}: must be > {lo - 1}, got {shown}")
     return min(value, jsonnum.INT64_MAX)
+
+
+def _int_wanted(lo: int, hi: int | None) -> str:
+    return f"integer {lo}..{hi}" if hi is not None else "positive integer"
 
 
 def _optional_str(doc: Mapping[str, Any], key: str) -> str | None:
