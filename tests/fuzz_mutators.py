@@ -28,7 +28,7 @@ Message = tuple[bytes | None, Headers]
 Mutator = Callable[[np.random.Generator, bytes | None, Headers], Message]
 
 MAX_REASON_CHARS = 300
-_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+|0x[0-9a-fA-F]{8,}")
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+|\b0x[0-9a-fA-F]{8,}")  # not the "0x" of "640x2734690048"
 
 # Literals orjson cannot write, put into JSON text in place of a placeholder string.
 HUGE_LITERALS = (
