@@ -4,14 +4,19 @@ Event schema (docs/schemas/camera_frame.md has the long form)
 ------------------------------------------------------------
 Kafka key:   the camera id (so one camera's frames keep their order in one partition).
 Kafka value: one encoded image, JPEG or PNG, at most `max_bytes` (default 8 MiB),
-             16..8192 pixels on each side (configurable).
+             16..8192 pixels on each side and at most `max_pixels` pixels (default
+             4096x2160 = 8,847,360: 4K UHD and DCI); all configurable.
 Headers (UTF-8 text):
   camera_id      required  non-empty string
   frame_id       required  non-empty string (unique per camera)
-  capture_ts_ms  optional  integer, ms since the epoch, when the frame was taken
+  capture_ts_ms  optional  integer 0..2^63-1, ms since the epoch, when the frame was taken
   priority       optional  integer 0..9, lower is more urgent (default 0)
   deadline_ms    optional  positive integer, the frame's own latency budget in ms
-                           (it can only tighten the deployment's SLO)
+                           (it can only tighten the deployment's SLO; above 2^63-1 it
+                           saturates to 2^63-1)
+An integer header is ASCII digits only ("0".."9"; no sign, "+", "_", blanks inside or
+other scripts' digits), the grammar of JSON integers in the other codecs; spaces and
+tabs around any header value are ignored.
 
 Result, one per frame:
   {"camera_id", "frame_id", "capture_ts_ms", "width", "height",
@@ -32,6 +37,7 @@ same border context at its top and left edges as an unpadded run.
 from __future__ import annotations
 
 import io
+import re
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -41,6 +47,7 @@ import numpy as np
 from PIL import Image
 
 from consumers.codecs.base import Decoded, DecodeError
+from consumers.codecs.jsonnum import INT64_MAX, show_int
 
 INPUT_NAME = "input"
 OUTPUT_NAMES = ("heatmap", "scale", "offset", "landmarks")
@@ -55,6 +62,18 @@ STD = np.ones((1, 3, 1, 1), dtype=np.float32)
 # (width, height). 320x240 (QVGA) -> 320x256, 640x480 (VGA) as is, 1280x720 -> 1280x736.
 DEFAULT_BUCKETS: tuple[tuple[int, int], ...] = ((320, 256), (640, 480), (1280, 736))
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024
+# Pixels a frame may declare. A PNG of zeros compresses ~1000:1, so max_bytes bounds
+# nothing: 196 KB declaring 8192x8192 cost ~580 MB peak RSS and ~2 s to decode. 4096x2160
+# holds 4K UHD (3840x2160) and DCI 4K frames, the largest camera streams we expect,
+# and every frame above 1280x736 (the largest bucket) is shrunk anyway.
+DEFAULT_MAX_PIXELS = 4096 * 2160
+# Where a reason may quote a decoder's message, it is cut to this many characters.
+_MAX_QUOTED_CHARS = 160
+# An object repr in a decoder's message ("<_io.BytesIO object at 0x7f...>") means
+# nothing to a producer and makes every reason unique; it becomes "the image".
+_OBJECT_REPR = re.compile(r"<[^<>]*? at 0x[0-9a-fA-F]+>")
+_DIGITS = re.compile(r"[0-9]+")  # ASCII only: str.isdigit() and int() take other scripts too
+_BLANKS = " \t"
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 JPEG_SOI = b"\xff\xd8"
@@ -143,8 +162,10 @@ def _jpeg_dimensions(value: bytes) -> tuple[int, int]:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+    """A decoder's message as part of a reason: first line, no object address, bounded."""
+    lines = _OBJECT_REPR.sub("the image", str(exc)).strip().splitlines()
+    text = lines[0] if lines else type(exc).__name__
+    return text if len(text) <= _MAX_QUOTED_CHARS else text[: _MAX_QUOTED_CHARS - 3] + "..."
 
 
 class CameraCodec:
@@ -158,6 +179,7 @@ class CameraCodec:
         max_bytes: int = DEFAULT_MAX_BYTES,
         min_side: int = 16,
         max_side: int = 8192,
+        max_pixels: int = DEFAULT_MAX_PIXELS,
         min_scale: float = 0.75,
         score_threshold: float = 0.5,
         nms_iou: float = 0.3,
@@ -168,6 +190,11 @@ class CameraCodec:
         if not buckets or bad:
             raise ValueError(f"bucket sizes must be positive multiples of {INPUT_MULTIPLE}: {bad}")
         self.buckets = tuple(sorted((tuple(b) for b in buckets), key=lambda b: b[0] * b[1]))
+        # Above Pillow's own bomb limit, Pillow would warn (or raise) on frames this
+        # codec accepts; below it, Pillow's check can never fire on an accepted frame.
+        if isinstance(max_pixels, bool) or not isinstance(max_pixels, int) or not 0 < max_pixels <= Image.MAX_IMAGE_PIXELS:
+            raise ValueError(f"max_pixels must be an integer 1..{Image.MAX_IMAGE_PIXELS} (Pillow's limit), got {max_pixels!r}")
+        self.max_pixels = max_pixels
         self.max_bytes = max_bytes
         self.min_side = min_side
         self.max_side = max_side
@@ -217,6 +244,11 @@ class CameraCodec:
         if max(width, height) > self.max_side:
             raise DecodeError(
                 f"image is {width}x{height} pixels: over the {self.max_side}-pixel limit per side"
+            )
+        if width * height > self.max_pixels:
+            raise DecodeError(
+                f"image is {width}x{height} = {width * height} pixels: over the budget of "
+                f"{self.max_pixels} pixels per frame (max_pixels)"
             )
         if min(width, height) < self.min_side:
             raise DecodeError(
@@ -369,7 +401,12 @@ def _decode_letterboxed(
             pixels = np.asarray(rgb)
     except DecodeError:
         raise
-    except (OSError, SyntaxError, ValueError, EOFError, struct.error, Image.DecompressionBombError) as exc:
+    # DecompressionBombWarning only arrives as an exception where warnings are errors;
+    # max_pixels keeps accepted frames under Pillow's limit, this is the backstop.
+    except (
+        OSError, SyntaxError, ValueError, EOFError, struct.error,
+        Image.DecompressionBombError, Image.DecompressionBombWarning,
+    ) as exc:
         raise DecodeError(f"corrupt {fmt}: {_one_line(exc)}") from None
     canvas = np.zeros((bucket[1], bucket[0], 3), dtype=np.uint8)
     canvas[:nh, :nw] = pixels
@@ -387,19 +424,29 @@ def _header_text(headers: Mapping[str, bytes], name: str) -> str | None:
             text = bytes(raw).decode("utf-8")
         except UnicodeDecodeError:
             raise DecodeError(f"header {name!r} is not valid UTF-8") from None
-    return text.strip()
+    return text.strip(_BLANKS)
 
 
-def _header_int(headers: Mapping[str, bytes], name: str, lo: int, hi: int | None, what: str) -> int | None:
+def _header_int(
+    headers: Mapping[str, bytes], name: str, lo: int, hi: int, what: str, saturate: bool = False
+) -> int | None:
+    """An integer header in lo..hi (hi <= INT64_MAX, so the value serialises anywhere).
+    Above hi: refused as out of range, or hi itself where ``saturate`` (a deadline that
+    long never tightens anything)."""
     text = _header_text(headers, name)
     if text is None or text == "":
         return None
-    try:
-        number = int(text)
-    except ValueError:
-        raise DecodeError(f"header {name!r}: expected {what}, got {text[:40]!r}") from None
-    if number < lo or (hi is not None and number > hi):
-        raise DecodeError(f"header {name!r}: {number} is out of range, expected {what}")
+    if not _DIGITS.fullmatch(text):
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        raise DecodeError(f"header {name!r}: expected {what}, got {shown!r}")
+    significant = text.lstrip("0") or "0"
+    # Compare by length first: int() of thousands of digits is slow and, past 4300,
+    # refused by Python itself.
+    number = int(significant) if len(significant) <= 19 else INT64_MAX + 1
+    if number > hi and saturate:
+        return hi
+    if not lo <= number <= hi:
+        raise DecodeError(f"header {name!r}: {show_int(significant)} is out of range, expected {what}")
     return number
 
 
@@ -417,7 +464,9 @@ def _parse_headers(headers: Mapping[str, bytes]) -> dict[str, Any]:
     return {
         "camera_id": _required_text(headers, "camera_id"),
         "frame_id": _required_text(headers, "frame_id"),
-        "capture_ts_ms": _header_int(headers, "capture_ts_ms", 0, None, "an integer (ms since the epoch)"),
+        "capture_ts_ms": _header_int(
+            headers, "capture_ts_ms", 0, INT64_MAX, "an integer 0..2^63-1 (ms since the epoch)"
+        ),
         "priority": 0 if priority is None else priority,
-        "deadline_ms": _header_int(headers, "deadline_ms", 1, None, "a positive integer (ms)"),
+        "deadline_ms": _header_int(headers, "deadline_ms", 1, INT64_MAX, "a positive integer (ms)", saturate=True),
     }

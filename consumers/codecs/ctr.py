@@ -8,6 +8,7 @@ Request schema (UTF-8 JSON object; also in docs/schemas/ctr_request.md)::
       "tenant":      str | null                      optional
       "priority":    int 0..9 | null                 optional, default 0 (lower runs first)
       "deadline_ms": int > 0 | null                  optional, the request's own latency budget
+                                                     (above 2^63-1 saturates to 2^63-1)
       "user_id":     str | null                      optional (the producer's Kafka key)
       "context": {                                   required object (may be {})
         "I1".."I6":   number | null                  counts; absent or null = missing
@@ -23,7 +24,11 @@ Request schema (UTF-8 JSON object; also in docs/schemas/ctr_request.md)::
 Unknown extra fields are ignored. An absent feature key counts as missing (Criteo has
 missing values); a present key with the wrong type is an error. A hex string is 1..16
 ASCII hex digits (either case); "" is not a token (send null). Negative counts are
-accepted and treated as 0 by the model; counts above 1e9 saturate.
+accepted and treated as 0 by the model; counts above 1e9 saturate, whatever their size
+(``1e309`` and 400-digit integers too: jsonnum.py parses what orjson refuses). Integers
+beyond 64 bits stay integers in reasons ("priority: expected int 0..9, got
+100000000000...(401 digits)"), never "got float". Documents nested deeper than 1024
+levels are refused: "JSON nested deeper than 1024 levels (documented limit)".
 
 Every invalid input raises DecodeError with a one-line reason, e.g.::
 
@@ -49,15 +54,15 @@ slow, per-value error search runs only once a request is known to be invalid.
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from typing import Any, NamedTuple
 
 import numpy as np
-import orjson
 
-from consumers.codecs import ctr_binary
+from consumers.codecs import ctr_binary, jsonnum
 from consumers.codecs.base import Decoded, DecodeError
 from models.ctr import features as F
 
@@ -110,7 +115,7 @@ class CtrCodec:
             return self._decode_binary(value)
         doc = _parse_json(value)
         request_id = _request_id(doc)
-        priority, deadline_ms, tenant = _meta(doc)
+        priority, deadline_ms, tenant = _meta(doc, value)
         context = doc.get("context")
         if type(context) is not dict:
             raise _missing_or_type(doc, "context", "object")
@@ -163,7 +168,7 @@ class CtrCodec:
         except DecodeError as exc:
             raise DecodeError(f"binary header: {exc}") from None
         request_id = _request_id(doc)
-        priority, deadline_ms, tenant = _meta(doc)
+        priority, deadline_ms, tenant = _meta(doc, header)
         return _BinaryHeader(request_id, priority, deadline_ms, tenant, _binary_item_ids(doc, self.max_items))
 
     # ------------------------------------------------------------------------ batch
@@ -272,15 +277,15 @@ def _parse_json(value: bytes | None) -> dict[str, Any]:
     if value is None or len(value) == 0:
         raise DecodeError("empty message value")
     try:
-        doc = orjson.loads(value)
-    except orjson.JSONDecodeError as exc:
+        doc = jsonnum.loads(value)
+    except json.JSONDecodeError as exc:
         raise DecodeError(_json_error(value, exc)) from None
     if type(doc) is not dict:
         raise DecodeError(f"expected a JSON object at top level, got {_type_name(doc)}")
     return doc
 
 
-def _json_error(value: bytes, exc: orjson.JSONDecodeError) -> str:
+def _json_error(value: bytes, exc: json.JSONDecodeError) -> str:
     # orjson reports bad UTF-8 as "str is not valid UTF-8" at char 0; find the byte.
     try:
         bytes(value).decode("utf-8")
@@ -323,18 +328,18 @@ def _request_id(doc: Mapping[str, Any]) -> str:
     )
 
 
-def _meta(doc: Mapping[str, Any]) -> tuple[int, int | None, str | None]:
-    """priority, deadline_ms, tenant; null or absent = default. user_id is checked only."""
+def _meta(doc: Mapping[str, Any], raw: bytes) -> tuple[int, int | None, str | None]:
+    """priority, deadline_ms, tenant; null or absent = default. user_id is checked only.
+    ``raw`` is the JSON text of ``doc``, read again only on the error path (an integer
+    beyond 64 bits that orjson gave as a float)."""
     priority = doc.get("priority")
     if priority is None:
         priority = 0
     elif type(priority) is not int or not 0 <= priority <= 9:
-        got = priority if type(priority) is int else _type_name(priority)
-        raise DecodeError(f"priority: expected int 0..9, got {got}")
+        raise DecodeError(f"priority: expected int 0..9, got {_shown_number(priority, raw, 'priority')}")
     deadline = doc.get("deadline_ms")
-    if deadline is not None and (type(deadline) is not int or deadline <= 0):
-        got = deadline if type(deadline) is int else _type_name(deadline)
-        raise DecodeError(f"deadline_ms: expected int > 0, got {got}")
+    if deadline is not None and (type(deadline) is not int or not 0 < deadline <= jsonnum.INT64_MAX):
+        deadline = _saturated_deadline(deadline, raw)
     tenant = doc.get("tenant")
     if tenant is not None and type(tenant) is not str:
         raise DecodeError(f"tenant: expected string or null, got {_type_name(tenant)}")
@@ -342,6 +347,31 @@ def _meta(doc: Mapping[str, Any]) -> tuple[int, int | None, str | None]:
     if user_id is not None and type(user_id) is not str:
         raise DecodeError(f"user_id: expected string or null, got {_type_name(user_id)}")
     return priority, deadline, tenant
+
+
+def _saturated_deadline(deadline: object, raw: bytes) -> int:
+    """A deadline_ms that is not a plain int64 > 0: any larger integer saturates to
+    INT64_MAX (a budget that long never tightens the SLO, and the value stays one every
+    reader of the result can hold); anything else is refused."""
+    if type(deadline) is int and deadline > 0:
+        return jsonnum.INT64_MAX
+    if type(deadline) is float:
+        literal = jsonnum.int_literal(raw, "deadline_ms")
+        if literal is not None and not literal.startswith("-"):
+            return jsonnum.INT64_MAX
+    raise DecodeError(f"deadline_ms: expected int > 0, got {_shown_number(deadline, raw, 'deadline_ms')}")
+
+
+def _shown_number(value: object, raw: bytes, key: str) -> str:
+    """The refused value of an integer field for a reason: the int, or the integer
+    literal that orjson read as a float (shortened), else the type's name."""
+    if type(value) is int:
+        return jsonnum.show_int(str(value))
+    if type(value) is float:
+        literal = jsonnum.int_literal(raw, key)
+        if literal is not None:
+            return jsonnum.show_int(literal)
+    return _type_name(value)
 
 
 def _item_ids(items: list[dict[str, Any]]) -> list[str]:

@@ -17,7 +17,12 @@ Result (one per request, from split()):
 `tokens` counts word pieces including [CLS] and [SEP]. A text longer than the model's
 maximum (256 tokens) keeps its first 254 word pieces plus [SEP] and is flagged
 `"truncated": true` (on_overlength="truncate", the default, what sentence-transformers
-does), or is rejected (on_overlength="reject").
+does), or is rejected (on_overlength="reject"). Only the first read_chars (64 x 256 =
+16,384) characters are read, so the tokenizer's work per message is bounded: 100k CJK
+characters cost ~3 ms instead of ~0.4 s, 1 MB without spaces ~9 ms instead of ~0.6 s
+(bench/text_cost.py; table in docs/schemas/text_request.md); a longer text is flagged
+truncated too. Integers of any size are integers (jsonnum.py); deadline_ms above
+2^63-1 saturates; documents nested over 1024 levels are refused.
 
 Dead-letter reasons (DecodeError messages):
     value: missing (tombstone)              value is None
@@ -29,7 +34,10 @@ Dead-letter reasons (DecodeError messages):
     text: empty string                      see "Empty text" below
     text: no tokens (only whitespace or control characters)
     text: N characters exceeds max_chars=M  default M = 100000
+    text: no tokens in its first 16384 characters (...)   a longer text, likewise
     text: longer than the maximum of 256 tokens   only with on_overlength="reject"
+    text: longer than the 16384 characters read per text   likewise
+    value: JSON nested deeper than 1024 levels (documented limit)
     priority: expected integer 0..9, got str | priority: 12 out of range 0..9
     deadline_ms: expected positive integer, got float | deadline_ms: must be > 0, got 0
     tenant: expected string, got int
@@ -51,12 +59,15 @@ shares one bucket, and a batch is padded to its longest request.
 from __future__ import annotations
 
 import bisect
+import json
+import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
-import orjson
 
+from consumers.codecs import jsonnum
 from consumers.codecs.base import Decoded, DecodeError
 from models.text.model import EMBEDDING_DIM, MAX_LENGTH, PAD_ID, load_tokenizer
 
@@ -66,7 +77,39 @@ DEFAULT_MAX_CHARS = 100_000
 # slack covers the other fields. Anything bigger is refused before it is parsed.
 _BYTES_PER_CHAR_LIMIT = 6
 _BYTES_SLACK = 64 * 1024
-_PREFIX_CHARS_PER_TOKEN = 8
+# Characters read per text: 64 per token of the cap (16,384 for 256 tokens). Prose
+# needs ~4.5 per word piece, so only a text that is mostly blanks, control characters
+# or 100+-character "words" ([UNK]) reaches it with room left under the token cap.
+# The tokenizer costs ~0.3-0.75 us per character even where it yields no token (1 MB
+# without spaces: 0.75 s), so reading everything would not be bounded.
+_READ_CHARS_PER_TOKEN = 64
+# Text is tokenised in chunks of about this many characters, cut where the tokenizer
+# splits anyway, until the token cap is exceeded: 100k CJK characters (one token each)
+# cost ~0.5 s when tokenised whole.
+_CHUNK_CHARS = 1024
+_CUT_WINDOW = 256  # how far back from a chunk's end a cut is looked for
+
+
+def _cut_class() -> str:
+    """Characters before which the text can be cut without changing a word piece: the
+    BERT normaliser makes ASCII blanks a split and puts blanks around CJK ideographs,
+    and its pre-tokenizer isolates every punctuation character (ASCII punctuation or a
+    Unicode P* category). Only old, stable blocks are taken from unicodedata, so the
+    tokenizer's own (older) Unicode tables agree. Zero-width and control characters
+    are not cuts: the normaliser deletes them, joining their neighbours."""
+    blocks = [(0x00A1, 0x00BF), (0x2010, 0x2027), (0x2030, 0x205E), (0x3000, 0x303F),
+              (0xFE30, 0xFE4F), (0xFF01, 0xFF65)]
+    punct = "".join(
+        chr(c) for lo, hi in blocks for c in range(lo, hi + 1)
+        if unicodedata.category(chr(c))[0] == "P" or unicodedata.category(chr(c)) == "Zs"
+    )
+    # BERT's CJK ideograph ranges (the normaliser's handle_chinese_chars), as re escapes.
+    cjk = (r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002a6df\U0002a700-\U0002b73f"
+           r"\U0002b740-\U0002b81f\U0002b820-\U0002ceaf\U0002f800-\U0002fa1f")
+    return r"[ \t\n\r!-/:-@\[-`{-~" + re.escape(punct) + cjk + "]"
+
+
+_CUT = re.compile(_cut_class())
 
 
 def _type_name(value: Any) -> str:
@@ -80,8 +123,10 @@ def _parse_json(value: bytes | None, max_bytes: int) -> dict[str, Any]:
     if len(value) > max_bytes:
         raise DecodeError(f"value: {len(value)} bytes exceeds the size limit of {max_bytes}")
     try:
-        doc = orjson.loads(value)
-    except orjson.JSONDecodeError as exc:
+        doc = jsonnum.loads(value)
+    except DecodeError as exc:  # the documented depth limit
+        raise DecodeError(f"value: {exc}") from None
+    except json.JSONDecodeError as exc:
         # orjson refuses bad UTF-8 without saying where; find the offset only on failure.
         try:
             bytes(value).decode("utf-8")
@@ -102,19 +147,32 @@ def _required_str(doc: Mapping[str, Any], key: str) -> str:
     return value
 
 
-def _optional_int(doc: Mapping[str, Any], key: str, lo: int, hi: int | None) -> int | None:
+def _optional_int(doc: Mapping[str, Any], key: str, lo: int, hi: int | None, raw: bytes) -> int | None:
+    """An optional integer field. Without ``hi`` (deadline_ms) any larger integer
+    saturates to INT64_MAX; ``raw`` is read again only for an integer literal beyond 64
+    bits, which orjson gives as a float."""
     value = doc.get(key)
     if value is None:
         return None
-    # bool is an int subclass in Python: `true` must not pass as priority 1.
-    if not isinstance(value, int) or isinstance(value, bool):
-        want = f"integer {lo}..{hi}" if hi is not None else "positive integer"
-        raise DecodeError(f"{key}: expected {want}, got {_type_name(value)}")
+    if type(value) is float:  # orjson's reading of an integer literal beyond 64 bits?
+        literal = jsonnum.int_literal(raw, key)
+        if literal is None:
+            raise DecodeError(f"{key}: expected {_int_wanted(lo, hi)}, got float")
+        value = int(literal) if len(literal) <= 20 else (-1 if literal.startswith("-") else jsonnum.INT64_MAX + 1)
+        shown = jsonnum.show_int(literal)
+    elif type(value) is not int:  # `type is`: a bool (an int subclass) is no priority 1
+        raise DecodeError(f"{key}: expected {_int_wanted(lo, hi)}, got {_type_name(value)}")
+    else:
+        shown = str(value)
     if hi is not None and not lo <= value <= hi:
-        raise DecodeError(f"{key}: {value} out of range {lo}..{hi}")
+        raise DecodeError(f"{key}: {shown} out of range {lo}..{hi}")
     if hi is None and value < lo:
-        raise DecodeError(f"{key}: must be > {lo - 1}, got {value}")
-    return value
+        raise DecodeError(f"{key}: must be > {lo - 1}, got {shown}")
+    return min(value, jsonnum.INT64_MAX)
+
+
+def _int_wanted(lo: int, hi: int | None) -> str:
+    return f"integer {lo}..{hi}" if hi is not None else "positive integer"
 
 
 def _optional_str(doc: Mapping[str, Any], key: str) -> str | None:
@@ -122,6 +180,19 @@ def _optional_str(doc: Mapping[str, Any], key: str) -> str | None:
     if value is None or isinstance(value, str):
         return value
     raise DecodeError(f"{key}: expected string, got {_type_name(value)}")
+
+
+def _chunk_end(text: str, pos: int) -> int:
+    """Where a chunk that should end near ``pos`` ends: before the last cut character
+    in the _CUT_WINDOW characters before pos, else before the next one after it (a
+    long run without one is one word, [UNK] past 100 characters), else at the end."""
+    if pos >= len(text):
+        return len(text)
+    back = _CUT.search(text[pos - _CUT_WINDOW : pos][::-1])
+    if back is not None:
+        return pos - 1 - back.start()
+    ahead = _CUT.search(text, pos)
+    return len(text) if ahead is None else ahead.start()
 
 
 def padded_token_ratio(feeds: Mapping[str, np.ndarray]) -> float:
@@ -183,10 +254,9 @@ class TextCodec:
         self.on_overlength = on_overlength
         self.on_empty = on_empty
         self._max_bytes = max_chars * _BYTES_PER_CHAR_LIMIT + _BYTES_SLACK
-        # English averages ~4.5 characters per word piece; 8x the token budget is a
-        # prefix that overflows for nearly every text that will be truncated anyway.
-        self._prefix_chars = _PREFIX_CHARS_PER_TOKEN * self.max_tokens
+        self.read_chars = _READ_CHARS_PER_TOKEN * self.max_tokens
         self._tokenizer = load_tokenizer(self.max_tokens)
+        self._cls, self._sep = self._tokenizer.encode("").ids
 
     def bucket_for(self, tokens: int) -> int:
         """The smallest bucket edge >= tokens (tokens is at most max_tokens)."""
@@ -197,22 +267,45 @@ class TextCodec:
         return self.max_tokens if self.pad_to == "longest" else self.bucket_for(tokens)
 
     def tokenize(self, text: str) -> tuple[np.ndarray, bool]:
-        """Word-piece ids with [CLS]/[SEP], truncated to max_tokens; and whether it was.
+        """Word-piece ids with [CLS]/[SEP], truncated to max_tokens; and whether the text
+        was cut (over max_tokens word pieces, or over read_chars characters).
 
-        The tokenizer works through the whole text before it truncates: ~0.9 ms per
-        1,000 characters, so a 100k-character text would hold the source thread for
-        ~90 ms. A long text is therefore first tokenised up to a space near
-        _prefix_chars: normalisation is per character and words split at whitespace,
-        so the pieces of that prefix are exactly the first pieces of the whole text,
-        and if the prefix alone overflows the result is the same as the full one."""
-        if len(text) > self._prefix_chars:
-            cut = text.rfind(" ", 0, self._prefix_chars)
-            if cut > 0:
-                enc = self._tokenizer.encode(text[:cut])
-                if enc.overflowing:
-                    return np.asarray(enc.ids, dtype=np.int64), True
-        enc = self._tokenizer.encode(text)
-        return np.asarray(enc.ids, dtype=np.int64), bool(enc.overflowing)
+        The work is bounded whatever the text. Only the first read_chars characters are
+        read. A text longer than one chunk is tokenised chunk by chunk, each cut before
+        a character where the tokenizer splits anyway (_CUT), so the chunks' pieces are
+        the whole text's; that stops as soon as the cap is exceeded. A text that stays
+        under the cap is then tokenised whole, in one call, so its ids (and embedding)
+        are exactly those of tokenising it alone. Cost on one core: bench/text_cost.py,
+        figures in docs/schemas/text_request.md "Cost"."""
+        ids, over_cap, over_chars = self._tokenize(text)
+        return ids, over_cap or over_chars
+
+    def _tokenize(self, text: str) -> tuple[np.ndarray, bool, bool]:
+        """ids, whether the text has more than max_tokens-2 word pieces, whether it has
+        more than read_chars characters."""
+        head = text[: self.read_chars]
+        over_chars = len(text) > len(head)
+        if len(head) > _CHUNK_CHARS:
+            first = self._first_pieces(head)
+            if first is not None:
+                return np.asarray([self._cls, *first, self._sep], dtype=np.int64), True, over_chars
+        enc = self._tokenizer.encode(head)
+        return np.asarray(enc.ids, dtype=np.int64), bool(enc.overflowing), over_chars
+
+    def _first_pieces(self, head: str) -> list[int] | None:
+        """The first max_tokens-2 word pieces of ``head`` if it has more; else None."""
+        keep = self.max_tokens - 2
+        pieces: list[int] = []
+        start = 0
+        while start < len(head):
+            end = _chunk_end(head, start + _CHUNK_CHARS)
+            if start == 0 and end == len(head):
+                return None  # one chunk would be the whole text: tokenise it whole
+            pieces += self._tokenizer.encode(head[start:end], add_special_tokens=False).ids
+            if len(pieces) > keep:
+                return pieces[:keep]
+            start = end
+        return None
 
     def decode(self, value: bytes | None, headers: Mapping[str, bytes] | None = None) -> Decoded:
         doc = _parse_json(value, self._max_bytes)
@@ -220,13 +313,21 @@ class TextCodec:
         if not request_id:
             raise DecodeError("request_id: empty string")
         text = self._check_text(_required_str(doc, "text"))
-        priority = _optional_int(doc, "priority", 0, 9)
-        deadline_ms = _optional_int(doc, "deadline_ms", 1, None)
+        assert value is not None  # _parse_json refused None
+        priority = _optional_int(doc, "priority", 0, 9, value)
+        deadline_ms = _optional_int(doc, "deadline_ms", 1, None, value)
         tenant = _optional_str(doc, "tenant")
-        ids, truncated = self.tokenize(text)
+        ids, over_cap, over_chars = self._tokenize(text)
+        truncated = over_cap or over_chars
         if truncated and self.on_overlength == "reject":
-            raise DecodeError(f"text: longer than the maximum of {self.max_tokens} tokens")
+            if over_cap:
+                raise DecodeError(f"text: longer than the maximum of {self.max_tokens} tokens")
+            raise DecodeError(f"text: longer than the {self.read_chars} characters read per text")
         if len(ids) <= 2 and self.on_empty == "reject":  # only [CLS] [SEP]
+            if over_chars:
+                raise DecodeError(
+                    f"text: no tokens in its first {self.read_chars} characters (only whitespace or control characters)"
+                )
             raise DecodeError("text: no tokens (only whitespace or control characters)")
         return Decoded(
             request_id=request_id, rows=1, payload=ids,

@@ -70,11 +70,12 @@ class CtrIdCodec(CtrCodec):
             doc = _parse_json(value)
             if not _wants_store(doc):
                 raise
-        return self._decode_ids(doc)
+        assert value is not None  # _parse_json refused None
+        return self._decode_ids(doc, value)
 
-    def _decode_ids(self, doc: dict[str, Any]) -> Decoded:
+    def _decode_ids(self, doc: dict[str, Any], raw: bytes) -> Decoded:
         request_id = _request_id(doc)
-        priority, deadline_ms, tenant = _meta(doc)
+        priority, deadline_ms, tenant = _meta(doc, raw)
         user_id = doc.get("user_id")
         context = doc.get("context")
         if context is not None and type(context) is not dict:

@@ -4,12 +4,15 @@ that equal a plain single-image run of CenterFace."""
 from __future__ import annotations
 
 import hashlib
+import inspect
 import io
 import json
 import struct
+import warnings
 
 import numpy as np
 import onnxruntime as ort
+import orjson
 import pytest
 from PIL import Image
 
@@ -391,3 +394,73 @@ def test_probe_reads_dimensions_from_headers_only() -> None:
     assert probe_image(encode(Image.new("RGB", (123, 45)), "PNG")) == ("PNG", 123, 45)
     assert probe_image(encode(Image.new("L", (77, 33)))) == ("JPEG", 77, 33)
     assert probe_image(sample_bytes("rocket")) == ("JPEG", 640, 427)
+
+
+# ------------------------------------------------------------------ hostile producers
+def test_no_object_address_in_a_reason(codec: CameraCodec) -> None:
+    # A bad IHDR checksum makes Pillow say "cannot identify image file <_io.BytesIO
+    # object at 0x7f...>": an address is noise to a producer and unique per message.
+    bad = bytearray(png_header_only(100, 100))
+    bad[29] ^= 1
+    with pytest.raises(DecodeError) as err:
+        codec.decode(bytes(bad), HEADERS)
+    assert str(err.value) == "corrupt PNG: cannot identify image file the image"
+
+
+@pytest.mark.parametrize("text", ["٣", "+3", "1_000", " 3 3", "-3", "3.0", "０", "1e3", "0x3"])
+def test_integer_headers_take_ascii_digits_only(codec: CameraCodec, text: str) -> None:
+    for name in ("priority", "capture_ts_ms", "deadline_ms"):
+        with pytest.raises(DecodeError, match=rf"^header '{name}': expected "):
+            codec.decode(sample_bytes("chelsea"), {**HEADERS, name: text.encode()})
+
+
+def test_integer_headers_allow_surrounding_blanks_and_leading_zeros(codec: CameraCodec) -> None:
+    d = codec.decode(sample_bytes("chelsea"), {**HEADERS, "priority": b" 3\t", "capture_ts_ms": b"0007"})
+    assert (d.priority, d.payload.capture_ts_ms) == (3, 7)
+
+
+@pytest.mark.parametrize("text", ["9223372036854775808", "18446744073709551616", "9" * 5000])
+def test_capture_ts_beyond_int64_is_out_of_range(codec: CameraCodec, text: str) -> None:
+    # Accepted, it made the result unserialisable (orjson: "Integer exceeds 64-bit range").
+    with pytest.raises(DecodeError, match=r"^header 'capture_ts_ms': \d+(\.\.\.\(\d+ digits\))? is out of range, expected an integer 0\.\.2\^63-1"):
+        codec.decode(sample_bytes("chelsea"), {**HEADERS, "capture_ts_ms": text.encode()})
+
+
+def test_largest_capture_ts_serialises_and_huge_deadline_saturates(codec: CameraCodec) -> None:
+    headers = {**HEADERS, "capture_ts_ms": str(2**63 - 1).encode(), "deadline_ms": b"9" * 400}
+    d = codec.decode(sample_bytes("chelsea"), headers)
+    assert d.deadline_ms == 2**63 - 1
+    orjson.dumps({"capture_ts_ms": d.payload.capture_ts_ms, "deadline_ms": d.deadline_ms})
+
+
+def test_huge_priority_is_shortened_in_the_reason(codec: CameraCodec) -> None:
+    with pytest.raises(DecodeError, match=r"^header 'priority': 999999999999\.\.\.\(400 digits\) is out of range"):
+        codec.decode(sample_bytes("chelsea"), {**HEADERS, "priority": b"9" * 400})
+
+
+def test_pixel_budget_is_checked_before_decoding(codec: CameraCodec, monkeypatch: pytest.MonkeyPatch) -> None:
+    # 8192x8192 is within max_side but a 196 KB PNG of zeros declaring it cost ~580 MB.
+    monkeypatch.setattr(Image, "open", lambda *_a, **_k: pytest.fail("decoder reached"))
+    with pytest.raises(DecodeError) as err:
+        codec.decode(png_header_only(8192, 8192), HEADERS)
+    assert str(err.value) == (
+        "image is 8192x8192 = 67108864 pixels: over the budget of 8847360 pixels per frame (max_pixels)"
+    )
+    assert "max_pixels" in inspect.signature(CameraCodec).parameters  # so config `codec:` sets it
+    with pytest.raises(DecodeError, match="over the budget of 1000 pixels"):
+        CameraCodec(max_pixels=1000).decode(png_header_only(40, 40), HEADERS)
+
+
+def test_pixel_budget_cannot_exceed_pillows_own_limit() -> None:
+    with pytest.raises(ValueError, match="max_pixels"):
+        CameraCodec(max_pixels=Image.MAX_IMAGE_PIXELS + 1)
+
+
+def test_pillow_bomb_warning_becomes_a_decode_error(codec: CameraCodec, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Should Pillow's limit be lowered process-wide, its warning (an exception where
+    # warnings are errors) must still end as a DecodeError, not a codec bug.
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 200)  # 16x16 = 256: warns, not yet raises
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", Image.DecompressionBombWarning)
+        with pytest.raises(DecodeError, match="^corrupt JPEG: "):
+            codec.decode(encode(Image.new("RGB", (16, 16))), HEADERS)

@@ -159,3 +159,22 @@ def test_decode_many_equals_decode_one_by_one_with_errors_in_place(codec):
     a = codec.collate([d.payload for d in ok])
     b = codec.collate([d.payload for d in singles])
     assert np.array_equal(a["cat"], b["cat"]) and np.array_equal(a["dense"], b["dense"], equal_nan=True)
+
+
+def _with_raw_header(value: bytes, header: bytes) -> bytes:
+    (h,) = struct.unpack_from("<I", value, 4)
+    header += b" " * (-(8 + len(header)) % 8)
+    return B.MAGIC + struct.pack("<I", len(header)) + header + value[8 + h :]
+
+
+def test_binary_header_huge_integers_and_depth(codec):
+    value = B.encode(doc())
+    ids = '"item_ids": ["a", "b"]'
+    big = "1" + "0" * 400
+    deadline = _with_raw_header(value, f'{{"request_id": "r", {ids}, "deadline_ms": {big}}}'.encode())
+    assert codec.decode(deadline).deadline_ms == 2**63 - 1
+    assert codec.decode_many([(deadline, None)])[0].deadline_ms == 2**63 - 1
+    prio = _with_raw_header(value, f'{{"request_id": "r", {ids}, "priority": 18446744073709551616}}'.encode())
+    assert reason(codec, prio) == "priority: expected int 0..9, got 18446744073709551616"
+    deep = _with_raw_header(value, f'{{"request_id": "r", {ids}, "x": {"[" * 1100 + "]" * 1100}}}'.encode())
+    assert reason(codec, deep) == "binary header: JSON nested deeper than 1024 levels (documented limit)"

@@ -355,3 +355,68 @@ def test_generator_item_counts_and_missing_rates(codec):
     # I12 is missing ~77 % of the time, I8 never; C22 ~75 %, C1 never (synth.py)
     assert 0.7 < np.isnan(dense[:, 11]).mean() < 0.84 and not np.isnan(dense[:, 7]).any()
     assert 0.68 < (cat[:, 21] == 21).mean() < 0.82 and not (cat[:, 0] == 0).any()
+
+
+# ---------------------------------------------------------------------------- hostile numbers
+BIG = "1" + "0" * 400  # a 401-digit integer: beyond 64 bits and beyond the double range
+
+
+def _raw(extra: str, context: str = "{}", item: str = '{"item_id": "a"}') -> bytes:
+    """A request with JSON text that orjson.dumps could not write (huge literals)."""
+    return f'{{"request_id": "r1", "context": {context}, "items": [{item}]{extra}}}'.encode()
+
+
+@pytest.mark.parametrize("literal", ["18446744073709551616", "9223372036854775808", BIG, "9" * 5000])
+def test_huge_deadline_saturates_instead_of_being_refused(codec, literal):
+    # It can only tighten the SLO; saturating keeps it an int64 every reader can hold.
+    assert codec.decode(_raw(f', "deadline_ms": {literal}')).deadline_ms == 2**63 - 1
+
+
+@pytest.mark.parametrize(
+    ("literal", "shown"),
+    [
+        ("18446744073709551616", "18446744073709551616"),
+        (BIG, "100000000000...(401 digits)"),
+        ("-" + BIG, "-10000000000...(401 digits)"),
+        ("9" * 5000, "999999999999...(5000 digits)"),
+    ],
+)
+def test_huge_priority_is_out_of_range_naming_the_value_not_a_float(codec, literal, shown):
+    assert reason(codec, _raw(f', "priority": {literal}')) == f"priority: expected int 0..9, got {shown}"
+
+
+def test_negative_huge_deadline_is_refused_naming_the_value(codec):
+    assert reason(codec, _raw(f', "deadline_ms": -{BIG}')) == "deadline_ms: expected int > 0, got -10000000000...(401 digits)"
+
+
+def test_float_literals_still_read_as_float(codec):
+    assert reason(codec, _raw(', "priority": 1e400')) == "priority: expected int 0..9, got float"
+    assert reason(codec, _raw(', "deadline_ms": 1.8446744073709552e19')) == "deadline_ms: expected int > 0, got float"
+
+
+@pytest.mark.parametrize("literal", ["1e309", BIG, "9" * 5000, "-1e309", "-" + BIG])
+def test_counts_beyond_the_double_range_saturate(codec, literal):
+    d = codec.decode(_raw("", context=f'{{"I1": {literal}}}', item=f'{{"item_id": "a", "I7": {literal}}}'))
+    sign = -1 if literal.startswith("-") else 1
+    assert d.payload.dense[0, 0] == d.payload.dense[0, 6] == sign * F.DENSE_CLIP
+
+
+def test_fallback_parse_refuses_what_orjson_refuses(codec):
+    # The stdlib parser runs only for huge numbers, and must not let through what
+    # orjson would refuse: NaN, unpaired surrogates (unwritable in the result).
+    assert reason(codec, _raw("", context='{"I1": 1e309, "I2": NaN}')).startswith("malformed JSON: ")
+    bad = _raw("", context='{"I1": 1e309}', item='{"item_id": "a\\ud800"}')
+    assert reason(codec, bad).startswith("malformed JSON: ")
+
+
+def test_deep_nesting_is_refused_with_the_documented_limit(codec):
+    deep = "[" * 1100 + "]" * 1100
+    assert reason(codec, _raw(f', "x": {deep}')) == "JSON nested deeper than 1024 levels (documented limit)"
+    ok = "[" * 1000 + "]" * 1000  # unknown fields are ignored up to the limit
+    assert codec.decode(_raw(f', "x": {ok}')).request_id == "r1"
+
+
+def test_deep_document_with_a_huge_number_still_parses_exactly(codec):
+    # The exact parser recurses per level: it must reach orjson's own depth limit.
+    ok = "[" * 1020 + "]" * 1020
+    assert reason(codec, _raw(f', "x": {ok}, "priority": {BIG}')) == "priority: expected int 0..9, got 100000000000...(401 digits)"

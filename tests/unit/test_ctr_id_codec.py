@@ -122,3 +122,13 @@ def test_redis_section_from_the_environment() -> None:
     assert (r.password, r.tls, r.features.enabled, r.dedup.action) == ("s3cret", True, True, "drop")
     assert r.effective_url() == "rediss://cache:6380/2" and r.used
     assert not load_config(environ={}).redis.used  # off by default: nothing connects
+
+
+def test_id_requests_take_huge_integers_like_inline_ones() -> None:
+    big = "1" + "0" * 400
+    head = '{"request_id": "r", "user_id": "u", "items": ["i1"]'
+    assert CtrIdCodec().decode(f'{head}, "deadline_ms": {big}}}'.encode()).deadline_ms == 2**63 - 1
+    with pytest.raises(DecodeError, match=r"^priority: expected int 0\.\.9, got 100000000000\.\.\.\(401 digits\)$"):
+        CtrIdCodec().decode(f'{head}, "priority": {big}}}'.encode())
+    with pytest.raises(DecodeError, match="^JSON nested deeper than 1024 levels"):
+        CtrIdCodec().decode(f'{head}, "x": {"[" * 1100 + "]" * 1100}}}'.encode())

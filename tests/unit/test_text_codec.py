@@ -240,3 +240,98 @@ def test_generator_is_deterministic_and_valid(codec: TextCodec) -> None:
 def test_generator_rejects_unknown_invalid_kind() -> None:
     with pytest.raises(ValueError):
         TextRequestFactory(0).make_invalid("bogus")
+
+
+# --- hostile texts: bounded work, exact pieces ---------------------------------------
+
+def _alphabet() -> list[str]:
+    """Characters that stress where a text may be cut: blanks, ASCII and Unicode
+    punctuation, CJK, accents and combining marks, zero-width and control characters
+    (deleted by the normaliser, so never a cut), other scripts, emoji."""
+    return [
+        *"abcdefghij", *"ÄéñüßÅ", "e\u0301", "\u0301", *"中文字東京", *"あいうカタ", *"한국",
+        *"ไทย", *"!?.,;:-'\"()[]", *"。、「」！（）", *"«»¿¡·", "\u2014", "\u2026",
+        " ", "  ", "\n", "\t", "\u3000", "\u00a0", "\u200b", "\u200d", "\x00", "\x1c",
+        "\ufffd", "😀", "🇫🇷", "İ", "Σ", "ﬁ", "①", "$", "+", "～",
+    ]
+
+
+def test_chunked_tokenisation_equals_tokenising_the_whole_text(codec: TextCodec) -> None:
+    # The chunks are cut only where the tokenizer splits anyway; if a cut ever split
+    # a word, the pieces (and embedding) of a truncated text would differ from today's.
+    full = load_tokenizer()
+    rng = np.random.default_rng(22)
+    alphabet = _alphabet()
+    for case in range(120):
+        # runs of one character (long words, long blank runs) as well as mixtures
+        weights = rng.dirichlet(np.full(len(alphabet), 0.3 if case % 2 else 3.0))
+        n = int(rng.integers(900, 6000))
+        text = "".join(rng.choice(alphabet, size=n, p=weights))[: codec.read_chars]
+        ids, truncated = codec.tokenize(text)
+        enc = full.encode(text)
+        assert (ids.tolist(), truncated) == (enc.ids, bool(enc.overflowing)), repr(text[:60])
+
+
+class _CountingTokenizer:
+    """The codec's tokenizer, counting the characters it is given."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+        self.chars = 0
+
+    def encode(self, text: str, **kw: object) -> object:
+        self.chars += len(text)
+        return self.inner.encode(text, **kw)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("text", "most_chars"),
+    [
+        ("中" * 100_000, 2 * 1024),  # one token a character: stops after the first chunk
+        ("!" * 100_000, 2 * 1024),
+        ("。" * 100_000, 2 * 1024),
+        ("a" * 100_000, 16_384),  # one [UNK] word: only the characters read
+        (" " * 99_999 + "x", 2 * 16_384),  # no token anywhere: chunks, then once whole
+    ],
+)
+def test_tokenizer_work_is_bounded_whatever_the_text(text: str, most_chars: int) -> None:
+    # 100k CJK characters cost ~0.4 s when tokenised whole; the bound is on the
+    # characters handed to the tokenizer (timings are in bench/text_cost.py).
+    codec = TextCodec()
+    counting = _CountingTokenizer(codec._tokenizer)
+    codec._tokenizer = counting  # type: ignore[assignment]
+    codec.tokenize(text)
+    assert counting.chars <= most_chars
+
+
+def test_only_read_chars_are_read_and_the_rest_flags_truncated(codec: TextCodec) -> None:
+    assert codec.read_chars == 64 * 256
+    d = codec.decode(msg(text="word " + " " * 20_000 + "end"), None)
+    assert d.extra == {"tokens": 3, "truncated": True}  # "end" is past the characters read
+    with pytest.raises(DecodeError, match=r"^text: no tokens in its first 16384 characters"):
+        codec.decode(msg(text=" " * 20_000 + "end"), None)
+    with pytest.raises(DecodeError, match=r"^text: longer than the 16384 characters read per text$"):
+        TextCodec(on_overlength="reject").decode(msg(text="a" * 20_000), None)
+
+
+@pytest.mark.parametrize(
+    ("field", "literal", "reason"),
+    [
+        ("priority", "18446744073709551616", "priority: 18446744073709551616 out of range 0..9"),
+        ("priority", "1" + "0" * 400, "priority: 100000000000...(401 digits) out of range 0..9"),
+        ("priority", "1e400", "priority: expected integer 0..9, got float"),
+        ("deadline_ms", "-" + "1" * 30, "deadline_ms: must be > 0, got -11111111111...(30 digits)"),
+        ("x", "[" * 1100 + "]" * 1100, "value: JSON nested deeper than 1024 levels (documented limit)"),
+    ],
+)
+def test_huge_integers_and_deep_nesting(codec: TextCodec, field: str, literal: str, reason: str) -> None:
+    value = f'{{"request_id": "r", "text": "hi", "{field}": {literal}}}'.encode()
+    with pytest.raises(DecodeError) as err:
+        codec.decode(value, None)
+    assert str(err.value) == reason
+
+
+def test_huge_deadline_saturates(codec: TextCodec) -> None:
+    for literal in ("9223372036854775808", "18446744073709551616", "9" * 5000):
+        value = f'{{"request_id": "r", "text": "hi", "deadline_ms": {literal}}}'.encode()
+        assert codec.decode(value, None).deadline_ms == 2**63 - 1
