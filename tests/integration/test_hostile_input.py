@@ -8,115 +8,30 @@ dead-letter or late record the `tidebatch.source.offset` header."""
 
 from __future__ import annotations
 
-import io
 import os
 import struct
 import time
 import zlib
-from collections import defaultdict
 from pathlib import Path
 
 import orjson
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-from PIL import Image
 
-from consumers.dead_letter import H_ERROR, H_OFFSET, H_STAGE, H_TRUNCATED, H_VALUE_BYTES
-from consumers.profiles import consumer_config, producer_config
+from consumers.dead_letter import H_ERROR, H_STAGE, H_TRUNCATED, H_VALUE_BYTES
 from pipeline.loadgen.camera import CameraFrameFactory
 from pipeline.loadgen.ctr import CtrRequestFactory
 from pipeline.loadgen.text import TextRequestFactory
 from tests.integration import opsutil
+from tests.integration.outcome_reader import (
+    Message,
+    OutcomeReader,
+    exactly_one,
+    produce,
+    score_in_thread,
+    topics_for,
+)
 
 pytestmark = pytest.mark.timeout(600)
-
-Message = tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]
-
-
-def _produce(bootstrap: str, topic: str, messages: list[Message]) -> None:
-    """In order, to one partition; values up to 100 MB."""
-    producer = Producer(producer_config("embedded", bootstrap, {"message.max.bytes": 100_000_000}))
-    errors: list[str] = []
-    for key, value, headers in messages:
-        while True:
-            try:
-                producer.produce(topic, key=key, value=value, headers=headers or None,
-                                 on_delivery=lambda err, _m: err and errors.append(str(err)))
-                break
-            except BufferError:
-                producer.poll(0.05)
-    assert producer.flush(60) == 0 and not errors, errors[:3]
-
-
-class Outcomes:
-    """Every record of the output, dead-letter and late topics, by input offset."""
-
-    def __init__(self, bootstrap: str, topics: opsutil.Topics) -> None:
-        self.topics = topics
-        conf = consumer_config("embedded", bootstrap, f"reader-{time.monotonic_ns()}")
-        conf["receive.message.max.bytes"] = 200_000_000
-        self._consumer = Consumer(conf)
-        self._consumer.assign(
-            [TopicPartition(t, 0, OFFSET_BEGINNING) for t in (topics.output, topics.dlq, topics.late)]
-        )
-        self.by_offset: dict[int, list[tuple[str, object]]] = defaultdict(list)
-
-    def read_until(self, offsets: int, timeout: float = 180.0) -> dict[int, list[tuple[str, object]]]:
-        """Read until every input offset below `offsets` has an outcome, then a little
-        longer, so that a second outcome for any of them would be seen too."""
-        deadline = time.monotonic() + timeout
-        settle: float | None = None
-        while time.monotonic() < deadline:
-            for m in self._consumer.consume(num_messages=500, timeout=0.2):
-                if m.error() is None:
-                    self._add(m)
-            if settle is None and all(o in self.by_offset for o in range(offsets)):
-                settle = time.monotonic() + 1.5
-            if settle is not None and time.monotonic() >= settle:
-                break
-        return self.by_offset
-
-    def _add(self, m) -> None:
-        if m.topic() == self.topics.output:
-            doc = orjson.loads(m.value())
-            self.by_offset[doc["source"]["offset"]].append(("result", doc))
-        else:
-            headers = dict(m.headers() or [])
-            kind = "dlq" if m.topic() == self.topics.dlq else "late"
-            self.by_offset[int(headers[H_OFFSET])].append((kind, (headers, m.value())))
-
-    def close(self) -> None:
-        self._consumer.close()
-
-
-def _exactly_one(outcomes: dict, n: int) -> None:
-    missing = [o for o in range(n) if o not in outcomes]
-    doubled = {o: [k for k, _ in v] for o, v in outcomes.items() if len(v) != 1}
-    assert not missing and not doubled, f"no outcome: {missing[:10]}, several: {list(doubled.items())[:5]}"
-
-
-def _score_in_thread(broker, topics: opsutil.Topics, cfg, messages: list[Message]) -> dict:
-    """Run a worker in this process over `messages`; exactly one outcome each, the
-    worker alive throughout and clean at the end."""
-    reader = Outcomes(broker.bootstrap_servers, topics)
-    try:
-        with opsutil.live_worker(cfg) as live:
-            opsutil.wait_for(lambda: live.worker.assigned, 60, "partitions")
-            _produce(broker.bootstrap_servers, topics.input, messages)
-            outcomes = reader.read_until(len(messages))
-            assert live.thread.is_alive()
-        assert live.worker.failure is None
-    finally:
-        reader.close()
-    _exactly_one(outcomes, len(messages))
-    return outcomes
-
-
-def _topics(topic_factory) -> opsutil.Topics:
-    inp = topic_factory("hostile", 1)
-    return opsutil.Topics(inp, topic_factory("hostile-out", 1), topic_factory(f"{inp}.dlq", exact=True),
-                          topic_factory(f"{inp}.late", exact=True))
-
 
 def _rss_bytes(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -146,20 +61,20 @@ def _ctr_hostile() -> list[tuple[str, Message]]:
 def test_oversized_ctr_requests_are_dead_lettered_and_the_worker_goes_on(broker, topic_factory, unique_group_id, tmp_path):
     """Repro: one ~1 MB refused message made the worker exit 1 after copying it to the
     DLQ failed (MSG_SIZE_TOO_LARGE), and every restart died on the same record."""
-    topics = _topics(topic_factory)
+    topics = topics_for(topic_factory)
     factory = CtrRequestFactory(seed=4)
     before = [(k, v, []) for k, v in (factory.make(i) for i in range(30))]
     after = [(k, v, []) for k, v in (factory.make(i) for i in range(30, 60))]
     hostile = _ctr_hostile()
     bootstrap = broker.bootstrap_servers
     worker = opsutil.start_worker_process(broker, topics, unique_group_id, tmp_path, "w", TIDEBATCH_DRAIN_TIMEOUT_S="10")
-    reader = Outcomes(bootstrap, topics)
+    reader = OutcomeReader(bootstrap, topics)
     try:
         opsutil.wait_ready(worker.url, timeout=120)
-        _produce(bootstrap, topics.input, before + [m for _, m in hostile] + after)
+        produce(bootstrap, topics.input, before + [m for _, m in hostile] + after)
         n = len(before) + len(hostile) + len(after)
         outcomes = reader.read_until(n)
-        _exactly_one(outcomes, n)
+        exactly_one(outcomes, n)
         assert worker.proc.poll() is None, worker.log_tail()
         for offset in [*range(30), *range(30 + len(hostile), n)]:
             assert outcomes[offset][0][0] == "result", (offset, outcomes[offset])
@@ -185,7 +100,7 @@ def test_a_result_too_large_to_publish_is_that_requests_dead_letter_alone(broker
     """Repro: a valid request whose result was too large to produce (the result repeats
     the key) dead-lettered some batch-mates and gave others two outcomes; a camera
     header that made the result unserialisable did the same."""
-    topics = _topics(topic_factory)
+    topics = topics_for(topic_factory)
     factory = CtrRequestFactory(seed=5)
     valid = [(k, v, []) for k, v in (factory.make(i) for i in range(60))]
     doc = orjson.loads(factory.make(99)[1])
@@ -196,7 +111,7 @@ def test_a_result_too_large_to_publish_is_that_requests_dead_letter_alone(broker
     messages = valid[:30] + [big] + valid[30:]
     cfg = opsutil.worker_config(broker, topics, unique_group_id, metrics={"enabled": False},
                                 batching={"policy": "static", "max_queue_delay_ms": 300, "slo_ms": 600_000})
-    outcomes = _score_in_thread(broker, topics, cfg, messages)
+    outcomes = score_in_thread(broker, topics, cfg, messages)
     kinds = {o: v[0][0] for o, v in outcomes.items()}
     assert [o for o, k in kinds.items() if k != "result"] == [30]
     headers, copy = outcomes[30][0][1]
@@ -206,7 +121,7 @@ def test_a_result_too_large_to_publish_is_that_requests_dead_letter_alone(broker
 
 # ----------------------------------------------------------------------------- text
 def test_huge_texts_cost_a_bounded_amount_and_get_one_outcome_each(broker, topic_factory, unique_group_id):
-    topics = _topics(topic_factory)
+    topics = topics_for(topic_factory)
     factory = TextRequestFactory(seed=2)
     valid = [(k, v, []) for k, v in (factory.make(i) for i in range(20))]
     hostile = [
@@ -215,7 +130,7 @@ def test_huge_texts_cost_a_bounded_amount_and_get_one_outcome_each(broker, topic
     ]
     messages = valid[:10] + hostile + valid[10:]
     cfg = opsutil.worker_config(broker, topics, unique_group_id, pipeline="text", metrics={"enabled": False})
-    outcomes = _score_in_thread(broker, topics, cfg, messages)
+    outcomes = score_in_thread(broker, topics, cfg, messages)
     assert all(outcomes[o][0][0] == "result" for o in [*range(10), *range(12, 22)])
     assert outcomes[10][0][0] == "dlq"  # over the entry limit
 
@@ -237,30 +152,28 @@ def test_refused_camera_frames_keep_memory_bounded_and_get_one_outcome_each(brok
     120 frames (reference cycles kept them until a rare full collection, and the
     allocator's heap kept what they left); a 20 MB frame
     crashed the worker; a capture_ts_ms of 2^64 made the publisher fail its batch."""
-    topics = _topics(topic_factory)
+    topics = topics_for(topic_factory)
     factory = CameraFrameFactory(seed=3, cameras=2)
     valid = [factory.make(i % 2, i // 2, i * 0.1) for i in range(12)]
     key, good, headers = valid[0]
     junk_10mb = good + bytes(10 * 1024 * 1024)
     refused = [(key, junk_10mb, headers)] * 60
-    buf = io.BytesIO()
-    Image.new("RGB", (64, 48)).save(buf, format="PNG")
     bad_ts = [(k, v, [(n, b"18446744073709551616" if n == "capture_ts_ms" else x) for n, x in h]) for k, v, h in valid[:1]]
-    hostile = [(key, good + bytes(20 * 1024 * 1024), headers), *bad_ts]
+    hostile = [(key, good + bytes(20 * 1024 * 1024), headers), (key, _png(8192, 8192), headers), *bad_ts]
     bootstrap = broker.bootstrap_servers
     worker = opsutil.start_worker_process(broker, topics, unique_group_id, tmp_path, "cam", pipeline="camera")
-    reader = Outcomes(bootstrap, topics)
+    reader = OutcomeReader(bootstrap, topics)
     try:
         opsutil.wait_ready(worker.url, timeout=180)
-        _produce(bootstrap, topics.input, valid[:6] + hostile)
+        produce(bootstrap, topics.input, valid[:6] + hostile)
         first = 6 + len(hostile)
-        _exactly_one(reader.read_until(first), first)
+        exactly_one(reader.read_until(first), first)
         baseline = _rss_bytes(worker.proc.pid)
-        _produce(bootstrap, topics.input, refused + valid[6:])
+        produce(bootstrap, topics.input, refused + valid[6:])
         n = first + len(refused) + 6
         outcomes = reader.read_until(n)
         grown = _rss_bytes(worker.proc.pid) - baseline
-        _exactly_one(outcomes, n)
+        exactly_one(outcomes, n)
         assert worker.proc.poll() is None, worker.log_tail()
         # 60 refused frames are 600 MB. Before the fixes each stayed in a reference
         # cycle (~10 MB each), and then in the allocator's heap (runtime/allocator.py:
@@ -297,7 +210,7 @@ class _Fatal(BaseException):
 def test_a_dead_publisher_is_a_dead_worker_that_exits_non_zero_at_once(broker, topic_factory, unique_group_id):
     """Repro: with its publisher thread dead, a worker answered 200 on /healthz and
     /readyz while no request got an outcome, and ignored SIGTERM for 110 s."""
-    topics = _topics(topic_factory)
+    topics = topics_for(topic_factory)
     cfg = opsutil.worker_config(broker, topics, unique_group_id, drain_timeout_s=5.0)
     with opsutil.live_worker(cfg, hooks=[_PublisherKiller()]) as live:
         opsutil.wait_ready(live.url, timeout=60)
