@@ -25,6 +25,7 @@ from consumers.admin import ensure_topics
 from consumers.embedded_broker import EmbeddedBroker, free_port
 from consumers.profiles import consumer_config, producer_config
 from pipeline.errors import UserError
+from pipeline.outcomes import Topics
 from pipeline.pipelines import get_pipeline
 
 
@@ -139,7 +140,8 @@ def run_demo(
         bootstrap = broker.bootstrap_servers
         say(f"embedded Kafka broker (Tansu) on {bootstrap}")
         inp, outp = pipeline.input_topic, pipeline.output_topic
-        ensure_topics(bootstrap, {inp: partitions, outp: partitions, f"{inp}.dlq": 1, f"{inp}.late": 1})
+        written = Topics.for_input(inp, outp, None, None)
+        ensure_topics(bootstrap, {inp: partitions, outp: partitions, written.dead_letter: 1, written.late: 1})
         metrics_port = free_port()
         worker_log = out_dir / "worker.log"
         env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -229,7 +231,7 @@ def run_demo(
             "sample_results": str(out_dir / "sample_results.json"),
             "worker_log": str(worker_log),
             "broker_log": str(out_dir / "broker.log"),
-            "topics": [inp, outp, f"{inp}.dlq", f"{inp}.late"],
+            "topics": [inp, *written.all()],
         },
     }
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))

@@ -49,16 +49,12 @@ def flag_overrides(args: argparse.Namespace) -> dict:
 
 def prepare_topics(cfg: WorkerConfig) -> None:
     from consumers.admin import ensure_topics
+    from pipeline.outcomes import Topics
     from pipeline.pipelines import get_pipeline
 
     spec = get_pipeline(cfg.pipeline)
     inp = cfg.input_topic or spec.input_topic
-    names = [
-        inp,
-        cfg.output_topic or spec.output_topic,
-        cfg.dlq_topic or f"{inp}.dlq",
-        cfg.late_topic or f"{inp}.late",
-    ]
+    names = [inp, *Topics.for_input(inp, cfg.output_topic or spec.output_topic, cfg.dlq_topic, cfg.late_topic).all()]
     from consumers.admin import existing_topics
 
     present = existing_topics(cfg.bootstrap_servers)
