@@ -174,6 +174,15 @@ class LocalBroker:
     def bootstrap_servers(self) -> str:
         raise NotImplementedError
 
+    @property
+    def running(self) -> bool:
+        raise NotImplementedError
+
+    def create_topics(
+        self, names_or_specs: admin.TopicSpecs, partitions: int = 1, timeout: float = 30.0
+    ) -> dict[str, int]:
+        raise NotImplementedError
+
     def start(self) -> Self:
         raise NotImplementedError
 

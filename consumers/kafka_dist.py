@@ -23,6 +23,7 @@ import base64
 import contextlib
 import fcntl
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -52,6 +53,9 @@ from consumers.embedded_broker import (
 # tests and the compose stack run the same broker.
 KAFKA_VERSION = "4.0.0"
 POM = Path(__file__).resolve().parent / "kafka_jars" / "pom.xml"
+# Full coordinates: Maven 3.8's default for the `dependency:` prefix is 2.8 (2014), and
+# resolving a prefix needs remote metadata even when the plugin is already cached.
+DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
 HOME_ENV = "TIDEBATCH_KAFKA_HOME"
 _MARKER = ".complete"
 # A clean KRaft shutdown (controlled shutdown, then the log flush) takes 1-3 s here.
@@ -105,8 +109,10 @@ NODE_SPECIFIC: tuple[str, ...] = (
 # the fault tests, and fewer internal partitions to create on a 2-core CI machine.
 LOCAL_SETTINGS: dict[str, str] = {
     # A SIGKILLed node is fenced (and its partitions get new leaders) after this, not 9 s.
-    "broker.session.timeout.ms": "3000",
-    "broker.heartbeat.interval.ms": "500",
+    # Not lower: at 3 s, heartbeats of 3-4 JVMs starting on 2 cores timed out, and a
+    # node fenced right after start failed the first topic creation.
+    "broker.session.timeout.ms": "6000",
+    "broker.heartbeat.interval.ms": "1000",
     # The first consumer group creates __consumer_offsets: 50 partitions by default.
     "offsets.topic.num.partitions": "5",
     "transaction.state.log.num.partitions": "5",
@@ -178,16 +184,19 @@ def require_java() -> str:
     return _require("java", "Apache Kafka needs Java 17 or newer (apt-get install openjdk-17-jre-headless)")
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
 def maven_error_line(output: str) -> str:
     """mvn's own last telling error line, without its boilerplate ("-> [Help 1]", ...)."""
     boilerplate = ("[Help", "-e switch", "-X switch", "full stack trace", "For more information", "Re-run Maven")
     lines = []
-    for raw in output.splitlines():
+    for raw in _ANSI.sub("", output).splitlines():
         line = raw.strip()
         if not line.startswith("[ERROR]"):
             continue
-        line = line.removeprefix("[ERROR]").strip()
-        if line and not any(b in line for b in boilerplate):
+        line = line.removeprefix("[ERROR]").strip().removesuffix("-> [Help 1]").strip()
+        if line and not line.startswith("[Help") and not any(b in line for b in boilerplate):
             lines.append(line)
     if lines:
         return lines[-1]
@@ -217,8 +226,8 @@ def ensure_jars(
             return libs  # another process fetched them while we waited
         staging = Path(tempfile.mkdtemp(prefix="libs-", dir=home))
         cmd = [
-            mvn, "-B", "-q", "-f", str(POM),
-            "dependency:copy-dependencies",
+            mvn, "-B", "-q", "-Dstyle.color=never", "-f", str(POM),
+            f"{DEPENDENCY_PLUGIN}:copy-dependencies",
             f"-Dkafka.version={version}",
             f"-DoutputDirectory={staging}",
             "-DincludeScope=runtime",
@@ -264,21 +273,29 @@ class KafkaNode:
 
 
 def failure_line(path: Path) -> str:
-    """The most telling line of a node's log: the exception message after the last ERROR
-    (Kafka logs "Exiting Kafka due to fatal exception", then the cause), else that
-    ERROR line, else the last line."""
+    """The most telling line of a node's log (see telling_line)."""
     try:
-        lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
+        return telling_line(path.read_text(errors="replace"))
     except OSError:
         return "(no log)"
+
+
+def telling_line(text: str) -> str:
+    """The exception message after the last ERROR (Kafka logs "Exiting Kafka due to fatal
+    exception", then the cause), else the last exception message (StorageTool prints
+    only a stack trace), else the last ERROR line, else the last line."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return "(empty log)"
     errors = [i for i, line in enumerate(lines) if " ERROR " in line]
-    if errors:
-        last = errors[-1]
-        for line in lines[last + 1:]:
-            if ("Exception: " in line or "Error: " in line) and not line.startswith("at "):
-                return line
-        return lines[last]
-    return lines[-1] if lines else "(empty log)"
+    start = errors[-1] + 1 if errors else 0
+    causes = [
+        line for line in lines[start:]
+        if ("Exception: " in line or "Error: " in line) and not line.startswith("at ")
+    ]
+    if causes:
+        return causes[0] if errors else causes[-1]
+    return lines[errors[-1]] if errors else lines[-1]
 
 
 def _log_says_port_taken(path: Path) -> bool:
@@ -419,16 +436,20 @@ class KafkaBroker(LocalBroker):
         self._wait_ready([target], time.monotonic() + self.start_timeout)
         return target
 
-    def leader_of(self, topic: str, partition: int, timeout: float = 10.0) -> KafkaNode:
-        """The node that leads `partition` of `topic` now."""
-        metadata = self._metadata(timeout)
-        meta = metadata.topics.get(topic)
-        if meta is None or partition not in meta.partitions:
-            raise KafkaBrokerError(f"no partition {topic}[{partition}] in metadata")
-        leader = meta.partitions[partition].leader
-        if leader < 0:
-            raise KafkaBrokerError(f"{topic}[{partition}] has no leader now")
-        return self.node(leader)
+    def leader_of(self, topic: str, partition: int, timeout: float = 30.0) -> KafkaNode:
+        """The node that leads `partition` of `topic` now. Waits up to `timeout` while
+        there is none (an election after a kill) or metadata does not show it yet."""
+        deadline = time.monotonic() + timeout
+        while True:
+            metadata = self._metadata(max(deadline - time.monotonic(), 0.1))
+            meta = metadata.topics.get(topic)
+            part = meta.partitions.get(partition) if meta is not None else None
+            if part is not None and part.error is None and part.leader >= 0 and part.leader in metadata.brokers:
+                return self.node(part.leader)
+            if time.monotonic() >= deadline:
+                state = "not in metadata" if part is None else f"leader {part.leader}, error {part.error}"
+                raise KafkaBrokerError(f"no leader for {topic}[{partition}] within {timeout:g} s ({state})")
+            time.sleep(_POLL_S * 4)
 
     # ---------------------------------------------------------------- topics
     def create_topics(
@@ -488,8 +509,7 @@ class KafkaBroker(LocalBroker):
         for node, proc in zip(self.nodes, procs, strict=True):
             out, _ = proc.communicate()
             if proc.returncode != 0:
-                lines = [line for line in out.decode(errors="replace").splitlines() if line.strip()]
-                failures.append(f"node {node.node_id}: {lines[-1] if lines else proc.returncode}")
+                failures.append(f"node {node.node_id}: {telling_line(out.decode(errors='replace'))}")
         if failures:
             raise KafkaBrokerError(f"formatting Kafka storage failed: {failures[0]}")
 
