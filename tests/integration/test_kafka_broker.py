@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -18,6 +20,7 @@ from consumers.kafka_dist import KafkaBroker, KafkaBrokerError, ensure_jars
 from consumers.profiles import KAFKA, consumer_config, producer_config
 from pipeline.loadgen.ctr import CtrRequestFactory
 from tests.integration.pipeline_helpers import (
+    REPO,
     committed_offsets,
     produce_values,
     read_topic,
@@ -31,6 +34,7 @@ from tests.integration.test_embedded_broker import (
     assert_killed_parent_leaves_no_orphan,
     port_accepts,
     process_gone,
+    subprocess_env,
 )
 
 pytestmark = [
@@ -125,6 +129,23 @@ def test_unreachable_maven_central_is_a_one_line_error(tmp_path: Path) -> None:
     assert message.startswith("cannot fetch Apache Kafka") and "\n" not in message, message
     assert "127.0.0.1:9" in message, message  # mvn's own reason, not ours
     assert not (tmp_path / "home" / "libs").exists()
+
+
+def test_two_processes_racing_to_fetch_the_jars_fetch_them_once(tmp_path: Path) -> None:
+    """Two pytest workers (or a test and the CLI) on a new machine: one fetches under the
+    lock, the other waits and uses the result. Artifacts come from ~/.m2 after the first
+    fetch, so this costs Maven's start-up, not a download."""
+    env = {**subprocess_env(), "TIDEBATCH_KAFKA_HOME": str(tmp_path / "home")}
+    cmd = [sys.executable, "-m", "consumers.kafka_dist", "fetch"]
+    procs = [
+        subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for _ in range(2)
+    ]
+    outputs = [proc.communicate(timeout=300)[0] for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], outputs
+    home = tmp_path / "home"
+    assert sorted(p.name for p in home.iterdir()) == [".complete", ".lock", "libs"]  # no staging left
+    assert any(p.name.startswith("kafka_2.13-") for p in (home / "libs").iterdir())
 
 
 # ----------------------------------------------------------------------------- kafka profile

@@ -153,3 +153,10 @@ def test_bad_node_counts_and_ports_are_refused_before_anything_starts() -> None:
         kafka_dist.KafkaBroker(nodes=2)
     with pytest.raises(KafkaBrokerError, match="port must be"):
         kafka_dist.KafkaBroker(port=70000)
+
+
+def test_cli_refuses_nodes_without_the_kafka_engine(capsys: pytest.CaptureFixture[str]) -> None:
+    from pipeline.cli import main
+
+    assert main(["broker", "--nodes", "3"]) == 2
+    assert "--nodes needs --engine kafka" in capsys.readouterr().err
