@@ -305,8 +305,13 @@ def _log_says_port_taken(path: Path) -> bool:
 
 
 def new_cluster_id() -> str:
-    """A random cluster id in Kafka's format: a UUID as 22 URL-safe base64 characters."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A random cluster id in Kafka's format: a UUID as 22 URL-safe base64 characters.
+    Never one starting with '-': StorageTool would read it as an option (Kafka's own
+    Uuid.randomUuid() skips those for the same reason)."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
 
 
 class KafkaBroker(LocalBroker):
@@ -457,14 +462,40 @@ class KafkaBroker(LocalBroker):
     ) -> dict[str, int]:
         """As EmbeddedBroker.create_topics; on three nodes with replication factor 3 and
         min.insync.replicas=2, so acks=all survives one node's loss."""
+        deadline = time.monotonic() + timeout
         wanted = admin.normalize_topics(names_or_specs, partitions)
         config = {"min.insync.replicas": "2"} if self.replication_factor >= 3 else None
-        return admin.ensure_topics(
+        created = admin.ensure_topics(
             self.bootstrap_servers, wanted, timeout=timeout,
             replication_factor=self.replication_factor, topic_config=config,
         )
+        if len(self.nodes) > 1:
+            self._wait_every_node_knows(created, deadline)
+        return created
 
     # ---------------------------------------------------------------- internals
+    def _wait_every_node_knows(self, topics: Mapping[str, int], deadline: float) -> None:
+        """Each broker learns new topics from the metadata log on its own schedule: one
+        answered, another may still say "unknown topic" for a while (seen in tests).
+        Wait until every running node's own metadata shows them, all partitions led."""
+        for node in self.nodes:
+            if not node.running:
+                continue
+            while True:
+                metadata = self._metadata(max(deadline - time.monotonic(), 0.1), node.address)
+                # The client may ask another broker it has learned of: only this node's
+                # own answer counts.
+                if metadata.orig_broker_id == node.node_id and all(
+                    name in metadata.topics
+                    and len(metadata.topics[name].partitions) == count
+                    and all(p.leader >= 0 for p in metadata.topics[name].partitions.values())
+                    for name, count in topics.items()
+                ):
+                    break
+                if time.monotonic() >= deadline:
+                    raise KafkaBrokerError(f"node {node.node_id} does not show topics {sorted(topics)} in time")
+                time.sleep(_POLL_S)
+
     def _metadata(self, timeout: float, bootstrap: str | None = None) -> ClusterMetadata:
         client = AdminClient({"bootstrap.servers": bootstrap or self.bootstrap_servers})
         try:

@@ -160,3 +160,14 @@ def test_cli_refuses_nodes_without_the_kafka_engine(capsys: pytest.CaptureFixtur
 
     assert main(["broker", "--nodes", "3"]) == 2
     assert "--nodes needs --engine kafka" in capsys.readouterr().err
+
+
+def test_cluster_ids_never_start_with_a_dash(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A leading '-' made StorageTool read the id as an option (1 in 64 starts failed)."""
+    import uuid
+
+    dashed = uuid.UUID(bytes=b"\xf8" + bytes(15))  # base64 "-A..."
+    plain = uuid.UUID(bytes=bytes(16))
+    ids = iter([dashed, plain])
+    monkeypatch.setattr(kafka_dist.uuid, "uuid4", lambda: next(ids))
+    assert kafka_dist.new_cluster_id() == "AAAAAAAAAAAAAAAAAAAAAA"
