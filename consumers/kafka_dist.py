@@ -318,8 +318,8 @@ class KafkaBroker(LocalBroker):
     """A local Apache Kafka of `nodes` combined broker+controller JVMs (context manager).
 
     port: the first node's client port (None: free ports for everything). workdir:
-    where each node keeps its properties, data and server.log (default: a new temp dir;
-    logs are kept after stop for post-mortems, data is deleted). start_timeout: seconds
+    where each node keeps its properties, data and server.log (default: a new temp dir);
+    stop() deletes the data and keeps the logs for post-mortems. start_timeout: seconds
     until every node answers a metadata request and is registered.
     """
 
@@ -340,7 +340,6 @@ class KafkaBroker(LocalBroker):
         self.node_count = nodes
         self.version = version
         self._requested_port = port
-        self._own_workdir = workdir is None
         self.workdir = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="tidebatch-kafka-"))
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
@@ -393,11 +392,11 @@ class KafkaBroker(LocalBroker):
                 self._wait_ready(self.nodes, began + self.start_timeout)
                 break
             except _PortTaken:
-                self._stop_nodes(self.nodes, timeout=2.0)
+                self._stop_nodes(self.nodes)
                 if attempt == attempts:
                     raise
             except BaseException:
-                self._stop_nodes(self.nodes, timeout=2.0)
+                self._stop_nodes(self.nodes)
                 raise
         self.start_seconds = time.monotonic() - began
         return self
@@ -405,13 +404,12 @@ class KafkaBroker(LocalBroker):
     def stop(self) -> int | None:
         """SIGTERM every node at once (one by one, the last ones would wait for a quorum
         that is gone), SIGKILL those still running after stop_timeout. Returns the
-        first node's exit code (None if never started). Data is deleted, logs kept."""
-        if not self.nodes:
-            return None
-        codes = self._stop_nodes(self.nodes, self.stop_timeout)
-        if self._own_workdir:
-            for node in self.nodes:
-                shutil.rmtree(node.dir / "data", ignore_errors=True)
+        first node's exit code (None if not running). Data is deleted, logs kept."""
+        codes = self._stop_nodes(self.nodes)
+        # Nothing restarts from it (start() formats anew), and a session's brokers
+        # would otherwise pile up data in pytest's kept temp dirs.
+        for node in self.nodes:
+            shutil.rmtree(node.dir / "data", ignore_errors=True)
         return codes[0] if codes else None
 
     # ---------------------------------------------------------------- faults
@@ -436,7 +434,7 @@ class KafkaBroker(LocalBroker):
         target = self.node(node)
         if target.running:
             return target
-        self._stop_nodes([target], timeout=self.stop_timeout)  # reap, drop the finalizer
+        self._stop_nodes([target])  # reap, drop the finalizer
         self._spawn(require_java(), target)
         self._wait_ready([target], time.monotonic() + self.start_timeout)
         return target
@@ -562,7 +560,8 @@ class KafkaBroker(LocalBroker):
         # atexit + GC safety net: the JVM is stopped even if stop() is never called.
         node.finalizer = weakref.finalize(self, _terminate, node.proc, self.stop_timeout)
 
-    def _stop_nodes(self, nodes: Sequence[KafkaNode], timeout: float) -> list[int]:
+    def _stop_nodes(self, nodes: Sequence[KafkaNode]) -> list[int]:
+        """Exit codes of the nodes stopped now; nodes stopped before are skipped."""
         for node in nodes:
             if node.running:
                 assert node.proc is not None
@@ -571,10 +570,8 @@ class KafkaBroker(LocalBroker):
         codes = []
         for node in nodes:
             if node.finalizer is not None:
-                codes.append(node.finalizer())  # waits, SIGKILLs after timeout, reaps
+                codes.append(node.finalizer())  # waits, SIGKILLs after stop_timeout, reaps
                 node.finalizer = None
-            elif node.proc is not None:
-                codes.append(int(node.proc.wait()))
         return codes
 
     def _wait_ready(self, nodes: Sequence[KafkaNode], deadline: float) -> None:

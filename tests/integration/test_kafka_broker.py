@@ -84,6 +84,8 @@ def test_start_stop_closes_ports_keeps_logs_and_leaves_no_process(tmp_path: Path
     assert not port_accepts(node.port) and not port_accepts(node.controller_port)
     assert process_gone(pid)
     assert kafka.log_path.is_file() and (node.dir / "server.properties").is_file()
+    assert not (node.dir / "data").exists()
+    assert kafka.stop() is None  # a second stop is a no-op
 
 
 def test_killed_parent_leaves_no_orphan_jvm() -> None:
