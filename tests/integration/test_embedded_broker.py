@@ -151,19 +151,24 @@ def test_start_stop_closes_port_and_leaves_no_process(tmp_path: Path) -> None:
 
 
 def test_killed_parent_leaves_no_orphan_broker() -> None:
-    code = (
+    assert_killed_parent_leaves_no_orphan(
         "from consumers.embedded_broker import EmbeddedBroker\n"
-        "import sys, time\n"
         "b = EmbeddedBroker().start()\n"
         "print(b.pid, flush=True)\n"
-        "sys.stdin.read()\n"  # block until the test kills us
     )
+
+
+def assert_killed_parent_leaves_no_orphan(start_code: str, start_timeout: float = WAIT_S) -> None:
+    """Run `start_code` (it starts a broker and prints its pid) in a Python child, SIGKILL
+    that child, and wait for the broker process to die with it."""
+    code = start_code + "import sys\nsys.stdin.read()\n"  # block until the test kills us
     parent = subprocess.Popen(
         [sys.executable, "-c", code], cwd=REPO, env=subprocess_env(),
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )
     try:
-        child_pid = int(next_line_matching(line_reader(parent.stdout), r"^(\d+)$").group(1))
+        pattern = r"^(\d+)$"
+        child_pid = int(next_line_matching(line_reader(parent.stdout), pattern, start_timeout).group(1))
         assert not process_gone(child_pid)
         parent.kill()  # SIGKILL: no atexit, no finalizer runs
         parent.wait(timeout=WAIT_S)
