@@ -27,7 +27,7 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
@@ -170,6 +170,9 @@ class LocalBroker:
     either: a context manager around start()/stop(), and topic administration through
     consumers/admin.py on `bootstrap_servers`."""
 
+    # The broker profile (consumers/profiles.py) for clients of this broker.
+    profile: str = ""
+
     @property
     def bootstrap_servers(self) -> str:
         raise NotImplementedError
@@ -179,7 +182,11 @@ class LocalBroker:
         raise NotImplementedError
 
     def create_topics(
-        self, names_or_specs: admin.TopicSpecs, partitions: int = 1, timeout: float = 30.0
+        self,
+        names_or_specs: admin.TopicSpecs,
+        partitions: int = 1,
+        timeout: float = 30.0,
+        topic_config: Mapping[str, str] | None = None,
     ) -> dict[str, int]:
         raise NotImplementedError
 
@@ -221,6 +228,8 @@ class EmbeddedBroker(LocalBroker):
     dir; kept after stop for post-mortems). start_timeout: seconds until the broker must
     answer a metadata request.
     """
+
+    profile = "embedded"
 
     def __init__(
         self,
@@ -395,10 +404,15 @@ class EmbeddedBroker(LocalBroker):
 
     # ---------------------------------------------------------------- topics
     def create_topics(
-        self, names_or_specs: admin.TopicSpecs, partitions: int = 1, timeout: float = 30.0
+        self,
+        names_or_specs: admin.TopicSpecs,
+        partitions: int = 1,
+        timeout: float = 30.0,
+        topic_config: Mapping[str, str] | None = None,
     ) -> dict[str, int]:
         """Create topics (a name, "NAME:N", (name, n) pairs, or {name: n}; `partitions` is the
         count for bare names) and wait until metadata shows them with that count. Existing
-        topics with the same count are fine; a different count raises AdminError."""
+        topics with the same count are fine; a different count raises AdminError.
+        `topic_config` (e.g. max.message.bytes) applies to topics created here."""
         wanted = admin.normalize_topics(names_or_specs, partitions)
-        return admin.ensure_topics(self.bootstrap_servers, wanted, timeout=timeout)
+        return admin.ensure_topics(self.bootstrap_servers, wanted, timeout=timeout, topic_config=topic_config)

@@ -323,6 +323,8 @@ class KafkaBroker(LocalBroker):
     until every node answers a metadata request and is registered.
     """
 
+    profile = "kafka"
+
     def __init__(
         self,
         nodes: int = 1,
@@ -456,16 +458,20 @@ class KafkaBroker(LocalBroker):
 
     # ---------------------------------------------------------------- topics
     def create_topics(
-        self, names_or_specs: admin.TopicSpecs, partitions: int = 1, timeout: float = 30.0
+        self,
+        names_or_specs: admin.TopicSpecs,
+        partitions: int = 1,
+        timeout: float = 30.0,
+        topic_config: Mapping[str, str] | None = None,
     ) -> dict[str, int]:
         """As EmbeddedBroker.create_topics; on three nodes with replication factor 3 and
         min.insync.replicas=2, so acks=all survives one node's loss."""
         deadline = time.monotonic() + timeout
         wanted = admin.normalize_topics(names_or_specs, partitions)
-        config = {"min.insync.replicas": "2"} if self.replication_factor >= 3 else None
+        config = {**({"min.insync.replicas": "2"} if self.replication_factor >= 3 else {}), **(topic_config or {})}
         created = admin.ensure_topics(
             self.bootstrap_servers, wanted, timeout=timeout,
-            replication_factor=self.replication_factor, topic_config=config,
+            replication_factor=self.replication_factor, topic_config=config or None,
         )
         if len(self.nodes) > 1:
             self._wait_every_node_knows(created, deadline)

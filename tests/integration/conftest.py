@@ -1,20 +1,25 @@
-"""Integration fixtures: a real Kafka-protocol broker (embedded Tansu, started once per
-session), fresh topics per test, unique consumer groups.
+"""Integration fixtures: a real broker started once per session, fresh topics per
+test, unique consumer groups.
 
-Apache Kafka (consumers/kafka_dist.py) has the same shape: `kafka_broker` (one node) and
-`kafka_cluster` (three nodes, RF 3) are session fixtures started only when a test asks
-for them, with `kafka_topic_factory` / `cluster_topic_factory` beside `topic_factory`.
-Moving a test over is a rename of its fixtures plus `profile="kafka"` for the helpers
-in pipeline_helpers.py (docs/BROKERS.md).
+`broker` is Apache Kafka (consumers/kafka_dist.py, one node, profile "kafka") unless
+TIDEBATCH_TEST_BROKER=embedded picks the embedded Tansu broker (profile "embedded")
+for the whole run. A test module that must hold on both (the CTR end-to-end and the
+bad-input tests, so the embedded default stays honest) says
+`pytestmark = pytest.mark.parametrize("broker", BOTH_BROKERS, indirect=True)`.
+`kafka_cluster` (three nodes, RF 3) is started only when a test asks for it, with
+`cluster_topic_factory`. Every broker has `.profile`, and the helpers in
+pipeline_helpers.py and opsutil.py give the worker under test that profile.
 
-Why fresh topics and groups (shared/BROKER.md): Tansu never frees a topic's data until
+Why fresh topics and groups (docs/BROKERS.md): Tansu never frees a topic's data until
 the topic is deleted, its fetch slows with every batch stored in a partition, and a
-group can get stuck for good after members leave together. So every test gets new
-uniquely named topics (deleted at teardown) and its own group id.
+group can get stuck for good after members leave together; on Apache Kafka, fresh
+names keep tests independent. So every test gets new uniquely named topics (deleted at
+teardown) and its own group id.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 from collections.abc import Callable, Iterator
@@ -24,6 +29,7 @@ import pytest
 
 from consumers.embedded_broker import EmbeddedBroker, LocalBroker
 from consumers.kafka_dist import KafkaBroker
+from tests.integration.pipeline_helpers import register_broker
 
 _HERE = Path(__file__).resolve().parent
 
@@ -35,11 +41,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.integration)
 
 
+BROKER_ENV = "TIDEBATCH_TEST_BROKER"
+_ENGINES = {"kafka": "kafka_broker", "embedded": "embedded_broker"}
+BOTH_BROKERS = list(_ENGINES)
+
+
 @pytest.fixture(scope="session")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
+def broker(request: pytest.FixtureRequest) -> LocalBroker:
+    """The broker of this test: Apache Kafka by default, Tansu with
+    TIDEBATCH_TEST_BROKER=embedded, or the one a module parametrizes."""
+    engine = getattr(request, "param", None) or os.environ.get(BROKER_ENV, "kafka")
+    if engine not in _ENGINES:
+        raise pytest.UsageError(f"{BROKER_ENV}={engine!r}: use one of {', '.join(_ENGINES)}")
+    return request.getfixturevalue(_ENGINES[engine])
+
+
+@pytest.fixture(scope="session")
+def embedded_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
     """One embedded broker for the whole session; its log is in pytest's temp dir."""
     log_path = tmp_path_factory.mktemp("broker") / "tansu.log"
     with EmbeddedBroker(log_path=log_path) as running:
+        register_broker(running)
         yield running
 
 
@@ -48,6 +70,7 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBrok
     """One single-node Apache Kafka for the session, started on first use (~4 s warm);
     its node logs are in pytest's temp dir."""
     with KafkaBroker(workdir=tmp_path_factory.mktemp("kafka")) as running:
+        register_broker(running)
         yield running
 
 
@@ -56,6 +79,7 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBro
     """A three-node Apache Kafka (RF 3, min.insync.replicas 2), started on first use.
     Shared by the session: a test that kills a node restarts it before it ends."""
     with KafkaBroker(nodes=3, workdir=tmp_path_factory.mktemp("kafka-cluster")) as running:
+        register_broker(running)
         yield running
 
 
@@ -63,11 +87,12 @@ TopicFactory = Callable[..., str]
 
 
 @pytest.fixture
-def topic_factory(broker: EmbeddedBroker) -> Iterator[TopicFactory]:
+def topic_factory(broker: LocalBroker) -> Iterator[TopicFactory]:
     """`factory(prefix, partitions=1) -> name`: a new topic, unique per call, created with
     its final partition count; all of them are deleted when the test ends.
     `exact=True` uses `prefix` as the whole name: for topics derived from a unique one,
-    e.g. `factory(f"{inp}.dlq", exact=True)`."""
+    e.g. `factory(f"{inp}.dlq", exact=True)`. `config` is the topic's configuration,
+    e.g. {"max.message.bytes": ...} (Apache Kafka refuses records over ~1 MB)."""
     yield from _topics_on(broker)
 
 
@@ -86,9 +111,11 @@ def cluster_topic_factory(kafka_cluster: KafkaBroker) -> Iterator[TopicFactory]:
 def _topics_on(broker: LocalBroker) -> Iterator[TopicFactory]:
     created: list[str] = []
 
-    def factory(prefix: str = "test", partitions: int = 1, *, exact: bool = False) -> str:
+    def factory(
+        prefix: str = "test", partitions: int = 1, *, exact: bool = False, config: dict[str, str] | None = None
+    ) -> str:
         name = prefix if exact else f"{_clean(prefix)}-{uuid.uuid4().hex[:12]}"
-        broker.create_topics({name: partitions})
+        broker.create_topics({name: partitions}, topic_config=config)
         created.append(name)
         return name
 

@@ -23,11 +23,12 @@ from typing import Any, TypeVar
 import orjson
 from confluent_kafka import Consumer, Producer
 
-from consumers.embedded_broker import EmbeddedBroker, free_port
+from consumers.embedded_broker import LocalBroker, free_port
 from consumers.profiles import consumer_config, producer_config
 from pipeline.config import WorkerConfig, load_config
 from pipeline.ops.http import OpsServer
 from pipeline.pipelines import get_pipeline
+from tests.integration.pipeline_helpers import profile_of
 
 REPO = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
@@ -75,12 +76,12 @@ def make_topics(topic_factory: Callable[..., str], partitions: int) -> Topics:
     return Topics(inp, topic_factory("ops-res", partitions), topic_factory("ops-dlq", 1), topic_factory("ops-late", 1))
 
 
-def worker_config(broker: EmbeddedBroker, topics: Topics, group_id: str, **extra: Any) -> WorkerConfig:
-    """A validated config for the embedded broker; `extra` is merged like YAML keys."""
+def worker_config(broker: LocalBroker, topics: Topics, group_id: str, **extra: Any) -> WorkerConfig:
+    """A validated config for `broker` (with its profile); `extra` is merged like YAML keys."""
     data: dict[str, Any] = {
         "pipeline": "ctr",
         "bootstrap_servers": broker.bootstrap_servers,
-        "broker_profile": "embedded",
+        "broker_profile": broker.profile,
         "group_id": group_id,
         "input_topic": topics.input,
         "output_topic": topics.output,
@@ -181,13 +182,13 @@ class WorkerProcess:
 
 
 def start_worker_process(
-    broker: EmbeddedBroker, topics: Topics, group_id: str, log_dir: Path, name: str, *,
+    broker: LocalBroker, topics: Topics, group_id: str, log_dir: Path, name: str, *,
     pipeline: str = "ctr", **env: str,
 ) -> WorkerProcess:
     port = free_port()
     cmd = [
         sys.executable, "-m", "pipeline.cli", "run", "--pipeline", pipeline,
-        "--bootstrap-servers", broker.bootstrap_servers, "--broker-profile", "embedded",
+        "--bootstrap-servers", broker.bootstrap_servers, "--broker-profile", broker.profile,
         "--group-id", group_id, "--input-topic", topics.input, "--output-topic", topics.output,
         "--metrics-port", str(port),
     ]
@@ -212,7 +213,7 @@ def produce_ctr(bootstrap: str, topic: str, count: int, *, seed: int = 7, start:
     request ids. Batched by the producer (linger), never flushed per message: the
     embedded broker's fetch slows with every stored batch (BROKER.md)."""
     make = get_pipeline("ctr").make_samples(seed)
-    producer = Producer(producer_config("embedded", bootstrap))
+    producer = Producer(producer_config(profile_of(bootstrap), bootstrap))
     ids: list[str] = []
     errors: list[str] = []
 
@@ -243,7 +244,7 @@ class ResultCollector:
         self.counts: dict[str, int] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        conf = consumer_config("embedded", bootstrap, f"ops-results-{uuid.uuid4().hex[:10]}")
+        conf = consumer_config(profile_of(bootstrap), bootstrap, f"ops-results-{uuid.uuid4().hex[:10]}")
         self._consumer = Consumer(conf)
         self._consumer.subscribe([topic])
         self._thread = threading.Thread(target=self._loop, name="results", daemon=True)

@@ -15,13 +15,14 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from consumers.dead_letter import H_OFFSET
 from consumers.profiles import consumer_config, producer_config
 from tests.integration import opsutil
+from tests.integration.pipeline_helpers import profile_of
 
 Message = tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]
 
 
 def produce(bootstrap: str, topic: str, messages: list[Message]) -> None:
     """In order, to one partition; values up to 100 MB."""
-    producer = Producer(producer_config("embedded", bootstrap, {"message.max.bytes": 100_000_000}))
+    producer = Producer(producer_config(profile_of(bootstrap), bootstrap, {"message.max.bytes": 100_000_000}))
     errors: list[str] = []
     for key, value, headers in messages:
         while True:
@@ -39,7 +40,7 @@ class OutcomeReader:
 
     def __init__(self, bootstrap: str, topics: opsutil.Topics) -> None:
         self.topics = topics
-        conf = consumer_config("embedded", bootstrap, f"reader-{time.monotonic_ns()}")
+        conf = consumer_config(profile_of(bootstrap), bootstrap, f"reader-{time.monotonic_ns()}")
         conf["receive.message.max.bytes"] = 200_000_000
         self._consumer = Consumer(conf)
         self._consumer.assign(
@@ -98,7 +99,13 @@ def score_in_thread(broker, topics: opsutil.Topics, cfg, messages: list[Message]
     return outcomes
 
 
+# Apache Kafka refuses records over a topic's max.message.bytes (~1 MB by default):
+# the input topic takes what hostile producers send; the others keep the default, so
+# the worker must fit its outcomes to what the broker describes.
+INPUT_TOPIC_CONFIG = {"max.message.bytes": str(100 * 1024 * 1024)}
+
+
 def topics_for(topic_factory) -> opsutil.Topics:
-    inp = topic_factory("hostile", 1)
+    inp = topic_factory("hostile", 1, config=INPUT_TOPIC_CONFIG)
     return opsutil.Topics(inp, topic_factory("hostile-out", 1), topic_factory(f"{inp}.dlq", exact=True),
                           topic_factory(f"{inp}.late", exact=True))

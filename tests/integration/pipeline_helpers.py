@@ -1,6 +1,7 @@
 """Helpers for end-to-end tests: produce requests, run a worker (in a thread or as a
 `tidebatch run` process), read a topic back. Every helper takes the broker profile
-(consumers/profiles.py): "embedded" by default, "kafka" for Apache Kafka."""
+(consumers/profiles.py); by default, the profile of the broker at that bootstrap
+address, as the fixtures registered it (tests/integration/conftest.py)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,17 @@ from pipeline.config import WorkerConfig, load_config
 from pipeline.worker import Worker
 
 REPO = Path(__file__).resolve().parents[2]
+_PROFILES: dict[str, str] = {}  # bootstrap address -> profile of the broker there
+
+
+def register_broker(broker: Any) -> None:
+    """Remember the profile of a broker the fixtures started."""
+    _PROFILES[broker.bootstrap_servers] = broker.profile
+
+
+def profile_of(bootstrap: str, profile: str | None = None) -> str:
+    """`profile` if given, else that of the registered broker at `bootstrap`."""
+    return profile or _PROFILES.get(bootstrap, EMBEDDED)
 
 
 def produce_values(
@@ -30,9 +42,9 @@ def produce_values(
     items: Iterable[tuple[bytes | None, bytes | None]],
     headers=None,
     *,
-    profile: str = EMBEDDED,
+    profile: str | None = None,
 ) -> int:
-    producer = Producer(producer_config(profile, bootstrap))
+    producer = Producer(producer_config(profile_of(bootstrap, profile), bootstrap))
     n = 0
     for key, value in items:
         while True:
@@ -53,7 +65,7 @@ def read_topic(
     timeout: float = 60.0,
     group: str | None = None,
     *,
-    profile: str = EMBEDDED,
+    profile: str | None = None,
 ) -> list[Any]:
     """Read from the beginning until `expect` records arrived (or timeout); returns
     confluent Messages. Assigns partitions directly: a group join costs seconds on the
@@ -62,7 +74,7 @@ def read_topic(
 
     from consumers.admin import existing_topics
 
-    conf = consumer_config(profile, bootstrap, group or f"reader-{time.monotonic_ns()}")
+    conf = consumer_config(profile_of(bootstrap, profile), bootstrap, group or f"reader-{time.monotonic_ns()}")
     consumer = Consumer(conf)
     partitions = existing_topics(bootstrap)[topic]
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
@@ -83,11 +95,11 @@ def result_docs(messages: list[Any]) -> list[dict]:
 
 
 def worker_config(
-    bootstrap: str, inp: str, out: str, group: str, *, profile: str = EMBEDDED, **extra: Any
+    bootstrap: str, inp: str, out: str, group: str, *, profile: str | None = None, **extra: Any
 ) -> WorkerConfig:
     overrides = {
         "bootstrap_servers": bootstrap,
-        "broker_profile": profile,
+        "broker_profile": profile_of(bootstrap, profile),
         "group_id": group,
         "input_topic": inp,
         "output_topic": out,
@@ -125,11 +137,11 @@ def wait_for(predicate, timeout: float, message: str, interval: float = 0.05) ->
 
 
 def start_worker_process(
-    bootstrap: str, inp: str, out: str, group: str, log: Path, *, profile: str = EMBEDDED, **env: str
+    bootstrap: str, inp: str, out: str, group: str, log: Path, *, profile: str | None = None, **env: str
 ) -> subprocess.Popen:
     cmd = [
         sys.executable, "-m", "pipeline.cli", "run", "--pipeline", "ctr",
-        "--bootstrap-servers", bootstrap, "--broker-profile", profile,
+        "--bootstrap-servers", bootstrap, "--broker-profile", profile_of(bootstrap, profile),
         "--group-id", group, "--input-topic", inp, "--output-topic", out,
     ]
     full_env = dict(os.environ, TIDEBATCH_METRICS__ENABLED="false", TIDEBATCH_CREATE_TOPICS="false", **env)
@@ -138,11 +150,11 @@ def start_worker_process(
 
 
 def committed_offsets(
-    bootstrap: str, group: str, topic: str, partitions: int, *, profile: str = EMBEDDED
+    bootstrap: str, group: str, topic: str, partitions: int, *, profile: str | None = None
 ) -> dict[int, int]:
     from confluent_kafka import TopicPartition
 
-    consumer = Consumer(consumer_config(profile, bootstrap, group))
+    consumer = Consumer(consumer_config(profile_of(bootstrap, profile), bootstrap, group))
     try:
         parts = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
         return {p.partition: p.offset for p in parts}

@@ -25,6 +25,7 @@ from pipeline.pipelines import get_pipeline
 from pipeline.worker import Worker
 from tests.integration.pipeline_helpers import (
     REPO,
+    profile_of,
     read_topic,
     result_docs,
     running_worker,
@@ -64,7 +65,7 @@ def large_producer(bootstrap: str) -> Producer:
     """A producer that carries the camera pipeline's largest values (16 MiB)."""
     limit = get_pipeline("camera").max_message_bytes
     assert limit is not None
-    return Producer(producer_config("embedded", bootstrap, large_message_overrides(limit).producer))
+    return Producer(producer_config(profile_of(bootstrap), bootstrap, large_message_overrides(limit).producer))
 
 
 def produce_frames(bootstrap: str, topic: str, frames, timestamp_ms: int | None = None) -> None:
@@ -257,7 +258,7 @@ def test_produce_camera_cli_sends_keyed_frames_of_each_camera_in_order(broker, t
     topic = topic_factory("cam-cli", partitions=2)
     cmd = [
         sys.executable, "-m", "pipeline.cli", "produce", "camera",
-        "--bootstrap-servers", broker.bootstrap_servers, "--broker-profile", "embedded",
+        "--bootstrap-servers", broker.bootstrap_servers, "--broker-profile", broker.profile,
         "--topic", topic, "--partitions", "2", "--cameras", "2", "--fps", "25", "--count", "6",
         "--resolutions", "320x240,160x120", "--quiet",
     ]

@@ -1,4 +1,5 @@
-"""Issue 2's guarantees, against the real embedded broker (no Kafka mock anywhere)."""
+"""Issue 2's guarantees, against Apache Kafka and the embedded broker (no Kafka mock
+anywhere)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from consumers.codecs.ctr import CtrCodec
 from consumers.dead_letter import H_ERROR, H_OFFSET, H_PARTITION, H_TOPIC
 from models.registry import load_spec
 from pipeline.loadgen.ctr import CtrRequestFactory
+from tests.integration.conftest import BOTH_BROKERS
 from tests.integration.pipeline_helpers import (
     committed_offsets,
     produce_values,
@@ -24,6 +26,9 @@ from tests.integration.pipeline_helpers import (
     wait_for,
     worker_config,
 )
+
+# On Apache Kafka and on the embedded default (tests/integration/conftest.py).
+pytestmark = pytest.mark.parametrize("broker", BOTH_BROKERS, indirect=True)
 
 # Every guarantee holds on both Kafka client backends.
 CLIENTS = pytest.mark.parametrize("client", ["confluent", "kafka-python"])

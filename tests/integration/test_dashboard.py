@@ -34,7 +34,7 @@ def test_dashboard_charts_update_in_a_browser(broker, topic_factory, unique_grou
         wait_ready(live.url)
         load = threading.Thread(
             target=produce, args=(broker.bootstrap_servers, "ctr", 60.0, 100_000),
-            kwargs={"topic": topics.input, "profile": "embedded", "should_stop": stop.is_set}, daemon=True,
+            kwargs={"topic": topics.input, "profile": broker.profile, "should_stop": stop.is_set}, daemon=True,
         )
         load.start()
         try:

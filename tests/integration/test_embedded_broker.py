@@ -38,6 +38,12 @@ pytestmark = [
 ]
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def broker(embedded_broker: EmbeddedBroker) -> EmbeddedBroker:
+    """These tests are of the Tansu broker itself, whatever the rest of the suite runs on."""
+    return embedded_broker
 # Deadlines, never sleeps: a group join alone costs ~3 s on Tansu (session.timeout / 2).
 WAIT_S = 60.0
 

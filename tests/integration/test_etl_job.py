@@ -23,7 +23,7 @@ from consumers.profiles import producer_config
 from pipeline.etl import EtlJob, JobInterrupted, run_etl
 from pipeline.loadgen.ctr import CtrRequestFactory
 from pipeline.loadgen.ctr_files import flat_rows_table
-from tests.integration.pipeline_helpers import REPO, wait_for
+from tests.integration.pipeline_helpers import REPO, profile_of, wait_for
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 N = 300
@@ -33,7 +33,7 @@ BAD = {37, 150, 251}  # request numbers sent as broken messages instead
 def produce_with_times(bootstrap: str, topic: str) -> dict[int, tuple[str, int]]:
     """Request i -> partition i % 2, timestamp T0 + i s. Returns {i: (request_id, items)}."""
     factory = CtrRequestFactory(seed=41)
-    producer = Producer(producer_config("embedded", bootstrap))
+    producer = Producer(producer_config(profile_of(bootstrap), bootstrap))
     sent = {}
     for i in range(N):
         key, value = factory.make(i)
@@ -49,7 +49,7 @@ def produce_with_times(bootstrap: str, topic: str) -> dict[int, tuple[str, int]]
 
 def topic_job(out: Path, bootstrap: str, topic: str, **kw: object) -> EtlJob:
     params = {"chunk_records": 40, "batch_rows": 512, "providers": "cpu", "progress": False, **kw}
-    return EtlJob(output=str(out), topic=topic, bootstrap_servers=bootstrap, broker_profile="embedded", **params)  # type: ignore[arg-type]
+    return EtlJob(output=str(out), topic=topic, bootstrap_servers=bootstrap, broker_profile=profile_of(bootstrap), **params)  # type: ignore[arg-type]
 
 
 def read(root: Path):  # noqa: ANN201 - a pyarrow Table

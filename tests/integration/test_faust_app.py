@@ -31,6 +31,7 @@ from tests.integration.pipeline_helpers import (
     REPO,
     committed_offsets,
     produce_values,
+    profile_of,
     read_topic,
     result_docs,
     wait_for,
@@ -56,7 +57,7 @@ def faust_worker(
     full_env = dict(
         os.environ,
         TIDEBATCH_FAUST_BROKER=f"kafka://{bootstrap}",
-        TIDEBATCH_FAUST_BROKER_PROFILE="embedded",
+        TIDEBATCH_FAUST_BROKER_PROFILE=profile_of(bootstrap),
         TIDEBATCH_FAUST_APP_ID=app_id,
         TIDEBATCH_FAUST_INPUT=inp,
         TIDEBATCH_FAUST_OUTPUT=out,

@@ -22,6 +22,7 @@ from pipeline.loadgen.camera import CameraFrameFactory
 from pipeline.loadgen.ctr import CtrRequestFactory
 from pipeline.loadgen.text import TextRequestFactory
 from tests.integration import opsutil
+from tests.integration.conftest import BOTH_BROKERS
 from tests.integration.outcome_reader import (
     Message,
     OutcomeReader,
@@ -31,7 +32,7 @@ from tests.integration.outcome_reader import (
     topics_for,
 )
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.parametrize("broker", BOTH_BROKERS, indirect=True)]
 
 def _rss_bytes(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():

@@ -20,7 +20,7 @@ def test_expired_records_are_routed_late_without_decoding(broker, topic_factory,
     late = topic_factory("ovl-late", partitions=1)
     factory = CtrRequestFactory(seed=31)
     stale_ms = int(time.time() * 1000) - 60_000  # a minute old: past any budget configured here
-    producer = Producer(producer_config("embedded", broker.bootstrap_servers))
+    producer = Producer(producer_config(broker.profile, broker.bootstrap_servers))
     for i in range(50):
         key, value = factory.make(i)
         producer.produce(inp, key=key, value=value, timestamp=stale_ms)

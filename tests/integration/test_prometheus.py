@@ -106,7 +106,7 @@ def test_prometheus_scrapes_a_live_worker(broker, topic_factory, unique_group_id
         wait_ready(live.url)
         load = threading.Thread(
             target=produce, args=(broker.bootstrap_servers, "ctr", 80.0, 100_000),
-            kwargs={"topic": topics.input, "profile": "embedded", "should_stop": stop.is_set}, daemon=True,
+            kwargs={"topic": topics.input, "profile": broker.profile, "should_stop": stop.is_set}, daemon=True,
         )
         load.start()
         try:

@@ -19,6 +19,7 @@ from pipeline.loadgen.ctr import CtrRequestFactory
 from pipeline.redisio.loader import load_features
 from tests.integration.pipeline_helpers import (
     produce_values,
+    profile_of,
     read_topic,
     result_docs,
     wait_for,
@@ -96,7 +97,7 @@ class ResultReader:
         self.docs: list[dict] = []
         self.arrived = threading.Event()
         self._stop = threading.Event()
-        conf = consumer_config("embedded", bootstrap, f"reader-{topic}")
+        conf = consumer_config(profile_of(bootstrap), bootstrap, f"reader-{topic}")
         self._consumer = Consumer(conf)
         self._consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         self._thread = threading.Thread(target=self._loop, name="results", daemon=True)
@@ -126,7 +127,7 @@ class Stream:
         self.values = values
         self.sent: list[str] = []
         self.reader = reader
-        self._producer = Producer(producer_config("embedded", bootstrap))
+        self._producer = Producer(producer_config(profile_of(bootstrap), bootstrap))
         self._topic = topic
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="stream", daemon=True)

@@ -177,7 +177,7 @@ def test_produce_text_cli_sends_valid_mixed_length_requests(broker, topic_factor
     n = 20
     cmd = [
         sys.executable, "-m", "pipeline.cli", "produce", "text",
-        "--bootstrap-servers", broker.bootstrap_servers, "--broker-profile", "embedded",
+        "--bootstrap-servers", broker.bootstrap_servers, "--broker-profile", broker.profile,
         "--topic", topic, "--partitions", "2", "--rate", "200", "--count", str(n), "--quiet",
     ]
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
