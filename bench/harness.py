@@ -1,5 +1,7 @@
-"""Shared pieces of the real-pipeline benchmarks: an embedded broker, fast request
-pools, a worker in its own process, backlog drains and open-loop latency runs.
+"""Shared pieces of the real-pipeline benchmarks: a broker (Apache Kafka or the embedded
+Tansu), fast request pools, a worker in its own process, backlog drains and open-loop
+latency runs. Every client here and the worker get the profile of the broker they
+talk to (consumers/profiles.py).
 
 Absolute timings on this 2-core machine are noisy; benchmarks report ratios measured
 side by side in one run. The worker runs as a separate `tidebatch run` process (its
@@ -23,13 +25,34 @@ import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from consumers.admin import ensure_topics
-from consumers.embedded_broker import EmbeddedBroker, free_port
+from consumers.embedded_broker import EmbeddedBroker, LocalBroker, free_port
+from consumers.kafka_dist import KafkaBroker
 from consumers.profiles import consumer_config, producer_config
 from pipeline.commands.produce import warm_up_producer
 from pipeline.loadgen.pacing import poisson_schedule, run_open_loop
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "out" / "bench"
+# --broker: Apache Kafka (what users run; the default) or the embedded Tansu broker.
+BROKERS = ("kafka", "tansu")
+_PROFILES: dict[str, str] = {}  # bootstrap address -> profile of the broker there
+
+
+def profile_of(bootstrap: str) -> str:
+    """The broker profile for clients of the broker at `bootstrap` (started here)."""
+    return _PROFILES.get(bootstrap, "embedded")
+
+
+@contextmanager
+def local_broker(engine: str = "kafka") -> Iterator[LocalBroker]:
+    """A broker of its own for one measurement: Apache Kafka (one node) or Tansu."""
+    if engine not in BROKERS:
+        raise ValueError(f"broker {engine!r}: use one of {', '.join(BROKERS)}")
+    OUT.mkdir(parents=True, exist_ok=True)
+    broker: LocalBroker = EmbeddedBroker(log_path=OUT / "broker.log") if engine == "tansu" else KafkaBroker()
+    with broker:
+        _PROFILES[broker.bootstrap_servers] = broker.profile
+        yield broker
 
 
 class RequestPool:
@@ -69,7 +92,7 @@ class RequestPool:
 
 
 def make_producer(bootstrap: str, topic: str, overrides: dict | None = None) -> Producer:
-    producer = Producer(producer_config("embedded", bootstrap, overrides))
+    producer = Producer(producer_config(profile_of(bootstrap), bootstrap, overrides))
     warm_up_producer(producer, topic)
     return producer
 
@@ -136,7 +159,7 @@ def read_request_ids(bootstrap: str, topic: str, run: str, idle_timeout: float =
     ListOffsets "latest" is wrong on the embedded broker."""
     from consumers.admin import existing_topics
 
-    consumer = Consumer(consumer_config("embedded", bootstrap, f"bench-ids-{uuid.uuid4().hex[:8]}"))
+    consumer = Consumer(consumer_config(profile_of(bootstrap), bootstrap, f"bench-ids-{uuid.uuid4().hex[:8]}"))
     parts = existing_topics(bootstrap)[topic]
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(parts)])
     ids: set[str] = set()
@@ -159,7 +182,7 @@ def read_results(bootstrap: str, topic: str, expect: int, timeout: float, run: s
     """Every result of this run (request ids prefixed with `run`), deduplicated."""
     from consumers.admin import existing_topics
 
-    consumer = Consumer(consumer_config("embedded", bootstrap, f"bench-reader-{uuid.uuid4().hex[:8]}"))
+    consumer = Consumer(consumer_config(profile_of(bootstrap), bootstrap, f"bench-reader-{uuid.uuid4().hex[:8]}"))
     parts = existing_topics(bootstrap)[topic]
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(parts)])
     seen: dict[str, tuple[dict, int]] = {}
@@ -182,9 +205,8 @@ def read_results(bootstrap: str, topic: str, expect: int, timeout: float, run: s
 
 
 @contextmanager
-def embedded_broker() -> Iterator[EmbeddedBroker]:
-    OUT.mkdir(parents=True, exist_ok=True)
-    with EmbeddedBroker(log_path=OUT / "broker.log") as broker:
+def embedded_broker() -> Iterator[LocalBroker]:
+    with local_broker("tansu") as broker:
         yield broker
 
 
@@ -205,7 +227,7 @@ def worker_process(
     log = OUT / f"{log_name}.log"
     cmd = [
         sys.executable, "-m", "pipeline.cli", "run", "--pipeline", "ctr",
-        "--bootstrap-servers", bootstrap, "--broker-profile", "embedded",
+        "--bootstrap-servers", bootstrap, "--broker-profile", profile_of(bootstrap),
         "--policy", policy, "--group-id", group, "--input-topic", inp, "--output-topic", out,
     ]
     with open(log, "wb") as fh:

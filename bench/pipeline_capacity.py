@@ -16,7 +16,12 @@
   unpinned and with pinned cores (runtime.pin_executors: the model process on one core,
   the worker's threads on the other; for workers that own their cores).
 
-    .venv/bin/python bench/pipeline_capacity.py [--requests 20000] [--latency-seconds 15] [--repeat 1] [--soak 0]
+    .venv/bin/python bench/pipeline_capacity.py [--broker kafka|tansu|both] [--requests 20000]
+        [--latency-seconds 15] [--repeat 1] [--soak 0]
+
+--broker picks the broker (bench/harness.py): Apache Kafka, one local node, the default;
+the embedded Tansu broker; or both, one after the other in the same run, with a table
+of the two side by side at the end. Every measurement gets a broker of its own.
 
 With --repeat N every saturation case is drained N times, the cases taking turns
 (so that the machine's drift spreads over all of them), and the table gives the
@@ -41,16 +46,18 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.harness import (  # noqa: E402
+    BROKERS,
     OUT,
     RequestPool,
     drain_throughput,
     drop_topics,
-    embedded_broker,
     fresh_topics,
+    local_broker,
     make_producer,
     open_loop,
     preload,
     produce_now,
+    profile_of,
     read_results,
     table,
     wait_outcomes,
@@ -64,12 +71,12 @@ POLICIES = ("none", "static", "greedy", "adaptive")
 STATIC_ENV = {"TIDEBATCH_BATCHING__MAX_BATCH_ROWS": "1024", "TIDEBATCH_BATCHING__MAX_QUEUE_DELAY_MS": "10"}
 
 
-def fresh(measure: Callable[..., dict], *args: Any) -> dict:
+def fresh(engine: str, measure: Callable[..., dict], *args: Any) -> dict:
     """One measurement on a broker of its own: the embedded broker slows down with what
-    it has served (BROKER.md), and a later row of one run must not pay for earlier ones
-    (the same binary-request drain ran ~10 % slower as the eighth run on a broker than
-    on a fresh one)."""
-    with embedded_broker() as broker:
+    it has served (docs/BROKERS.md), and a later row of one run must not pay for earlier
+    ones (the same binary-request drain ran ~10 % slower as the eighth run on a Tansu
+    broker than on a fresh one). Apache Kafka gets the same treatment, for equal terms."""
+    with local_broker(engine) as broker:
         return measure(broker.bootstrap_servers, *args)
 
 
@@ -87,7 +94,7 @@ def passthrough(bootstrap: str, pool: RequestPool, n: int) -> dict:
 
     inp, out = fresh_topics(bootstrap, "bench-pass")
     preload(bootstrap, inp, pool, n, "pass")
-    consumer = Consumer(consumer_config("embedded", bootstrap, f"pass-{uuid.uuid4().hex[:6]}"))
+    consumer = Consumer(consumer_config(profile_of(bootstrap), bootstrap, f"pass-{uuid.uuid4().hex[:6]}"))
     consumer.assign([TopicPartition(inp, p, OFFSET_BEGINNING) for p in range(2)])
     producer = make_producer(bootstrap, out)
     got = 0
@@ -278,8 +285,69 @@ def _rss_kib(pid: int) -> int:
     return 0
 
 
+_MACHINE = {"kafka": "2 cores, loopback, Apache Kafka (one local node)", "tansu": "2 cores, loopback, embedded broker (Tansu)"}
+
+
+def run_report(engine: str, args: argparse.Namespace) -> dict:
+    """Every measurement of this bench on one kind of broker."""
+    policies = args.policies.split(",")
+    binary_policies = [p for p in args.binary_policies.split(",") if p]
+    report: dict = {"broker": engine, "machine": _MACHINE[engine], "ort_intra_op_threads": 1}
+    report["model_peak_runs"] = [_peak()]
+    pool = RequestPool()
+    binary_pool = RequestPool(encoding="binary")
+    report["mean_rows_per_request"] = pool.mean_rows
+    report["passthrough"] = fresh(engine, passthrough, pool, args.requests)
+    print(f"[{engine}] kafka passthrough: {report['passthrough']['rows_per_s']:.0f} rows/s", flush=True)
+    cases = saturation_cases(policies, binary_policies, pool, binary_pool)
+    runs: dict[str, list[dict]] = {label: [] for label, *_ in cases}
+    for _ in range(args.repeat):
+        for label, case_pool, policy, env in cases:
+            r = fresh(engine, saturation, case_pool, policy, args.requests, env)
+            runs[label].append(r)
+            print(f"[{engine}] saturation, {label}: {r['rows_per_s']:.0f} rows/s", flush=True)
+    report["saturation"] = {label: summarise(rs) for label, rs in runs.items()}
+    static = report["saturation"].get("static") or next(iter(report["saturation"].values()))
+    rate = 0.5 * static["requests_per_s"]
+    report["latency_rate"] = rate
+    report["latency"] = {}
+    for label, policy, env in latency_cases(policies):
+        r = report["latency"][label] = fresh(engine, latency, pool, policy, rate, args.latency_seconds, env)
+        print(f"[{engine}] latency, {label} @ {rate:.0f} req/s: p50 {r['p50_ms']:.1f} ms p99 {r['p99_ms']:.1f} ms",
+              flush=True)
+    report["model_peak_runs"].append(_peak())
+    report["model_peak"] = max(report["model_peak_runs"], key=lambda p: p["rows_per_s"])
+    if args.soak:
+        report["soak"] = fresh(engine, soak, pool, rate, args.soak)
+    return report
+
+
+def side_by_side(reports: dict[str, dict]) -> str:
+    """rows/s (saturation) and p50/p99 ms (latency) of every case, one column per broker."""
+    engines = list(reports)
+    labels = list(dict.fromkeys(label for r in reports.values() for label in [*r["saturation"], *r["latency"]]))
+    rows = [["kafka passthrough (no inference), rows/s", *(f"{reports[e]['passthrough']['rows_per_s']:.0f}" for e in engines)]]
+    for label in labels:
+        for kind in ("saturation", "latency"):
+            cells = []
+            for e in engines:
+                got = reports[e][kind].get(label)
+                if got is None:
+                    cells.append("-")
+                elif kind == "saturation":
+                    cells.append(f"{got['rows_per_s']:.0f}")
+                else:
+                    cells.append(f"{got['p50_ms']:.1f} / {got['p99_ms']:.1f} @ {got['rate']:.0f} req/s")
+            if any(c != "-" for c in cells):
+                what = "rows/s" if kind == "saturation" else "p50 / p99 ms"
+                rows.append([f"{label}, {what}", *cells])
+    return table(["case", *engines], rows)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--broker", choices=[*BROKERS, "both"], default="kafka",
+                    help="Apache Kafka (default), the embedded Tansu broker, or both side by side")
     ap.add_argument("--requests", type=int, default=20_000, help="backlog size for saturation runs")
     ap.add_argument("--latency-seconds", type=float, default=15.0)
     ap.add_argument("--policies", default=",".join(POLICIES))
@@ -290,54 +358,32 @@ def main() -> int:
     ap.add_argument("--soak-rate", type=float, default=0.0,
                     help="with --soak: run only the soak, at this many requests/s")
     args = ap.parse_args()
-    policies = args.policies.split(",")
-    binary_policies = [p for p in args.binary_policies.split(",") if p]
+    engines = list(BROKERS) if args.broker == "both" else [args.broker]
+    OUT.mkdir(parents=True, exist_ok=True)
     if args.soak and args.soak_rate:
-        with embedded_broker() as broker:
-            result = soak(broker.bootstrap_servers, RequestPool(), args.soak_rate, args.soak)
-        OUT.mkdir(parents=True, exist_ok=True)
-        (OUT / "soak.json").write_text(json.dumps(result, indent=2))
-        print(soak_table(result))
-        print(f"soak at {args.soak_rate:.0f} req/s for {args.soak:.0f} s: worker RSS "
-              f"{result['first_third_mean_mib']:.1f} MiB (first third) -> "
-              f"{result['last_third_mean_mib']:.1f} MiB (last third), max {result['max_rss_mib']:.1f} MiB; "
-              f"max lag {result['max_lag']:.0f} (out/bench/soak.json)")
+        for engine in engines:
+            with local_broker(engine) as broker:
+                result = soak(broker.bootstrap_servers, RequestPool(), args.soak_rate, args.soak)
+            (OUT / f"soak-{engine}.json").write_text(json.dumps(result, indent=2))
+            print(soak_table(result))
+            print(f"[{engine}] soak at {args.soak_rate:.0f} req/s for {args.soak:.0f} s: worker RSS "
+                  f"{result['first_third_mean_mib']:.1f} MiB (first third) -> "
+                  f"{result['last_third_mean_mib']:.1f} MiB (last third), max {result['max_rss_mib']:.1f} MiB; "
+                  f"max lag {result['max_lag']:.0f} (out/bench/soak-{engine}.json)")
         return 0
 
-    report: dict = {"machine": "2 cores, loopback, embedded broker (Tansu)", "ort_intra_op_threads": 1}
-    report["model_peak_runs"] = [_peak()]
-    pool = RequestPool()
-    binary_pool = RequestPool(encoding="binary")
-    report["mean_rows_per_request"] = pool.mean_rows
-    report["passthrough"] = fresh(passthrough, pool, args.requests)
-    print(f"kafka passthrough: {report['passthrough']['rows_per_s']:.0f} rows/s", flush=True)
-    cases = saturation_cases(policies, binary_policies, pool, binary_pool)
-    runs: dict[str, list[dict]] = {label: [] for label, *_ in cases}
-    for _ in range(args.repeat):
-        for label, case_pool, policy, env in cases:
-            r = fresh(saturation, case_pool, policy, args.requests, env)
-            runs[label].append(r)
-            print(f"saturation, {label}: {r['rows_per_s']:.0f} rows/s", flush=True)
-    report["saturation"] = {label: summarise(rs) for label, rs in runs.items()}
-    static = report["saturation"].get("static") or next(iter(report["saturation"].values()))
-    rate = 0.5 * static["requests_per_s"]
-    report["latency_rate"] = rate
-    report["latency"] = {}
-    for label, policy, env in latency_cases(policies):
-        r = report["latency"][label] = fresh(latency, pool, policy, rate, args.latency_seconds, env)
-        print(f"latency, {label} @ {rate:.0f} req/s: p50 {r['p50_ms']:.1f} ms p99 {r['p99_ms']:.1f} ms", flush=True)
-    report["model_peak_runs"].append(_peak())
-    report["model_peak"] = max(report["model_peak_runs"], key=lambda p: p["rows_per_s"])
-    if args.soak:
-        report["soak"] = fresh(soak, pool, rate, args.soak)
-
-    print()
-    print(result_table(report))
-    if "soak" in report:
-        s = report["soak"]
-        print(f"soak: worker RSS {s['first_third_mean_mib']:.1f} MiB (first third) -> {s['last_third_mean_mib']:.1f} MiB (last third)")
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "pipeline_capacity.json").write_text(json.dumps(report, indent=2))
+    reports = {engine: run_report(engine, args) for engine in engines}
+    for report in reports.values():
+        print(f"\n{report['machine']}")
+        print(result_table(report))
+        if "soak" in report:
+            s = report["soak"]
+            print(f"soak: worker RSS {s['first_third_mean_mib']:.1f} MiB (first third) -> "
+                  f"{s['last_third_mean_mib']:.1f} MiB (last third)")
+    if len(reports) > 1:
+        print("\nside by side (same run, a fresh broker per measurement):")
+        print(side_by_side(reports))
+    (OUT / "pipeline_capacity.json").write_text(json.dumps(reports if len(reports) > 1 else reports[engines[0]], indent=2))
     return 0
 
 

@@ -10,7 +10,8 @@
 
     .venv/bin/python bench/policies.py [--seconds 15] [--quick] [--camera-text]
 
-Prints tables, draws out/bench/policies.png, writes out/bench/policies.json.
+Prints tables, draws out/bench/policies-BROKER.png, writes out/bench/policies-BROKER.json
+(--broker kafka, the default, or tansu).
 --camera-text then runs the camera and text pipelines' section (bench/camera_text.py:
 none/static/adaptive on frames, bucketed vs pad-to-longest vs no batching on texts).
 Timings on this 2-core machine are noisy: compare rows of one run, not runs.
@@ -30,11 +31,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.harness import (  # noqa: E402
+    BROKERS,
     OUT,
     RequestPool,
     drain_throughput,
-    embedded_broker,
     fresh_topics,
+    local_broker,
     open_loop,
     preload,
     read_request_ids,
@@ -148,6 +150,8 @@ def tune_static(bs: str, pool: RequestPool, rate: float, seconds: float) -> tupl
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--broker", choices=BROKERS, default="kafka",
+                    help="Apache Kafka, one local node (default), or the embedded Tansu broker")
     ap.add_argument("--seconds", type=float, default=15.0, help="length of each steady-load run")
     ap.add_argument("--backlog", type=int, default=20_000, help="requests preloaded to measure capacity")
     ap.add_argument("--quick", action="store_true", help="shorter runs, no static grid")
@@ -156,8 +160,8 @@ def main() -> int:
     args = ap.parse_args()
     seconds = 6.0 if args.quick else args.seconds
     pool = RequestPool()
-    report: dict = {"slo_ms": SLO_MS, "mean_rows_per_request": pool.mean_rows}
-    with embedded_broker() as broker:
+    report: dict = {"broker": args.broker, "slo_ms": SLO_MS, "mean_rows_per_request": pool.mean_rows}
+    with local_broker(args.broker) as broker:
         bs = broker.bootstrap_servers
         inp, out = fresh_topics(bs, "bench-capacity")
         preload(bs, inp, pool, args.backlog, "cap")
@@ -224,7 +228,7 @@ def main() -> int:
                   f"overload goodput {r2['goodput_x_capacity']:.2f}x; high-prio p99 {r3['high_p99_ms']:.0f} ms", flush=True)
         report["overload"] = {p: {k: public(v) for k, v in d.items()} for p, d in scen.items()}
 
-    name = "policies-overload" if args.overload_only else "policies"
+    name = f"{'policies-overload' if args.overload_only else 'policies'}-{args.broker}"
     print_tables(report, policies, loads, over_policies)
     plot(report, policies, loads, OUT / f"{name}.png")
     (OUT / f"{name}.json").write_text(json.dumps(report, indent=2, default=float))
