@@ -314,6 +314,11 @@ class Worker:
         self.stop(reason)
 
     @property
+    def stopping(self) -> bool:
+        """stop() or fail() was called: the worker is shutting down."""
+        return self._stop.is_set()
+
+    @property
     def failure(self) -> str | None:
         """Why the worker failed, or None."""
         return self._fatal

@@ -6,12 +6,14 @@ import argparse
 import json
 from pathlib import Path
 
+from pipeline.batching.policies import POLICY_NAMES
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="run the CTR pipeline end to end on the embedded broker")
     p.add_argument("--duration", type=float, default=15.0, help="seconds of load (default 15)")
     p.add_argument("--rate", type=float, default=400.0, help="requests per second (default 400)")
-    p.add_argument("--policy", default="adaptive", choices=("none", "static", "greedy", "adaptive"))
+    p.add_argument("--policy", default="adaptive", choices=POLICY_NAMES)
     p.add_argument("--partitions", type=int, default=2)
     p.add_argument("--out", default="out/demo", help="where logs and the summary go")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 
+from pipeline.batching.policies import POLICY_NAMES
 from pipeline.config import WorkerConfig, load_config
 from pipeline.pipelines import PIPELINES
 
@@ -16,7 +17,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-c", "--config", help="YAML config file (env TIDEBATCH_* and flags override it)")
     p.add_argument("--bootstrap-servers", metavar="HOST:PORT")
     p.add_argument("--pipeline", choices=sorted(PIPELINES))
-    p.add_argument("--policy", choices=("none", "static", "greedy", "adaptive"))
+    p.add_argument("--policy", choices=POLICY_NAMES)
     p.add_argument("--group-id")
     p.add_argument("--input-topic")
     p.add_argument("--output-topic")

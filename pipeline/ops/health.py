@@ -10,9 +10,8 @@ loaded, broker answered a poll in the last few seconds. A worker that has no par
 (more workers than partitions) is alive but not ready.
 
 The worker is read through the attributes documented on pipeline.worker.Worker:
-`started`, `assigned`, `last_poll_ok`, `session.provider`, `failure` (why it failed,
-or None) and `threads()` (the executor and publisher threads it needs); plus `_stop`
-when present (its stop flag).
+`started`, `assigned`, `last_poll_ok`, `session.provider`, `stopping`, `failure` (why
+it failed, or None) and `threads()` (the executor and publisher threads it needs).
 
 A failed worker (a dead executor or publisher thread, an outcome it could not write)
 is neither alive nor ready from that moment, also while it shuts down: an
@@ -29,8 +28,7 @@ STALL_S = 60.0  # a source loop silent this long is stuck (revoke waits up to 10
 
 
 def _stopping(worker: Any) -> bool:
-    stop = getattr(worker, "_stop", None)
-    return bool(stop is not None and stop.is_set())
+    return bool(getattr(worker, "stopping", False))
 
 
 def liveness(
@@ -53,8 +51,7 @@ def liveness(
     if started and not _stopping(worker):
         # Executors and the publisher end only at shutdown; a dead one mid-run means
         # batches pile up for ever.
-        threads = worker.threads() if hasattr(worker, "threads") else getattr(worker, "_executors", [])
-        dead = [t.name for t in threads if not t.is_alive()]
+        dead = [t.name for t in worker.threads() if not t.is_alive()]
         if dead:
             problems.append(f"worker threads died: {', '.join(dead)}")
         last = worker.last_poll_ok

@@ -173,7 +173,7 @@ def _worker(**kw) -> SimpleNamespace:
     if kw.pop("started", True):
         started.set()
     base = dict(started=started, assigned=[("t", 0)], last_poll_ok=100.0,
-                session=SimpleNamespace(provider="cpu"), _executors=[], _stop=threading.Event())
+                session=SimpleNamespace(provider="cpu"), threads=lambda: [], stopping=False, failure=None)
     return SimpleNamespace(**{**base, **kw})
 
 
@@ -197,7 +197,7 @@ def test_alive_while_loading_and_rebalancing_dead_when_stuck():
     dead = threading.Thread(target=lambda: None, name="executor-0")
     dead.start()
     dead.join()
-    ok, body = health.liveness(_worker(_executors=[dead]), now=101.0)
+    ok, body = health.liveness(_worker(threads=lambda: [dead]), now=101.0)
     assert not ok and "executor-0" in body["reason"]
     ok, body = health.liveness(_worker(), now=101.0, source_thread=dead)
     assert not ok and "exited" in body["reason"]
@@ -209,9 +209,7 @@ def test_a_failed_worker_is_neither_alive_nor_ready_also_while_it_stops():
     dead = threading.Thread(target=lambda: None, name="publisher")
     dead.start()
     dead.join()
-    stopping = threading.Event()
-    stopping.set()
-    worker = _worker(failure="publisher thread died: MemoryError: ", threads=lambda: [dead], _stop=stopping)
+    worker = _worker(failure="publisher thread died: MemoryError: ", threads=lambda: [dead], stopping=True)
     ok, body = health.liveness(worker, now=101.0)
     assert not ok and body["reason"].startswith("worker failed: publisher thread died")
     ok, body = health.readiness(worker, now=101.0)
