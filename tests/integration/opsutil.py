@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import orjson
 from confluent_kafka import Consumer, Producer
 
-from consumers.embedded_broker import EmbeddedBroker, free_port
+from consumers.embedded_broker import EmbeddedBroker, LocalBroker, free_port
 from consumers.profiles import consumer_config, producer_config
 from pipeline.config import WorkerConfig, load_config
 from pipeline.ops.http import OpsServer
@@ -181,13 +181,13 @@ class WorkerProcess:
 
 
 def start_worker_process(
-    broker: EmbeddedBroker, topics: Topics, group_id: str, log_dir: Path, name: str, *,
-    pipeline: str = "ctr", **env: str,
+    broker: LocalBroker, topics: Topics, group_id: str, log_dir: Path, name: str, *,
+    pipeline: str = "ctr", profile: str = "embedded", **env: str,
 ) -> WorkerProcess:
     port = free_port()
     cmd = [
         sys.executable, "-m", "pipeline.cli", "run", "--pipeline", pipeline,
-        "--bootstrap-servers", broker.bootstrap_servers, "--broker-profile", "embedded",
+        "--bootstrap-servers", broker.bootstrap_servers, "--broker-profile", profile,
         "--group-id", group_id, "--input-topic", topics.input, "--output-topic", topics.output,
         "--metrics-port", str(port),
     ]
