@@ -138,6 +138,15 @@ def ensure_topics(
     return _wait_for_counts(admin, wanted, deadline, bootstrap_servers)
 
 
+# Errors of the moment, not of the request: librdkafka (2.10+) drops the handle of a
+# broker missing from a metadata answer, failing what was in flight on it with
+# _DESTROY_BROKER ("Broker handle destroyed without termination"); seen when creating
+# the first topics on a 3-node Apache Kafka whose nodes were still registering, and it
+# can happen to a worker creating its topics while a broker restarts.
+_RETRY_CREATE = frozenset({KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT, KafkaError.NOT_CONTROLLER})
+_RETRY_WAIT_S = 0.2
+
+
 def _create(
     admin: AdminClient,
     names: list[str],
@@ -146,28 +155,39 @@ def _create(
     topic_config: Mapping[str, str] | None,
     deadline: float,
 ) -> None:
-    new = [
-        NewTopic(
-            name,
-            num_partitions=wanted[name],
-            replication_factor=replication_factor,
-            config=dict(topic_config or {}),
-        )
-        for name in names
-    ]
-    timeout = max(deadline - time.monotonic(), 0.1)
-    futures = admin.create_topics(new, operation_timeout=timeout, request_timeout=timeout)
-    for name, future in futures.items():
-        try:
-            future.result(timeout=max(deadline - time.monotonic(), 0.1))
-        except KafkaException as exc:
-            error: KafkaError = exc.args[0]
-            # Someone else created it first (another worker starting at the same time):
-            # fine, the count is verified below like any existing topic.
-            if error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+    pending = list(names)
+    while pending:
+        new = [
+            NewTopic(
+                name,
+                num_partitions=wanted[name],
+                replication_factor=replication_factor,
+                config=dict(topic_config or {}),
+            )
+            for name in pending
+        ]
+        timeout = max(deadline - time.monotonic(), 0.1)
+        futures = admin.create_topics(new, operation_timeout=timeout, request_timeout=timeout)
+        again = []
+        for name, future in futures.items():
+            try:
+                future.result(timeout=max(deadline - time.monotonic(), 0.1))
+            except KafkaException as exc:
+                error: KafkaError = exc.args[0]
+                # Someone else created it first (another worker starting at the same
+                # time, or our own earlier attempt): fine, the count is verified below
+                # like any existing topic.
+                if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                    continue
+                if error.code() in _RETRY_CREATE and time.monotonic() + _RETRY_WAIT_S < deadline:
+                    again.append(name)
+                    continue
                 raise AdminError(f"cannot create topic {name!r}: {error.str()}") from None
-        except TimeoutError:
-            raise AdminError(f"creating topic {name!r} timed out") from None
+            except TimeoutError:
+                raise AdminError(f"creating topic {name!r} timed out") from None
+        if again:
+            time.sleep(_RETRY_WAIT_S)
+        pending = again
 
 
 def _wait_for_counts(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections import deque
 from collections.abc import Callable, Mapping
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
@@ -20,6 +21,7 @@ from consumers.records import AckCallback, SendError, SourceRecord, TopicPartiti
 log = logging.getLogger(__name__)
 
 RebalanceCallback = Callable[[list[TopicPartition]], None]
+CommitCallback = Callable[[Exception | None], None]
 
 
 class ConfluentSource:
@@ -30,7 +32,8 @@ class ConfluentSource:
         on_assign: RebalanceCallback,
         on_revoke: RebalanceCallback,
     ) -> None:
-        self._consumer = Consumer(dict(config))
+        self._commit_callbacks: deque[CommitCallback] = deque()
+        self._consumer = Consumer({**config, "on_commit": self._committed})
         self._on_assign = on_assign
         self._on_revoke = on_revoke
         self._paused = False
@@ -83,11 +86,31 @@ class ConfluentSource:
             )
         return out
 
-    def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+    def commit(self, offsets: Mapping[TopicPartition, int], on_done: CommitCallback | None = None) -> None:
+        """Commit `offsets`. Without `on_done`: synchronously, raising on failure (revoke,
+        shutdown). With it: asynchronously; `on_done(None or the error)` runs in the
+        source thread inside a later poll. A synchronous commit waits for the offsets
+        to be replicated to every in-sync replica of __consumer_offsets, and after a
+        broker dies that is until it is fenced (seconds): the source loop stood still
+        meanwhile, serving neither polls nor delivery reports."""
         if not offsets:
             return
         parts = [CkTopicPartition(t, p, o) for (t, p), o in offsets.items()]
-        self._consumer.commit(offsets=parts, asynchronous=False)
+        if on_done is None:
+            self._consumer.commit(offsets=parts, asynchronous=False)
+            return
+        self._commit_callbacks.append(on_done)
+        try:
+            self._consumer.commit(offsets=parts, asynchronous=True)
+        except KafkaException as exc:
+            self._commit_callbacks.pop()
+            on_done(exc)
+
+    def _committed(self, err: KafkaError | None, _parts: list[CkTopicPartition]) -> None:
+        # librdkafka answers commits in the order they were sent; a synchronous commit
+        # may report here too, with no callback waiting for it.
+        if self._commit_callbacks:
+            self._commit_callbacks.popleft()(None if err is None else KafkaException(err))
 
     def assignment(self) -> list[TopicPartition]:
         return [(p.topic, p.partition) for p in self._consumer.assignment()]

@@ -441,6 +441,49 @@ class KafkaBroker(LocalBroker):
         self._wait_ready([target], time.monotonic() + self.start_timeout)
         return target
 
+    def stop_node(self, node: KafkaNode | int) -> int | None:
+        """SIGTERM one node and wait for its controlled shutdown (leaderships handed
+        over first): one step of a rolling restart. Its exit code, None if not running."""
+        codes = self._stop_nodes([self.node(node)])
+        return codes[0] if codes else None
+
+    def wait_in_sync(self, topics: Sequence[str] | None = None, timeout: float = 60.0) -> float:
+        """Wait until every partition of `topics` (None: every topic, the internal ones
+        too) has a leader and all its replicas in sync, in the metadata asked of each
+        running node; returns the seconds it took. After a node rejoins, its replicas catch
+        up from the leaders first: a rolling restart that goes on before that leaves
+        partitions with one in-sync replica, below min.insync.replicas=2."""
+        began = time.monotonic()
+        deadline = began + timeout
+        while True:
+            lagging = [lag for node in self.nodes if node.running for lag in self._out_of_sync(node, topics, deadline)]
+            if not lagging:
+                return time.monotonic() - began
+            if time.monotonic() >= deadline:
+                raise KafkaBrokerError(f"partitions not in sync within {timeout:g} s: {lagging[:5]}")
+            time.sleep(_POLL_S * 4)
+
+    def _out_of_sync(self, node: KafkaNode, topics: Sequence[str] | None, deadline: float) -> list[str]:
+        """What metadata asked of `node` shows not (yet) fully replicated."""
+        try:
+            metadata = self._metadata(max(deadline - time.monotonic(), 0.1), node.address)
+        except KafkaBrokerError as exc:
+            return [f"node {node.node_id}: {exc}"]
+        # Whichever broker answered (a client may ask another it has learned of): ISR
+        # changes go through the controller's log, and a node behind on it shows an
+        # ISR still shrunk, never one grown too early.
+        names = list(metadata.topics) if topics is None else list(topics)
+        lagging = []
+        for name in names:
+            meta = metadata.topics.get(name)
+            if meta is None or meta.error is not None:
+                lagging.append(f"{name} unknown to node {node.node_id}")
+                continue
+            for pid, part in meta.partitions.items():
+                if part.leader < 0 or sorted(part.isrs) != sorted(part.replicas):
+                    lagging.append(f"{name}[{pid}] in sync {part.isrs} of {part.replicas}")
+        return lagging
+
     def leader_of(self, topic: str, partition: int, timeout: float = 30.0) -> KafkaNode:
         """The node that leads `partition` of `topic` now. Waits up to `timeout` while
         there is none (an election after a kill) or metadata does not show it yet."""

@@ -76,12 +76,22 @@ class KafkaPythonSource:
                 )
         return out
 
-    def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+    def commit(
+        self, offsets: Mapping[TopicPartition, int], on_done: Callable[[Exception | None], None] | None = None
+    ) -> None:
+        """As ConfluentSource.commit: synchronous without `on_done`, else asynchronous
+        with `on_done(None or the error)` called from a later poll."""
         if not offsets:
             return
-        self._consumer.commit(
-            {KpTopicPartition(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in offsets.items()}
-        )
+        parts = {KpTopicPartition(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in offsets.items()}
+        if on_done is None:
+            self._consumer.commit(parts)
+            return
+
+        def done(_offsets: Any, response: Any) -> None:
+            on_done(response if isinstance(response, Exception) else None)
+
+        self._consumer.commit_async(parts, callback=done)
 
     def assignment(self) -> list[TopicPartition]:
         return [(p.topic, p.partition) for p in self._consumer.assignment()]

@@ -390,7 +390,9 @@ class Worker:
                     sink.poll()
                 now = time.monotonic()
                 if now >= next_commit:
-                    self._commit()
+                    # Asynchronous: a commit waiting on a failing-over broker would stop
+                    # the loop (polls, delivery reports, late routing) for seconds.
+                    self._commit(wait=False)
                     next_commit = now + self.cfg.commit_interval_ms / 1000.0
                 if now >= next_lag:
                     self._queue_rows_gauge.set(self.queue.rows)  # also while no records arrive
@@ -633,7 +635,11 @@ class Worker:
                 self.source.resume_all()
         return intake
 
-    def _commit(self, only: list[TopicPartition] | None = None) -> None:
+    def _commit(self, only: list[TopicPartition] | None = None, *, wait: bool = True) -> None:
+        """Commit the done watermarks (of `only`'s partitions). wait=False: the result
+        comes later, in a poll; revoke and shutdown wait, as the partitions or the
+        group are let go right after. An older asynchronous commit that lands after
+        a newer one only moves a watermark back: a replay, never a loss."""
         if self.source is None:
             return
         offsets = self.tracker.committable()
@@ -642,14 +648,24 @@ class Worker:
             offsets = {tp: o for tp, o in offsets.items() if tp in wanted}
         if not offsets:
             return
+        if not wait:
+            self.source.commit(offsets, on_done=self._committed)
+            return
         try:
             self.source.commit(offsets)
+        except Exception as exc:
+            self._committed(exc)
+        else:
+            self._committed(None)
+
+    def _committed(self, err: Exception | None) -> None:
+        if err is None:
             self.metrics.commits.labels(self.cfg.pipeline, "ok").inc()
             with self._stats_lock:
                 self.stats.commits += 1
-        except Exception as exc:  # a failed commit is retried at the next interval
+        else:  # a failed commit is retried at the next interval, with newer offsets
             self.metrics.commits.labels(self.cfg.pipeline, "error").inc()
-            log.warning("offset commit failed: %s", exc)
+            log.warning("offset commit failed: %s", err)
 
     def _update_lag(self) -> None:
         if self.source is None:

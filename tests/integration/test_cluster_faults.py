@@ -1,0 +1,425 @@
+"""A `tidebatch run` worker (profile kafka) on a 3-node Apache Kafka while brokers fail
+(issue 16, part 4): CTR requests flow at a steady rate throughout, a node is killed,
+stopped or missing, and afterwards
+
+- every delivered request has at least one outcome (result, dead letter or late
+  record); more than one only as at-least-once replays, which are counted and reported;
+- the worker process never exits (same pid throughout) and exits 0 on SIGTERM;
+- once ready, the worker's /readyz never fails: its source loop keeps polling (an
+  offset commit that waits for a dead replica to be fenced used to stop it for 8-10 s).
+
+Each test also measures how long after the fault the p99 end-to-end latency (result
+record timestamp minus request timestamp, over a sliding 1 s window of results) is back
+inside the SLO (2 s here, see SLO_MS), and appends it as a JSON line to
+out/faults/recovery.jsonl (or $FAULT_TESTS_OUT; not a TIDEBATCH_* name, which the worker
+would read as a config key). Timings are reported, never asserted: this is a 2-core machine
+shared with other jobs, and three JVMs plus the worker already fill it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+from consumers.kafka_dist import KafkaBroker
+from consumers.profiles import KAFKA, consumer_config, producer_config
+from pipeline.pipelines import get_pipeline
+from tests.integration import opsutil
+
+pytestmark = pytest.mark.integration
+
+RATE = 200  # requests/s
+PRODUCE_S = 20.0
+PARTITIONS = 3
+# The workers here run with a 2 s SLO, not the default 100 ms: with three JVMs on two
+# cores shared with other test runs, plain produce -> consume on this cluster (no worker)
+# measured p50 120-170 ms and p99 1.2-1.3 s, and the 1 s windows before any fault
+# reached p99 0.3-1.9 s. Against 100 ms "recovered" would mean "the run ended".
+SLO_MS = 2000.0
+# Also reported against a tighter bound, for comparison.
+TIGHT_SLO_MS = 1000.0
+WINDOW_MS = 1000
+STEP_MS = 100
+OUT = Path(os.environ.get("FAULT_TESTS_OUT", opsutil.REPO / "out" / "faults" / "recovery.jsonl"))
+
+
+# ----------------------------------------------------------------------------- traffic
+class PacedProducer:
+    """CTR requests at RATE per second from a thread (acks=all, idempotent: the kafka
+    profile), each stamped by the broker's clock-independent CreateTime. Only ids whose
+    delivery was acknowledged count as produced."""
+
+    def __init__(self, bootstrap: str, topic: str, seconds: float, seed: int) -> None:
+        self.delivered: list[str] = []
+        self.errors: list[str] = []
+        self._producer = Producer(producer_config(KAFKA, bootstrap))
+        self._topic = topic
+        self._count = int(seconds * RATE)
+        self._make = get_pipeline("ctr").make_samples(seed)
+        self._thread = threading.Thread(target=self._run, name="paced-producer", daemon=True)
+
+    def start(self) -> PacedProducer:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        began = time.monotonic()
+        for i in range(self._count):
+            key, value, headers = self._make(i)
+            rid = orjson.loads(value)["request_id"]
+
+            def on_delivery(err, _msg, rid: str = rid) -> None:
+                if err is None:
+                    self.delivered.append(rid)
+                else:
+                    self.errors.append(str(err))
+
+            delay = began + i / RATE - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            while True:
+                try:
+                    self._producer.produce(self._topic, value=value, key=key, headers=headers or None,
+                                           on_delivery=on_delivery)
+                    break
+                except BufferError:
+                    self._producer.poll(0.05)
+            self._producer.poll(0)
+        # Through a fault the last records may wait for a new leader: librdkafka keeps
+        # retrying them until message.timeout.ms.
+        self._producer.flush(120)
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+
+@dataclass
+class Outcomes:
+    """Request id -> outcome kinds; results' (record timestamp, latency ms)."""
+
+    kinds: dict[str, list[str]] = field(default_factory=dict)
+    results: list[tuple[int, int]] = field(default_factory=list)
+
+
+class OutcomeCollector:
+    """Reads every partition of the output, dead-letter and late topics from the start,
+    in a thread, as any downstream consumer would (it rides out the faults too)."""
+
+    def __init__(self, bootstrap: str, topics: opsutil.Topics) -> None:
+        self.outcomes = Outcomes()
+        self._topics = topics
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._consumer = Consumer(consumer_config(KAFKA, bootstrap, f"faults-reader-{time.monotonic_ns()}"))
+        parts = [TopicPartition(topics.output, p, OFFSET_BEGINNING) for p in range(PARTITIONS)]
+        parts += [TopicPartition(t, 0, OFFSET_BEGINNING) for t in (topics.dlq, topics.late)]
+        self._consumer.assign(parts)
+        self._thread = threading.Thread(target=self._loop, name="outcomes", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        try:
+            while not self._stop.is_set():
+                for m in self._consumer.consume(num_messages=500, timeout=0.1):
+                    if m.error() is None:
+                        self._add(m)
+        finally:
+            self._consumer.close()
+
+    def _add(self, m) -> None:
+        if m.topic() == self._topics.output:
+            doc = orjson.loads(m.value())
+            rid, kind = doc["request_id"], "result"
+            latency = (m.timestamp()[1], m.timestamp()[1] - int(doc["kafka_ts_ms"]))
+        else:
+            # A dead letter or late record carries the request's original bytes.
+            rid = orjson.loads(m.value())["request_id"]
+            kind, latency = ("dlq" if m.topic() == self._topics.dlq else "late"), None
+        with self._lock:
+            self.outcomes.kinds.setdefault(rid, []).append(kind)
+            if latency is not None:
+                self.outcomes.results.append(latency)
+
+    def missing(self, ids: list[str]) -> list[str]:
+        with self._lock:
+            return [i for i in ids if i not in self.outcomes.kinds]
+
+    def close(self) -> Outcomes:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        return self.outcomes
+
+
+class ReadinessProbe:
+    """Asks the worker's /readyz every 0.25 s, as an orchestrator would: the longest
+    source-loop silence it reports (last_poll_age_s) and every reason it gave for not
+    being ready once it had been."""
+
+    def __init__(self, url: str) -> None:
+        self.max_poll_age_s = 0.0
+        self.not_ready: list[str] = []
+        self._url = url
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="readyz", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        was_ready = False
+        while not self._stop.wait(0.25):
+            try:
+                status, body = opsutil.get_json(self._url + "/readyz")
+            except (OSError, ValueError):
+                continue
+            age = body.get("checks", {}).get("last_poll_age_s")
+            self.max_poll_age_s = max(self.max_poll_age_s, age or 0.0)
+            if status == 200:
+                was_ready = True
+            elif was_ready and not self._stop.is_set():
+                self.not_ready.extend(body.get("reasons", []))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+# ----------------------------------------------------------------------------- latency
+def p99(values: list[int]) -> float:
+    ordered = sorted(values)
+    return float(ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))])
+
+
+def recovery_ms(results: list[tuple[int, int]], fault_ms: int, slo_ms: float) -> int:
+    """ms from the fault to the end of the last 1 s window (sliding by 100 ms, over
+    result record timestamps) whose p99 latency is over `slo_ms`; 0 if none is."""
+    results = sorted(results)
+    if not results:
+        return 0
+    end = results[-1][0]
+    last_bad = None
+    t = fault_ms
+    lo = 0
+    while t <= end:
+        while lo < len(results) and results[lo][0] <= t - WINDOW_MS:
+            lo += 1
+        window = [lat for ts, lat in results[lo:] if ts <= t]
+        if window and p99(window) > slo_ms:
+            last_bad = t
+        t += STEP_MS
+    return 0 if last_bad is None else last_bad - fault_ms
+
+
+def baseline_p99(results: list[tuple[int, int]], fault_ms: int) -> float | None:
+    """p99 latency over the 3 s before the fault: what "recovered" returns to."""
+    base = [lat for ts, lat in results if fault_ms - 3000 <= ts < fault_ms]
+    return p99(base) if base else None
+
+
+def timeline(results: list[tuple[int, int]], fault_ms: int) -> dict[int, float]:
+    """p99 latency per whole second of result time, relative to the fault."""
+    buckets: dict[int, list[int]] = {}
+    for ts, lat in results:
+        buckets.setdefault((ts - fault_ms) // 1000, []).append(lat)
+    return {sec: p99(lats) for sec, lats in sorted(buckets.items())}
+
+
+# ----------------------------------------------------------------------------- scenario
+@dataclass
+class Run:
+    """One test's worker, traffic and outcome reader on fresh RF-3 topics."""
+
+    cluster: KafkaBroker
+    topics: opsutil.Topics
+    worker: opsutil.WorkerProcess
+    pid: int
+    collector: OutcomeCollector
+    probe: ReadinessProbe
+    worker_group: str
+    producer: PacedProducer | None = None
+
+    def alive(self) -> None:
+        """The worker has neither exited nor been replaced."""
+        code = self.worker.proc.poll()
+        assert code is None and self.worker.proc.pid == self.pid, (
+            f"worker exited ({code}) during the fault:\n{self.worker.log_tail()}"
+        )
+
+    def pause(self, seconds: float) -> None:
+        """Sleep while checking the worker stays alive (traffic keeps flowing)."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            self.alive()
+            time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def fault_run(
+    kafka_cluster: KafkaBroker,
+    cluster_topic_factory: Callable[..., str],
+    group: str,
+    tmp_path: Path,
+    *,
+    before_worker: Callable[[], None] = lambda: None,
+) -> Iterator[Run]:
+    """Fresh topics, a worker process, an outcome reader; `before_worker` runs after
+    the topics exist (fully replicated) and before the worker starts. Every node runs
+    again at the end: the cluster is shared by the session."""
+    inp = cluster_topic_factory("faults-req", PARTITIONS)
+    topics = opsutil.Topics(
+        inp, cluster_topic_factory("faults-res", PARTITIONS),
+        cluster_topic_factory(f"{inp}.dlq", exact=True), cluster_topic_factory(f"{inp}.late", exact=True),
+    )
+    try:
+        before_worker()
+        worker = opsutil.start_worker_process(kafka_cluster, topics, group, tmp_path, "worker",
+                                              TIDEBATCH_BATCHING__SLO_MS=str(SLO_MS))
+        collector = OutcomeCollector(kafka_cluster.bootstrap_servers, topics)
+        run = Run(kafka_cluster, topics, worker, worker.proc.pid, collector, ReadinessProbe(worker.url), group)
+        try:
+            opsutil.wait_for(lambda: run.alive() or len(worker.assigned() or []) == PARTITIONS, 90,
+                             "the worker to own every input partition")
+            yield run
+        finally:
+            run.probe.close()
+            worker.kill()
+            collector.close()
+    finally:
+        for node in kafka_cluster.nodes:
+            if not node.running:
+                kafka_cluster.restart(node)
+
+
+def traffic(run: Run, seed: int) -> PacedProducer:
+    run.producer = PacedProducer(run.cluster.bootstrap_servers, run.topics.input, PRODUCE_S, seed).start()
+    return run.producer
+
+
+def finish(run: Run, name: str, fault_ms: int, **extra: object) -> dict:
+    """Wait for the traffic and every outcome, stop the worker (exit 0), check one
+    outcome per request, report the recovery time."""
+    assert run.producer is not None
+    while run.producer.running:
+        run.pause(0.5)
+    assert not run.producer.errors, f"requests not delivered to Kafka: {run.producer.errors[:3]}"
+    ids = run.producer.delivered
+    assert len(ids) == int(PRODUCE_S * RATE)
+    opsutil.wait_for(lambda: run.alive() or not run.collector.missing(ids), 120,
+                     "an outcome for every request")
+    run.pause(1.5)  # a replayed duplicate would show up in this time
+    run.alive()
+    run.probe.close()
+    # The source loop kept polling through the fault: the worker never called itself
+    # unready for want of a broker answer while the cluster had a quorum.
+    assert not run.probe.not_ready, f"the worker turned unready: {run.probe.not_ready[:3]}"
+    code = run.worker.stop()
+    assert code == 0, f"worker exit code {code}:\n{run.worker.log_tail()}"
+    outcomes = run.collector.close()
+    missing = [i for i in ids if i not in outcomes.kinds]
+    assert not missing, f"{len(missing)} requests without an outcome, e.g. {missing[:5]}"
+    # A duplicate is the same request scored again after a replay (at-least-once):
+    # allowed, counted. Two different kinds for one request would be a bug.
+    mixed = {i: k for i, k in outcomes.kinds.items() if len(set(k)) > 1}
+    assert not mixed, f"requests with different outcomes: {list(mixed.items())[:5]}"
+    duplicates = sum(len(k) - 1 for k in outcomes.kinds.values())
+    kinds = {kind: sum(1 for k in outcomes.kinds.values() if k[0] == kind) for kind in ("result", "dlq", "late")}
+    record = {
+        "test": name,
+        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "requests": len(ids),
+        "outcomes": kinds,
+        "duplicates": duplicates,
+        "baseline_p99_ms": baseline_p99(outcomes.results, fault_ms),
+        "recovery_ms": recovery_ms(outcomes.results, fault_ms, SLO_MS),
+        "recovery_ms_at_1000": recovery_ms(outcomes.results, fault_ms, TIGHT_SLO_MS),
+        "max_latency_ms": max(lat for _, lat in outcomes.results),
+        "max_poll_age_s": run.probe.max_poll_age_s,
+        "not_ready": run.probe.not_ready,
+        "coordinator": coordinator(run),
+        **extra,
+        "p99_by_second": timeline(outcomes.results, fault_ms),
+    }
+    print(f"\nFAULT {json.dumps(record)}")
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    with open(OUT, "a") as fh:
+        fh.write(json.dumps(record) + "\n")
+    return record
+
+
+def coordinator(run: Run) -> int | None:
+    """The node coordinating the worker's group now (for the report)."""
+    from confluent_kafka.admin import AdminClient
+
+    with contextlib.suppress(Exception):
+        client = AdminClient({"bootstrap.servers": run.cluster.bootstrap_servers})
+        group = run.worker_group
+        return client.describe_consumer_groups([group])[group].result(timeout=10).coordinator.id
+    return None
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+# ----------------------------------------------------------------------------- tests
+def kill_leader_and_restart(run: Run, topic: str, name: str, seed: int) -> None:
+    """SIGKILL the leader of `topic`[0] under traffic, restart it after 6 s, wait until
+    its replicas are back in sync, then check and report."""
+    traffic(run, seed=seed)
+    run.pause(6)
+    victim = run.cluster.leader_of(topic, 0)
+    fault = now_ms()
+    run.cluster.kill(victim)
+    run.pause(6)
+    run.cluster.restart(victim)
+    run.cluster.wait_in_sync()
+    finish(run, name, fault, node=victim.node_id)
+
+
+def test_sigkill_input_partition_leader(kafka_cluster, cluster_topic_factory, unique_group_id, tmp_path) -> None:
+    with fault_run(kafka_cluster, cluster_topic_factory, unique_group_id, tmp_path) as run:
+        kill_leader_and_restart(run, run.topics.input, "kill_input_leader", seed=11)
+
+
+def test_sigkill_output_partition_leader(kafka_cluster, cluster_topic_factory, unique_group_id, tmp_path) -> None:
+    with fault_run(kafka_cluster, cluster_topic_factory, unique_group_id, tmp_path) as run:
+        kill_leader_and_restart(run, run.topics.output, "kill_output_leader", seed=12)
+
+
+def test_rolling_restart(kafka_cluster, cluster_topic_factory, unique_group_id, tmp_path) -> None:
+    with fault_run(kafka_cluster, cluster_topic_factory, unique_group_id, tmp_path) as run:
+        traffic(run, seed=13)
+        run.pause(3)
+        fault = now_ms()
+        steps = []
+        for node in kafka_cluster.nodes:
+            began = time.monotonic()
+            kafka_cluster.stop_node(node)
+            kafka_cluster.restart(node)
+            in_sync_s = kafka_cluster.wait_in_sync()
+            steps.append({"node": node.node_id, "s": round(time.monotonic() - began, 1), "in_sync_s": round(in_sync_s, 1)})
+            run.alive()
+        finish(run, "rolling_restart", fault, steps=steps)
+
+
+def test_worker_starts_with_a_broker_down(kafka_cluster, cluster_topic_factory, unique_group_id, tmp_path) -> None:
+    # The first node: the first bootstrap address the worker tries. Killed after the
+    # topics exist, so they have all three replicas.
+    down = kafka_cluster.nodes[0]
+    with fault_run(kafka_cluster, cluster_topic_factory, unique_group_id, tmp_path,
+                   before_worker=lambda: kafka_cluster.kill(down)) as run:
+        traffic(run, seed=14)
+        run.pause(6)
+        fault = now_ms()  # the node's return: its replicas catch up, leaders may move
+        kafka_cluster.restart(down)
+        kafka_cluster.wait_in_sync()
+        finish(run, "worker_starts_broker_down", fault, node=down.node_id)
