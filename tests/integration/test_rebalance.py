@@ -1,7 +1,8 @@
 """Rebalancing the way production does it (issue 16, part 3), on real Apache Kafka:
 three `tidebatch run` workers on a 12-partition topic while requests flow at a steady
 rate; workers join one by one, one leaves (SIGTERM), one is SIGKILLed and restarted.
-Every request gets its outcome (duplicates only as replays of partitions that moved),
+Every request gets its outcome (duplicates only as replays of partitions that moved
+or whose worker was SIGKILLed),
 and at each step the partitions that moved are what the protocol promises.
 
 Moves are read from the workers' own `assigned [...]` / `revoked [...]` log lines (the
@@ -13,10 +14,12 @@ Modes:
 - cooperative: classic protocol, cooperative-sticky (the default). A join revokes only
   what the newcomer gets; nobody else stops.
 - consumer: KIP-848 (group.protocol=consumer): the broker assigns; the same promise.
-- static (classic) and static-consumer (KIP-848): group.instance.id per worker. A member SIGKILLed and restarted
-  within session.timeout.ms gets the same partitions back; the others see nothing.
-  A static member does not leave the group on SIGTERM (KIP-345): its partitions wait
-  for the session timeout, the price of not rebalancing on restarts.
+- static (classic) and static-consumer (KIP-848): group.instance.id per worker. A
+  member restarted within the session timeout gets the same partitions back and the
+  others see nothing: after SIGTERM on both, after SIGKILL on classic only (KIP-848
+  refuses the id until the dead holder's session ends). A static member does not
+  leave the group on SIGTERM: its partitions wait for the session timeout, the price
+  of not rebalancing on restarts.
 """
 
 from __future__ import annotations
