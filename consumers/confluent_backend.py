@@ -68,7 +68,12 @@ class ConfluentSource:
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
                     continue
-                if err.fatal():
+                # A fatal error arrives as an event with code _FATAL whose own fatal()
+                # is False (the real error is the client's fatal error); either way
+                # the consumer is dead for good -- e.g. a KIP-848 static member
+                # restarted before its crashed predecessor's session timed out
+                # (UNRELEASED_INSTANCE_ID) -- so the worker must exit, not idle.
+                if err.fatal() or err.code() == KafkaError._FATAL:
                     raise KafkaException(err)
                 log.warning("consumer error: %s", err.str())
                 continue

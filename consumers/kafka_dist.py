@@ -116,6 +116,14 @@ LOCAL_SETTINGS: dict[str, str] = {
     # The first consumer group creates __consumer_offsets: 50 partitions by default.
     "offsets.topic.num.partitions": "5",
     "transaction.state.log.num.partitions": "5",
+    # KIP-848 groups (group.protocol=consumer) take their session timeout and heartbeat
+    # from the broker: 45 s / 5 s by default, with minimums of the same. A SIGKILLed
+    # member would keep its partitions for 45 s; 6 s / 1 s as for classic groups in
+    # the tests. Production keeps Kafka's defaults (docs/OPERATIONS.md, "Rebalancing").
+    "group.consumer.min.session.timeout.ms": "6000",
+    "group.consumer.session.timeout.ms": "6000",
+    "group.consumer.min.heartbeat.interval.ms": "1000",
+    "group.consumer.heartbeat.interval.ms": "1000",
     # Tests never produce much; small segments keep a node's disk use and restart short.
     "log.segment.bytes": str(16 * 1024 * 1024),
 }

@@ -238,20 +238,32 @@ def _merge(*parts: Mapping[str, Any] | None) -> dict[str, Any]:
     return merged
 
 
+# With group.protocol=consumer (KIP-848) the broker assigns partitions and owns the
+# session and heartbeat timing (group.consumer.*): librdkafka refuses to start when
+# these are set, so the profile drops its own and an explicit override is an error.
+_CLASSIC_ONLY: tuple[str, ...] = ("partition.assignment.strategy", "session.timeout.ms", "heartbeat.interval.ms")
+
+
 def consumer_config(
     profile: str,
     bootstrap_servers: str,
     group_id: str,
     overrides: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """confluent_kafka.Consumer config; `overrides` win over the profile."""
+    """confluent_kafka.Consumer config; `overrides` win over the profile. With
+    `group.protocol: consumer` in the overrides, the classic-only settings go."""
     check_profile(profile)
-    return _merge(
-        {"bootstrap.servers": bootstrap_servers, "group.id": group_id},
-        _CONSUMER_COMMON,
-        _CONSUMER_PROFILE[profile],
-        overrides,
-    )
+    base = _merge(_CONSUMER_COMMON, _CONSUMER_PROFILE[profile])
+    if (overrides or {}).get("group.protocol", "classic") == "consumer":
+        if profile == EMBEDDED:
+            raise UserError("group.protocol=consumer (KIP-848) is not supported by the embedded broker (Tansu); use classic")
+        for key in _CLASSIC_ONLY:
+            if key in (overrides or {}):
+                raise UserError(f"{key} cannot be set with group.protocol=consumer: the broker owns it (group.consumer.*)")
+            base.pop(key, None)
+    elif "group.remote.assignor" in (overrides or {}):
+        raise UserError("group.remote.assignor only applies with group.protocol=consumer")
+    return _merge({"bootstrap.servers": bootstrap_servers, "group.id": group_id}, base, overrides)
 
 
 def producer_config(
@@ -277,6 +289,10 @@ def kafka_python_consumer_config(
 ) -> dict[str, Any]:
     """Keyword arguments for kafka.KafkaConsumer; `overrides` win over the profile."""
     check_profile(profile)
+    for key in ("group_protocol", "group_remote_assignor"):
+        if key in (overrides or {}):
+            # kafka-python speaks only the classic JoinGroup/SyncGroup protocol.
+            raise UserError(f"kafka-python does not support {key} (KIP-848 consumer protocol); use the confluent client")
     config = _merge(
         {"bootstrap_servers": bootstrap_servers, "group_id": group_id},
         _KP_CONSUMER_COMMON,

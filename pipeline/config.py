@@ -124,6 +124,24 @@ class WorkerConfig:
     broker_profile: str = "kafka"  # or "embedded" (Tansu workarounds, ../shared/BROKER.md)
     client: str = "confluent"  # or "kafka-python"
     group_id: str | None = None  # default: tidebatch-<pipeline>
+    # Rebalancing (docs/OPERATIONS.md, "Rebalancing"). "classic": JoinGroup/SyncGroup
+    # with the client-side cooperative-sticky assignor (consumers/profiles.py);
+    # "consumer": KIP-848, the broker assigns and each member moves on its own, never
+    # stopping the group (Apache Kafka >= 4.0, confluent client only).
+    group_protocol: str = "classic"
+    # The broker-side assignor with group_protocol consumer ("uniform", "range");
+    # None: the broker's default (uniform).
+    group_remote_assignor: str | None = None
+    # Static membership (KIP-345): a member that restarts with the same id within the
+    # session timeout gets its partitions back and nobody else is rebalanced. Must be
+    # unique in the group; group_instance_id_env takes it from an environment variable
+    # (POD_NAME from the downward API, or HOSTNAME: a StatefulSet's pod name).
+    group_instance_id: str | None = None
+    group_instance_id_env: str | None = None
+    # Classic protocol only (with "consumer" it is the broker's
+    # group.consumer.session.timeout.ms): how long a silent member keeps its partitions.
+    # None: the client's default (librdkafka 45 s; the embedded profile's 6 s).
+    session_timeout_ms: int | None = None
     input_topic: str | None = None  # default: the pipeline's
     output_topic: str | None = None
     dlq_topic: str | None = None  # default: <input_topic>.dlq
@@ -145,6 +163,20 @@ class WorkerConfig:
     codec: dict[str, Any] = field(default_factory=dict)
     redis: RedisConfig = field(default_factory=RedisConfig)  # off unless a feature is enabled
     sinks: SinksConfig = field(default_factory=SinksConfig)  # offline sinks (Parquet), docs/ETL.md
+
+    def instance_id(self, environ: Mapping[str, str] | None = None) -> str | None:
+        """group.instance.id: group_instance_id, else the value of the environment
+        variable named by group_instance_id_env, else None (dynamic membership)."""
+        if self.group_instance_id:
+            return self.group_instance_id
+        if self.group_instance_id_env:
+            value = (os.environ if environ is None else environ).get(self.group_instance_id_env, "").strip()
+            if not value:
+                raise UserError(
+                    f"config key 'group_instance_id_env': ${self.group_instance_id_env} is not set or empty"
+                )
+            return value
+        return None
 
     def slo_seconds(self, priority: int) -> float:
         ms = self.batching.priority_slo_ms.get(priority, self.batching.slo_ms)
@@ -307,6 +339,7 @@ def validate(cfg: WorkerConfig) -> None:
         raise bad("client", f"{cfg.client!r} is not one of confluent, kafka-python")
     if cfg.broker_profile not in ("kafka", "embedded"):
         raise bad("broker_profile", f"{cfg.broker_profile!r} is not one of kafka, embedded")
+    validate_group(cfg, bad)
     if cfg.partitions < 1:
         raise bad("partitions", "must be >= 1")
     if cfg.commit_interval_ms < 1:
@@ -324,3 +357,33 @@ def validate(cfg: WorkerConfig) -> None:
         raise bad("metrics.port", "must be a TCP port (0 picks a free one)")
     validate_redis(cfg.redis, bad)
     validate_sinks(cfg.sinks, bad)
+
+
+GROUP_PROTOCOLS = ("classic", "consumer")
+REMOTE_ASSIGNORS = ("uniform", "range")
+
+
+def validate_group(cfg: WorkerConfig, bad: typing.Callable[[str, str], UserError]) -> None:
+    """The rebalancing keys, each refusal naming the key and why (one line)."""
+    if cfg.group_protocol not in GROUP_PROTOCOLS:
+        raise bad("group_protocol", f"{cfg.group_protocol!r} is not one of {', '.join(GROUP_PROTOCOLS)}")
+    consumer = cfg.group_protocol == "consumer"
+    if consumer and cfg.broker_profile == "embedded":
+        raise bad("group_protocol", "the embedded broker (Tansu) has no consumer group protocol (KIP-848); use classic")
+    if consumer and cfg.client == "kafka-python":
+        raise bad("group_protocol", "kafka-python has no consumer group protocol (KIP-848); use client confluent or classic")
+    if cfg.group_remote_assignor is not None:
+        if not consumer:
+            raise bad("group_remote_assignor", "only applies with group_protocol consumer")
+        if cfg.group_remote_assignor not in REMOTE_ASSIGNORS:
+            raise bad("group_remote_assignor", f"{cfg.group_remote_assignor!r} is not one of {', '.join(REMOTE_ASSIGNORS)}")
+    if cfg.session_timeout_ms is not None:
+        if consumer:
+            raise bad(
+                "session_timeout_ms",
+                "with group_protocol consumer the session timeout is the broker's group.consumer.session.timeout.ms",
+            )
+        if cfg.session_timeout_ms < 1:
+            raise bad("session_timeout_ms", "must be >= 1")
+    if cfg.group_instance_id is not None and not 0 < len(cfg.group_instance_id) <= 249:
+        raise bad("group_instance_id", "must be 1..249 characters")

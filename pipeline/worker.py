@@ -363,8 +363,9 @@ class Worker:
         self._publisher.start()
         self._start_executors()
         log.info(
-            "worker %s consuming %s -> %s (group %s, policy %s, provider %s)",
+            "worker %s consuming %s -> %s (group %s, protocol %s, instance %s, policy %s, provider %s)",
             self.cfg.pipeline, self.input_topic, self.output_topic, self.group_id,
+            self.cfg.group_protocol, self.cfg.instance_id() or "dynamic",
             self.cfg.batching.policy, self.session.provider,
         )
         self.started.set()

@@ -19,6 +19,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pipeline", choices=sorted(PIPELINES))
     p.add_argument("--policy", choices=POLICY_NAMES)
     p.add_argument("--group-id")
+    p.add_argument(
+        "--group-protocol", choices=("classic", "consumer"),
+        help="classic (cooperative-sticky, default) or consumer (KIP-848, Apache Kafka >= 4.0)",
+    )
+    p.add_argument("--group-instance-id", help="static membership: unique per worker, e.g. the pod name")
     p.add_argument("--input-topic")
     p.add_argument("--output-topic")
     p.add_argument("--broker-profile", choices=("kafka", "embedded"))
@@ -33,6 +38,8 @@ def flag_overrides(args: argparse.Namespace) -> dict:
         "bootstrap_servers": args.bootstrap_servers,
         "pipeline": args.pipeline,
         "group_id": args.group_id,
+        "group_protocol": args.group_protocol,
+        "group_instance_id": args.group_instance_id,
         "input_topic": args.input_topic,
         "output_topic": args.output_topic,
         "broker_profile": args.broker_profile,

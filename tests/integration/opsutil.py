@@ -183,12 +183,14 @@ class WorkerProcess:
 
 def start_worker_process(
     broker: LocalBroker, topics: Topics, group_id: str, log_dir: Path, name: str, *,
-    pipeline: str = "ctr", **env: str,
+    pipeline: str = "ctr", args: tuple[str, ...] = (), **env: str,
 ) -> WorkerProcess:
+    """`broker` is any LocalBroker (Tansu or Apache Kafka; the worker gets its profile);
+    `args` are extra `tidebatch run` flags; `env` adds or overrides variables."""
     port = free_port()
     cmd = [
         sys.executable, "-m", "pipeline.cli", "run", "--pipeline", pipeline,
-        "--bootstrap-servers", broker.bootstrap_servers, "--broker-profile", broker.profile,
+        "--bootstrap-servers", broker.bootstrap_servers, "--broker-profile", broker.profile, *args,
         "--group-id", group_id, "--input-topic", topics.input, "--output-topic", topics.output,
         "--metrics-port", str(port),
     ]
@@ -238,13 +240,15 @@ def produce_ctr(bootstrap: str, topic: str, count: int, *, seed: int = 7, start:
 
 class ResultCollector:
     """Reads a result topic in a thread, like any downstream consumer: request id ->
-    number of results seen (more than one after a replay)."""
+    number of results seen (more than one after a replay), and the input partition
+    of each."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self, bootstrap: str, topic: str, *, profile: str | None = None) -> None:
         self.counts: dict[str, int] = {}
+        self.partition: dict[str, int] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        conf = consumer_config(profile_of(bootstrap), bootstrap, f"ops-results-{uuid.uuid4().hex[:10]}")
+        conf = consumer_config(profile or profile_of(bootstrap), bootstrap, f"ops-results-{uuid.uuid4().hex[:10]}")
         self._consumer = Consumer(conf)
         self._consumer.subscribe([topic])
         self._thread = threading.Thread(target=self._loop, name="results", daemon=True)
@@ -255,9 +259,11 @@ class ResultCollector:
             while not self._stop.is_set():
                 for m in self._consumer.consume(num_messages=500, timeout=0.1):
                     if m.error() is None:
-                        rid = orjson.loads(m.value())["request_id"]
+                        doc = orjson.loads(m.value())
+                        rid = doc["request_id"]
                         with self._lock:
                             self.counts[rid] = self.counts.get(rid, 0) + 1
+                            self.partition[rid] = doc["source"]["partition"]
         finally:
             self._consumer.close()
 
@@ -268,6 +274,11 @@ class ResultCollector:
     def duplicates(self) -> int:
         with self._lock:
             return sum(n - 1 for n in self.counts.values())
+
+    def duplicated(self) -> dict[str, int]:
+        """Request id -> results seen, for those seen more than once."""
+        with self._lock:
+            return {rid: n for rid, n in self.counts.items() if n > 1}
 
     def close(self) -> None:
         self._stop.set()

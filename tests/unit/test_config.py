@@ -76,3 +76,61 @@ def test_batch_cap_defaults_to_the_pipeline_and_config_wins() -> None:
     assert _policy_params(load_config(environ={}), camera)["max_batch_rows"] == camera
     explicit = load_config(overrides={"batching": {"max_batch_rows": 64}}, environ={})
     assert _policy_params(explicit, camera)["max_batch_rows"] == 64
+
+
+# ----------------------------------------------------------------------------- rebalancing
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"group_protocol": "eager"}, "config key 'group_protocol': 'eager' is not one of classic, consumer"),
+        ({"group_protocol": "consumer", "broker_profile": "embedded"}, "config key 'group_protocol': the embedded broker"),
+        ({"group_protocol": "consumer", "client": "kafka-python"}, "config key 'group_protocol': kafka-python has no"),
+        ({"group_remote_assignor": "uniform"}, "config key 'group_remote_assignor': only applies with group_protocol consumer"),
+        ({"group_protocol": "consumer", "group_remote_assignor": "sticky"}, "config key 'group_remote_assignor': 'sticky'"),
+        ({"group_protocol": "consumer", "session_timeout_ms": 6000}, "config key 'session_timeout_ms': with group_protocol"),
+        ({"session_timeout_ms": 0}, "config key 'session_timeout_ms': must be >= 1"),
+        ({"group_instance_id": ""}, "config key 'group_instance_id': must be 1..249 characters"),
+    ],
+)
+def test_group_keys_are_checked(overrides: dict, message: str) -> None:
+    with pytest.raises(UserError) as exc:
+        load_config(overrides=overrides, environ={})
+    assert message in str(exc.value)
+    assert "\n" not in str(exc.value)
+
+
+def test_group_instance_id_from_its_key_or_a_named_variable() -> None:
+    assert load_config(environ={}).instance_id({}) is None  # dynamic membership
+    cfg = load_config(environ={"TIDEBATCH_GROUP_INSTANCE_ID": "worker-3"})
+    assert cfg.instance_id({"POD_NAME": "ignored"}) == "worker-3"
+    cfg = load_config(environ={"TIDEBATCH_GROUP_INSTANCE_ID_ENV": "POD_NAME"})
+    assert cfg.instance_id({"POD_NAME": "tidebatch-worker-7c9d-x2"}) == "tidebatch-worker-7c9d-x2"
+    with pytest.raises(UserError, match=r"config key 'group_instance_id_env': \$POD_NAME is not set or empty"):
+        cfg.instance_id({"HOSTNAME": "h"})
+
+
+def test_group_keys_become_client_settings() -> None:
+    from pipeline.kafka_backend import group_overrides
+
+    cfg = load_config(overrides={"group_instance_id": "w0", "session_timeout_ms": 12000}, environ={})
+    assert group_overrides(cfg, "confluent") == {
+        "group.instance.id": "w0", "session.timeout.ms": 12000, "heartbeat.interval.ms": 2000,
+    }
+    assert group_overrides(cfg, "kafka-python") == {
+        "group_instance_id": "w0", "session_timeout_ms": 12000, "heartbeat_interval_ms": 2000,
+    }
+    cfg = load_config(overrides={"group_protocol": "consumer", "group_remote_assignor": "range"}, environ={})
+    assert group_overrides(cfg, "confluent") == {"group.protocol": "consumer", "group.remote.assignor": "range"}
+    assert group_overrides(load_config(environ={}), "confluent") == {}  # the profile's defaults stay
+
+
+def test_run_flags_set_the_group_keys() -> None:
+    import argparse
+
+    from pipeline.commands import run
+
+    parser = argparse.ArgumentParser()
+    run.add_parser(parser.add_subparsers())
+    args = parser.parse_args(["run", "--group-protocol", "consumer", "--group-instance-id", "pod-1"])
+    cfg = load_config(overrides=run.flag_overrides(args), environ={})
+    assert (cfg.group_protocol, cfg.group_instance_id) == ("consumer", "pod-1")

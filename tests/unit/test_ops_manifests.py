@@ -191,6 +191,20 @@ def test_k8s_config_map_is_a_valid_config(k8s, tmp_path):
     assert cfg.metrics.host == "0.0.0.0" and cfg.metrics.port == 9400
 
 
+def test_k8s_pod_name_can_be_the_group_instance_id(k8s, tmp_path):
+    """The downward API gives the pod's name; the ConfigMap's commented line turns
+    static membership on with it."""
+    (container,) = k8s["Deployment"]["spec"]["template"]["spec"]["containers"]
+    (pod_name,) = [e for e in container["env"] if e["name"] == "POD_NAME"]
+    assert pod_name["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    text = k8s["ConfigMap"]["data"]["worker.yaml"]
+    assert "# group_instance_id_env: POD_NAME" in text
+    path = tmp_path / "worker.yaml"
+    path.write_text(text.replace("# group_instance_id_env", "group_instance_id_env"))
+    cfg = load_config(path, environ={})
+    assert cfg.instance_id({"POD_NAME": "tidebatch-worker-0"}) == "tidebatch-worker-0"
+
+
 def test_keda_scales_the_deployment_on_its_consumer_lag(k8s):
     spec = k8s["ScaledObject"]["spec"]
     assert spec["scaleTargetRef"]["name"] == k8s["Deployment"]["metadata"]["name"]
@@ -202,7 +216,7 @@ def test_keda_scales_the_deployment_on_its_consumer_lag(k8s):
     assert int(meta["lagThreshold"]) > 0
     assert meta["offsetResetPolicy"] == "earliest"  # what the workers use
     (container,) = k8s["Deployment"]["spec"]["template"]["spec"]["containers"]
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
     assert meta["consumerGroup"] == env["TIDEBATCH_GROUP_ID"]
     cfg = yaml.safe_load(k8s["ConfigMap"]["data"]["worker.yaml"])
     assert meta["bootstrapServers"] == cfg["bootstrap_servers"]

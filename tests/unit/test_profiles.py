@@ -170,3 +170,56 @@ def test_large_message_overrides_are_consistent() -> None:
 def test_large_message_overrides_rejects_impossible_sizes(size: int) -> None:
     with pytest.raises(UserError, match="max message size"):
         large_message_overrides(size)
+
+
+# ----------------------------------------------------------------------------- rebalancing
+CLASSIC_ONLY = ("partition.assignment.strategy", "session.timeout.ms", "heartbeat.interval.ms")
+
+
+def test_classic_is_cooperative_sticky_by_default() -> None:
+    config = consumer_config(KAFKA, BOOTSTRAP, "g")
+    assert config["partition.assignment.strategy"] == "cooperative-sticky"
+    assert "group.protocol" not in config  # librdkafka's default: classic
+
+
+def test_consumer_protocol_drops_the_classic_only_settings() -> None:
+    """librdkafka refuses to start with any of them under group.protocol=consumer."""
+    config = consumer_config(KAFKA, NO_BROKERS, "g", {"group.protocol": "consumer", "group.remote.assignor": "uniform"})
+    assert not set(CLASSIC_ONLY) & set(config)
+    assert config["group.remote.assignor"] == "uniform"
+    Consumer(config, logger=quiet_logger()).close()  # accepted as a whole
+
+
+@pytest.mark.parametrize("key", CLASSIC_ONLY)
+def test_consumer_protocol_refuses_a_classic_only_override(key: str) -> None:
+    with pytest.raises(UserError) as caught:
+        consumer_config(KAFKA, BOOTSTRAP, "g", {"group.protocol": "consumer", key: "1000"})
+    assert key in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_embedded_broker_refuses_the_consumer_protocol() -> None:
+    with pytest.raises(UserError, match=r"^group.protocol=consumer \(KIP-848\) is not supported by the embedded"):
+        consumer_config(EMBEDDED, BOOTSTRAP, "g", {"group.protocol": "consumer"})
+
+
+def test_remote_assignor_needs_the_consumer_protocol() -> None:
+    with pytest.raises(UserError, match="group.remote.assignor only applies with group.protocol=consumer"):
+        consumer_config(KAFKA, BOOTSTRAP, "g", {"group.remote.assignor": "range"})
+
+
+def test_static_membership_is_accepted_by_both_clients() -> None:
+    from kafka import KafkaConsumer
+
+    config = consumer_config(KAFKA, NO_BROKERS, "g", {"group.instance.id": "worker-0"})
+    Consumer(config, logger=quiet_logger()).close()
+    kp = kafka_python_consumer_config(KAFKA, BOOTSTRAP, "g", {"group_instance_id": "worker-0"})
+    assert kp["group_instance_id"] == "worker-0"
+    assert set(kp) <= set(KafkaConsumer.DEFAULT_CONFIG)
+
+
+@pytest.mark.parametrize("key", ["group_protocol", "group_remote_assignor"])
+def test_kafka_python_refuses_what_it_cannot_speak(key: str) -> None:
+    with pytest.raises(UserError) as caught:
+        kafka_python_consumer_config(KAFKA, BOOTSTRAP, "g", {key: "consumer"})
+    assert str(caught.value).startswith(f"kafka-python does not support {key}")
+    assert "\n" not in str(caught.value)
