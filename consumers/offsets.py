@@ -15,12 +15,13 @@ TopicPartition = tuple[str, int]
 
 
 class _PartitionState:
-    __slots__ = ("order", "needs", "committed")
+    __slots__ = ("order", "needs", "done_to", "committed")
 
     def __init__(self) -> None:
         self.order: deque[int] = deque()  # consumed offsets, in consumption order
         self.needs: dict[int, int] = {}  # offset -> acks still missing
-        self.committed: int | None = None  # next offset to consume, as last committed
+        self.done_to: int | None = None  # one past the last contiguous done offset
+        self.committed: int | None = None  # the last watermark Kafka confirmed as committed
 
 
 class OffsetTracker:
@@ -78,19 +79,29 @@ class OffsetTracker:
             last_done = st.order.popleft()
             del st.needs[last_done]
         if last_done is not None:
-            st.committed = last_done + 1
-        return st.committed
+            st.done_to = last_done + 1
+        return st.done_to
 
     def committable(self) -> dict[TopicPartition, int]:
-        """Watermarks that moved since they were last taken; take them and commit."""
+        """Watermarks Kafka has not confirmed yet; commit them, then report success with
+        committed(). Taking them marks nothing: a commit that fails (during a rebalance,
+        say: ILLEGAL_GENERATION) is offered again next time instead of being lost until
+        the watermark moves, which replayed results after every such rebalance."""
         out: dict[TopicPartition, int] = {}
         with self._lock:
             for tp, st in self._parts.items():
-                before = st.committed
                 wm = self._advance(tp)
-                if wm is not None and wm != before:
+                if wm is not None and wm != st.committed:
                     out[tp] = wm
         return out
+
+    def committed(self, offsets: dict[TopicPartition, int]) -> None:
+        """Kafka confirmed these watermarks (from committable()) as committed."""
+        with self._lock:
+            for tp, offset in offsets.items():
+                st = self._parts.get(tp)
+                if st is not None and (st.committed is None or offset > st.committed):
+                    st.committed = offset
 
     def pending(self, tp: TopicPartition | None = None) -> int:
         with self._lock:

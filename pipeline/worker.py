@@ -650,21 +650,22 @@ class Worker:
         if not offsets:
             return
         if not wait:
-            self.source.commit(offsets, on_done=self._committed)
+            self.source.commit(offsets, on_done=lambda err: self._committed(err, offsets))
             return
         try:
             self.source.commit(offsets)
         except Exception as exc:
-            self._committed(exc)
+            self._committed(exc, offsets)
         else:
-            self._committed(None)
+            self._committed(None, offsets)
 
-    def _committed(self, err: Exception | None) -> None:
+    def _committed(self, err: Exception | None, offsets: dict[TopicPartition, int]) -> None:
         if err is None:
+            self.tracker.committed(offsets)
             self.metrics.commits.labels(self.cfg.pipeline, "ok").inc()
             with self._stats_lock:
                 self.stats.commits += 1
-        else:  # a failed commit is retried at the next interval, with newer offsets
+        else:  # not marked committed: offered again at the next interval (tracker.committable)
             self.metrics.commits.labels(self.cfg.pipeline, "error").inc()
             log.warning("offset commit failed: %s", err)
 

@@ -12,7 +12,8 @@ def test_watermark_is_contiguous_done_prefix() -> None:
     assert tr.committable() == {}  # offset 0 still in flight: nothing may be committed
     tr.ack(TP, 0)
     assert tr.committable() == {TP: 3}  # next offset to consume after 0..2
-    assert tr.committable() == {}  # unchanged watermarks are not re-committed
+    tr.committed({TP: 3})
+    assert tr.committable() == {}  # confirmed watermarks are not re-committed
     tr.ack(TP, 4)
     assert tr.committable() == {}
     tr.ack(TP, 3)
@@ -68,3 +69,40 @@ def test_track_many_equals_track_one_by_one() -> None:
         tr.ack(TP, 1)
     assert a.committable() == b.committable() == {TP: 2}
     assert a.pending() == b.pending() == 1
+
+
+def test_a_commit_that_failed_is_offered_again() -> None:
+    """committable() used to mark what it returned as committed: a commit refused during
+    a rebalance (ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS) was never retried, and the
+    partition's next owner replayed everything since the last commit that worked."""
+    tr = OffsetTracker()
+    tr.track(TP, 0)
+    tr.ack(TP, 0)
+    assert tr.committable() == {TP: 1}
+    # ...the commit failed: nothing confirmed
+    assert tr.committable() == {TP: 1}
+    tr.committed({TP: 1})
+    assert tr.committable() == {}
+
+
+def test_committing_some_partitions_leaves_the_others_offered() -> None:
+    """A revoke commits only the revoked partitions; the others' watermarks must still
+    be offered at the next interval."""
+    tr = OffsetTracker()
+    a, b = ("t", 0), ("t", 1)
+    for tp in (a, b):
+        tr.track(tp, 0)
+        tr.ack(tp, 0)
+    taken = tr.committable()
+    tr.committed({a: taken[a]})  # only the revoked partition a was committed
+    assert tr.committable() == {b: 1}
+
+
+def test_an_older_confirmation_never_moves_the_committed_watermark_back() -> None:
+    tr = OffsetTracker()
+    for off in range(3):
+        tr.track(TP, off)
+        tr.ack(TP, off)
+    tr.committed({TP: 3})
+    tr.committed({TP: 1})  # an earlier asynchronous commit answered late
+    assert tr.committable() == {}
