@@ -22,7 +22,6 @@ the broker is back, which is no loop on one record).
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -93,7 +92,6 @@ class Outcomes:
         self.on_undeliverable = on_undeliverable
         self._count = count
         self._fail = fail
-        self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ results
     def result_too_large(self, rec: SourceRecord, value: bytes) -> str | None:
