@@ -204,8 +204,14 @@ def test_sigterm_finishes_in_flight_commits_and_exits_zero(
     docs = result_docs(read_topic(broker.bootstrap_servers, out, n, timeout=10))
     committed = committed_offsets(broker.bootstrap_servers, unique_group_id, inp, 2)
     done = {(d["source"]["partition"], d["source"]["offset"]) for d in docs}
+    assert any(offset >= 0 for offset in committed.values()), "nothing committed on shutdown"
     for partition, offset in committed.items():
-        assert offset >= 0, "nothing committed on shutdown"
+        if offset < 0:
+            # Nothing consumed from it before the SIGTERM (kafka-python fetches one
+            # partition's records first; on Apache Kafka the 200 results can all come from
+            # the other partition): nothing to commit, so no result may come from it.
+            assert not any(p == partition for p, _ in done), f"partition {partition} scored but not committed"
+            continue
         # Every offset below the committed one has its result: nothing committed unscored.
         missing = [o for o in range(offset) if (partition, o) not in done]
         assert not missing, f"partition {partition}: committed {offset} but {len(missing)} unscored"
