@@ -74,10 +74,12 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBrok
         yield running
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
     """A three-node Apache Kafka (RF 3, min.insync.replicas 2), started on first use.
-    Shared by the session: a test that kills a node restarts it before it ends."""
+    Shared by a module's tests (a test that kills a node restarts it before it ends),
+    stopped after them: three idle JVMs left running for the rest of the session
+    starved the single-node broker's heartbeats on 2 cores."""
     with KafkaBroker(nodes=3, workdir=tmp_path_factory.mktemp("kafka-cluster")) as running:
         register_broker(running)
         yield running
