@@ -5,6 +5,10 @@ slower (../shared/BROKER.md). Install `crc32c` with it: 4-5x faster record check
 
 Threading differs from librdkafka: kafka-python runs delivery callbacks in its own
 sender thread, so `poll()` has nothing to serve; the offset tracker is thread-safe.
+kafka-python 3 also calls rebalance listeners on its IO thread, where a synchronous
+commit is refused ("Cannot block on net.run() from the IO thread itself"): the source
+queues the rebalance there and hands it to the worker from poll_batch(), in the
+source thread, as librdkafka does (see `_Listener`).
 """
 
 from __future__ import annotations
@@ -27,16 +31,32 @@ log = logging.getLogger(__name__)
 
 RebalanceCallback = Callable[[list[TopicPartition]], None]
 
+# The longest one poll_batch() waits for a group join to finish (see _finish_join):
+# a join waits for every member to rejoin, seconds when they heartbeat every 3 s.
+_JOIN_WAIT_MS = 30_000
+# A join in progress this long (no member's revoke waits more than 10 s) is stuck.
+_STUCK_JOIN_S = 20.0
+
 
 class _Listener(ConsumerRebalanceListener):
+    """Runs on kafka-python's IO thread: only notes what changed. The worker's revoke
+    (finish the partitions' work, commit it) then runs in the source thread right
+    after poll() returns, before the next poll() lets the group move on: the next
+    owner cannot get the partitions until this member rejoins, so the commit still
+    lands first, as the Java consumer's onPartitionsRevoked would."""
+
     def __init__(self, source: KafkaPythonSource) -> None:
         self._source = source
 
     def on_partitions_revoked(self, revoked: Any) -> None:
-        self._source._on_revoke([(p.topic, p.partition) for p in revoked])
+        self._source._note("revoke", list(revoked))
 
     def on_partitions_assigned(self, assigned: Any) -> None:
-        self._source._assigned(list(assigned))
+        parts = list(assigned)
+        if self._source.paused and parts:
+            # Handed over during backpressure: start paused, before any fetch.
+            self._source._consumer.pause(*parts)
+        self._source._note("assign", parts)
 
 
 class KafkaPythonSource:
@@ -46,22 +66,93 @@ class KafkaPythonSource:
         topics: list[str],
         on_assign: RebalanceCallback,
         on_revoke: RebalanceCallback,
+        consumer_factory: Callable[..., Any] = KafkaConsumer,
     ) -> None:
-        self._consumer = KafkaConsumer(**dict(config))
+        self._consumer = consumer_factory(**dict(config))
         self._on_assign = on_assign
         self._on_revoke = on_revoke
         self._paused = False
+        self._events: list[tuple[str, list[TopicPartition]]] = []
+        self._events_lock = threading.Lock()
+        self._rebalancing_since: float | None = None
         self._consumer.subscribe(topics=topics, listener=_Listener(self))
+        # Know the topics' partitions before joining. kafka-python 3 joins the group
+        # without waiting for the subscription's metadata (it waits only for patterns,
+        # coordinator/consumer.py, KAFKA-3949): a leader whose metadata arrived after
+        # it assigned gave its group nothing and never rejoined, 1-2 times in 25 under
+        # CPU load (bench/kafka_python_join.py). After subscribe(), so that the fetch
+        # also sets the coordinator's metadata snapshot: fetched before, the snapshot
+        # stayed empty until the first assignment's own refresh, which then differed
+        # and started a second join at once (where the stuck joins were seen). One
+        # fetch: a topic that does not exist yet is not found, and the subscription
+        # retries as before.
+        for topic in topics:
+            self._consumer.partitions_for_topic(topic)
 
-    def _assigned(self, parts: list[KpTopicPartition]) -> None:
-        if self._paused and parts:
-            self._consumer.pause(*parts)  # handed over during backpressure: start paused
-        self._on_assign([(p.topic, p.partition) for p in parts])
+    def _finish_join(self) -> None:
+        """Wait for a group (re)join in one call. kafka-python 3.0.12 drops a JoinGroup +
+        SyncGroup that completes after the poll() waiting on it gave up, and starts a
+        new join (coordinator/base.py join_group_async: a done join task is replaced,
+        its result unread). The worker polls every 20 ms: under load the round trip
+        took longer, every time, and the group never settled, commits failing with
+        RebalanceInProgressError (seen in CI). The wait ends once joined; the source
+        loop stalls only while the group rebalances, as a Java consumer's poll() does."""
+        coordinator = getattr(self._consumer, "_coordinator", None)
+        if coordinator is None:
+            return
+        self._unstick_join(coordinator)
+        if coordinator.need_rejoin():
+            coordinator.poll(timeout_ms=_JOIN_WAIT_MS)
+
+    def _unstick_join(self, coordinator: Any) -> None:
+        """Start the join again when one has gone nowhere for _STUCK_JOIN_S. Under CPU
+        load kafka-python 3.0.12 sometimes leaves a member mid-join for good (state
+        REBALANCING, its join task never completing, no new join asked for): commits
+        failed for minutes, until the next member's join pushed this one out of the
+        group (seen in CI). A fresh JoinGroup from the same member completes the round."""
+        if not coordinator.rebalance_in_progress():
+            self._rebalancing_since = None
+            return
+        now = time.monotonic()
+        if self._rebalancing_since is None:
+            self._rebalancing_since = now
+        elif now - self._rebalancing_since >= _STUCK_JOIN_S:
+            log.warning("kafka-python group join stuck for %.0f s: joining again", now - self._rebalancing_since)
+            self._rebalancing_since = now
+            coordinator._join_task = None  # the stuck one's result would be dropped anyway
+            coordinator.request_rejoin()
+
+    def _note(self, kind: str, parts: list[KpTopicPartition]) -> None:
+        with self._events_lock:
+            self._events.append((kind, [(p.topic, p.partition) for p in parts]))
+
+    def _deliver_rebalances(self) -> set[TopicPartition]:
+        """Hand the rebalances noted during poll() to the worker, in order; returns
+        the partitions revoked and not assigned again."""
+        with self._events_lock:
+            events, self._events = self._events, []
+        gone: set[TopicPartition] = set()
+        for kind, tps in events:
+            if kind == "revoke":
+                gone.update(tps)
+                if tps:
+                    self._on_revoke(tps)
+            else:
+                gone.difference_update(tps)
+                self._on_assign(tps)
+        return gone
 
     def poll_batch(self, max_records: int, timeout: float) -> list[SourceRecord]:
+        self._finish_join()
+        # A revoke of that join is committed before poll() may start the follow-up join
+        # that gives the partitions to their next owner.
+        gone = self._deliver_rebalances()
         batches = self._consumer.poll(timeout_ms=int(timeout * 1000), max_records=max_records)
+        gone |= self._deliver_rebalances()
         out: list[SourceRecord] = []
         for tp, records in batches.items():
+            if (tp.topic, tp.partition) in gone:
+                continue  # fetched before the revoke: the next owner reads them
             for r in records:
                 out.append(
                     SourceRecord(
@@ -85,7 +176,13 @@ class KafkaPythonSource:
             return
         parts = {KpTopicPartition(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in offsets.items()}
         if on_done is None:
-            self._consumer.commit(parts)
+            try:
+                self._consumer.commit(parts)
+            except kafka_errors.RebalanceInProgressError:
+                # kafka-python moves a join on only inside poll(): a worker stopping
+                # mid-rebalance (it no longer polls) finishes the join, then commits.
+                self._finish_join()
+                self._consumer.commit(parts)
             return
 
         def done(_offsets: Any, response: Any) -> None:

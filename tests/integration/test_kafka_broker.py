@@ -271,6 +271,40 @@ def test_ctr_worker_in_process_on_both_clients(kafka_broker, kafka_topic_factory
     assert sum(committed_offsets(bootstrap, unique_group_id, inp, 2, profile=KAFKA).values()) == n
 
 
+@pytest.mark.parametrize("client", ["confluent", "kafka-python"])
+def test_a_revoked_partition_s_done_work_is_committed_before_it_moves(
+    kafka_broker, kafka_topic_factory, unique_group_id, client
+) -> None:
+    """A second member joins; the first gives up a partition and commits its finished
+    work at the revoke, so the new owner replays nothing. kafka-python 3 calls the
+    rebalance listener on its IO thread, where this commit used to be refused ("Cannot
+    block on net.run() from the IO thread itself"): the partition moved uncommitted."""
+    n = 400
+    bootstrap = kafka_broker.bootstrap_servers
+    inp, out = _ctr_topics(kafka_topic_factory)
+    factory = CtrRequestFactory(seed=67)
+    requests = [factory.make(i) for i in range(n)]
+    # No periodic commit within the test: only the revoke can commit.
+    cfg = worker_config(
+        bootstrap, inp, out, unique_group_id, profile=KAFKA, dlq_topic=f"{inp}.dlq", client=client,
+        commit_interval_ms=3_600_000,
+    )
+    with running_worker(cfg) as first:
+        produce_values(bootstrap, inp, requests, profile=KAFKA)
+        docs = result_docs(read_topic(bootstrap, out, n, timeout=120, profile=KAFKA))
+        per_partition = Counter(d["source"]["partition"] for d in docs)
+        assert set(per_partition) == {0, 1}
+        done = lambda: all(first.tracker.watermark((inp, p)) == per_partition[p] for p in (0, 1))  # noqa: E731
+        wait_for(done, 30, "results published but not done")
+        with running_worker(cfg) as second:
+            wait_for(lambda: len(first.assigned) == 1 and len(second.assigned) == 1, 60, "no rebalance")
+            [(_, moved)] = second.assigned
+            committed = committed_offsets(bootstrap, unique_group_id, inp, 2, profile=KAFKA)
+            # Committed at the revoke, before the second member got it: it starts after
+            # the first member's last result, replaying nothing.
+            assert committed[moved] == per_partition[moved], (committed, dict(per_partition))
+
+
 # ----------------------------------------------------------------------------- 3 nodes
 def test_three_nodes_lose_nothing_when_a_partition_leader_is_killed(kafka_cluster, cluster_topic_factory) -> None:
     n = 3000
