@@ -1,8 +1,8 @@
 """Rebalancing the way production does it (issue 16, part 3), on real Apache Kafka:
 three `tidebatch run` workers on a 12-partition topic while requests flow at a steady
 rate; workers join one by one, one leaves (SIGTERM), one is SIGKILLed and restarted.
-Every request gets its outcome (duplicates only as replays of partitions that moved
-or whose worker was SIGKILLed),
+Every request gets its outcome (duplicates only as replays of the partitions whose
+worker was SIGKILLed: a revoke and a clean SIGTERM commit their work first),
 and at each step the partitions that moved are what the protocol promises.
 
 Moves are read from the workers' own `assigned [...]` / `revoked [...]` log lines (the
@@ -342,10 +342,12 @@ def test_rebalance_moves_only_what_the_protocol_promises(
             }),
             flush=True,
         )
-        # At-least-once: a request is scored twice only when its partition changed
-        # owner (work in flight at a revoke) or its worker was SIGKILLed (uncommitted
-        # work) -- never where nothing moved, nor after a clean SIGTERM restart.
-        assert replayed <= group.moved | group.crashed, (sorted(replayed), sorted(group.moved | group.crashed))
+        # At-least-once: a request is scored twice only where its worker was SIGKILLed
+        # (uncommitted work). A revoke finishes and commits its partitions' work before
+        # they move, and a clean SIGTERM commits before it leaves, so neither replays
+        # (this allowed moved partitions too while a commit refused mid-rebalance was
+        # not retried: OffsetTracker.committed() is only told once Kafka confirms).
+        assert replayed <= group.crashed, (sorted(replayed), sorted(group.crashed), sorted(group.moved))
     finally:
         producer.halt()
         outcomes.close()
