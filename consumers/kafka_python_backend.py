@@ -1,7 +1,8 @@
 """kafka-python source and producer: the pure-Python backend (`client: kafka-python`),
 for platforms without librdkafka wheels. Same contract as consumers/confluent_backend.py
-(same delivery guarantees, offset tracking, pause/resume and DLQ in the worker), 5-20x
-slower (../shared/BROKER.md). Install `crc32c` with it: 4-5x faster record checks.
+(same delivery guarantees, offset tracking, pause/resume and DLQ in the worker), slower
+per record: a worker drains at about half the confluent client's rate with it (README.md).
+Install `crc32c` with it: 4-5x faster record checks.
 
 Threading differs from librdkafka: kafka-python runs delivery callbacks in its own
 sender thread, so `poll()` has nothing to serve; the offset tracker is thread-safe.

@@ -121,7 +121,7 @@ class KafkaOverrides:
 class WorkerConfig:
     pipeline: str = "ctr"
     bootstrap_servers: str = "127.0.0.1:9092"
-    broker_profile: str = "kafka"  # or "embedded" (Tansu workarounds, ../shared/BROKER.md)
+    broker_profile: str = "kafka"  # or "embedded" (Tansu workarounds, docs/BROKERS.md)
     client: str = "confluent"  # or "kafka-python"
     group_id: str | None = None  # default: tidebatch-<pipeline>
     # Rebalancing (docs/OPERATIONS.md, "Rebalancing"). "classic": JoinGroup/SyncGroup
