@@ -36,6 +36,7 @@ OUT = REPO / "out" / "bench"
 # --broker: Apache Kafka (what users run; the default) or the embedded Tansu broker.
 BROKERS = ("kafka", "tansu")
 _PROFILES: dict[str, str] = {}  # bootstrap address -> profile of the broker there
+_BROKER_PIDS: dict[str, list[int]] = {}  # bootstrap address -> its broker processes
 
 
 def profile_of(bootstrap: str) -> str:
@@ -52,7 +53,46 @@ def local_broker(engine: str = "kafka") -> Iterator[LocalBroker]:
     broker: LocalBroker = EmbeddedBroker(log_path=OUT / "broker.log") if engine == "tansu" else KafkaBroker()
     with broker:
         _PROFILES[broker.bootstrap_servers] = broker.profile
+        _BROKER_PIDS[broker.bootstrap_servers] = _pids_of(broker)
         yield broker
+
+
+def _pids_of(broker: LocalBroker) -> list[int]:
+    if isinstance(broker, KafkaBroker):
+        return [n.proc.pid for n in broker.nodes if n.proc is not None]
+    pid = getattr(broker, "pid", None)
+    return [pid] if pid else []
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far, all its threads (0 once gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+@contextmanager
+def cpu_shares(bootstrap: str, worker_pid: int) -> Iterator[dict[str, float]]:
+    """Cores used while the block runs, by the load generator (this process: the
+    bench produces from it), the worker and the broker: on a 2-core machine the
+    three share the CPU, and a figure means little without the split. Filled on exit."""
+    brokers = _BROKER_PIDS.get(bootstrap, [])
+    wall0, gen0 = time.monotonic(), time.process_time()
+    worker0 = cpu_seconds(worker_pid)
+    broker0 = sum(cpu_seconds(p) for p in brokers)
+    shares: dict[str, float] = {}
+    yield shares
+    wall = max(time.monotonic() - wall0, 1e-9)
+    shares["generator"] = (time.process_time() - gen0) / wall
+    shares["worker"] = (cpu_seconds(worker_pid) - worker0) / wall
+    shares["broker"] = (sum(cpu_seconds(p) for p in brokers) - broker0) / wall if brokers else float("nan")
+
+
+def cpu_text(shares: dict[str, float]) -> str:
+    """'cores: generator 0.31, worker 0.95, broker 0.40' (cores, not percent)."""
+    return "cores: " + ", ".join(f"{k} {v:.2f}" for k, v in shares.items())
 
 
 class RequestPool:

@@ -49,6 +49,8 @@ from bench.harness import (  # noqa: E402
     BROKERS,
     OUT,
     RequestPool,
+    cpu_shares,
+    cpu_text,
     drain_throughput,
     drop_topics,
     fresh_topics,
@@ -143,12 +145,13 @@ def latency(
     inp, out = fresh_topics(bootstrap, f"bench-lat-{policy}{tag}")
     run = f"lat-{policy}"
     env = {**(STATIC_ENV if policy == "static" else {}), **(runtime_env or {})}
-    with worker_process(bootstrap, inp, out, policy, extra_env=env, log_name=f"lat-{policy}{tag}"):
-        sent = open_loop(bootstrap, inp, pool, rate, seconds, run)
+    with worker_process(bootstrap, inp, out, policy, extra_env=env, log_name=f"lat-{policy}{tag}") as proc:
+        with cpu_shares(bootstrap, proc.pid) as cores:
+            sent = open_loop(bootstrap, inp, pool, rate, seconds, run)
         res = read_results(bootstrap, out, sent, timeout=120, run=run)
     drop_topics(bootstrap, inp, out)
     p50, p99 = res.percentiles()
-    return {"rate": rate, "sent": sent, "results": len(res.docs), "p50_ms": p50, "p99_ms": p99}
+    return {"rate": rate, "sent": sent, "results": len(res.docs), "p50_ms": p50, "p99_ms": p99, "cpu_cores": cores}
 
 
 def _tag(runtime_env: dict | None) -> str:
@@ -313,8 +316,8 @@ def run_report(engine: str, args: argparse.Namespace) -> dict:
     report["latency"] = {}
     for label, policy, env in latency_cases(policies):
         r = report["latency"][label] = fresh(engine, latency, pool, policy, rate, args.latency_seconds, env)
-        print(f"[{engine}] latency, {label} @ {rate:.0f} req/s: p50 {r['p50_ms']:.1f} ms p99 {r['p99_ms']:.1f} ms",
-              flush=True)
+        print(f"[{engine}] latency, {label} @ {rate:.0f} req/s: p50 {r['p50_ms']:.1f} ms p99 {r['p99_ms']:.1f} ms; "
+              f"{cpu_text(r['cpu_cores'])}", flush=True)
     report["model_peak_runs"].append(_peak())
     report["model_peak"] = max(report["model_peak_runs"], key=lambda p: p["rows_per_s"])
     if args.soak:

@@ -11,7 +11,10 @@
     .venv/bin/python bench/policies.py [--seconds 15] [--quick] [--camera-text]
 
 Prints tables, draws out/bench/policies-BROKER.png, writes out/bench/policies-BROKER.json
-(--broker kafka, the default, or tansu).
+(--broker kafka, the default, or tansu; --broker both runs each on a broker of its own
+and then prints them side by side). Every steady-load line gives the cores the
+generator (this process), the worker and the broker used meanwhile: they share the
+machine's two cores, so a latency figure is read with that split.
 --camera-text then runs the camera and text pipelines' section (bench/camera_text.py:
 none/static/adaptive on frames, bucketed vs pad-to-longest vs no batching on texts).
 Timings on this 2-core machine are noisy: compare rows of one run, not runs.
@@ -34,6 +37,8 @@ from bench.harness import (  # noqa: E402
     BROKERS,
     OUT,
     RequestPool,
+    cpu_shares,
+    cpu_text,
     drain_throughput,
     fresh_topics,
     local_broker,
@@ -72,16 +77,17 @@ def run_scenario(bs: str, pool: RequestPool, name: str, rate_fn, seconds: float,
     env = {**env, **(extra_env or {})}
     inp, out = fresh_topics(bs, f"bench-{name}")
     run = f"r{uuid.uuid4().hex[:6]}"
-    with worker_process(bs, inp, out, policy, extra_env=env, log_name=f"policies-{name}"):
+    with worker_process(bs, inp, out, policy, extra_env=env, log_name=f"policies-{name}") as proc:
         t0_ms = time.time() * 1000.0
-        sent = open_loop(bs, inp, pool, rate_fn, seconds, run, priority_fn=priority_fn)
+        with cpu_shares(bs, proc.pid) as cores:
+            sent = open_loop(bs, inp, pool, rate_fn, seconds, run, priority_fn=priority_fn)
         deadline = time.monotonic() + 120
         results = read_results(bs, out, sent, timeout=10, run=run)
         routed = read_request_ids(bs, f"{inp}.late", run, idle_timeout=1.0)
         while len(results.docs) + len(routed) < sent and time.monotonic() < deadline:
             results = read_results(bs, out, sent - len(routed), timeout=10, run=run)
             routed = read_request_ids(bs, f"{inp}.late", run, idle_timeout=1.0)
-    return summarise(results, routed, sent, t0_ms, seconds)
+    return {**summarise(results, routed, sent, t0_ms, seconds), "cpu_cores": cores}
 
 
 def summarise(results, routed: set[str], sent: int, t0_ms: float, seconds: float) -> dict:
@@ -148,20 +154,16 @@ def tune_static(bs: str, pool: RequestPool, rate: float, seconds: float) -> tupl
     return env, trials
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--broker", choices=BROKERS, default="kafka",
-                    help="Apache Kafka, one local node (default), or the embedded Tansu broker")
-    ap.add_argument("--seconds", type=float, default=15.0, help="length of each steady-load run")
-    ap.add_argument("--backlog", type=int, default=20_000, help="requests preloaded to measure capacity")
-    ap.add_argument("--quick", action="store_true", help="shorter runs, no static grid")
-    ap.add_argument("--camera-text", action="store_true", help="also run the camera and text section")
-    ap.add_argument("--overload-only", action="store_true", help="capacity + the overload scenarios only")
-    args = ap.parse_args()
+STEADY_POLICIES = ["none", "static-64", "static-tuned", "greedy", "adaptive"]
+OVER_POLICIES = ["greedy", "static-64", "adaptive", "adaptive-score"]
+LOADS = [0.1, 0.5, 0.9]
+
+
+def run_report(engine: str, args: argparse.Namespace, pool: RequestPool) -> dict:
+    """Capacity, steady loads and overload scenarios on one broker of its own."""
     seconds = 6.0 if args.quick else args.seconds
-    pool = RequestPool()
-    report: dict = {"broker": args.broker, "slo_ms": SLO_MS, "mean_rows_per_request": pool.mean_rows}
-    with local_broker(args.broker) as broker:
+    report: dict = {"broker": engine, "slo_ms": SLO_MS, "mean_rows_per_request": pool.mean_rows}
+    with local_broker(engine) as broker:
         bs = broker.bootstrap_servers
         inp, out = fresh_topics(bs, "bench-capacity")
         preload(bs, inp, pool, args.backlog, "cap")
@@ -173,7 +175,7 @@ def main() -> int:
             cap_res = read_results(bs, out, args.backlog, timeout=600, run="cap")
         capacity, capacity_rows = drain_throughput(cap_res)
         report["capacity_req_s"], report["capacity_rows_s"] = capacity, capacity_rows
-        print(f"capacity: {capacity:.0f} req/s ({capacity_rows:.0f} rows/s)", flush=True)
+        print(f"[{engine}] capacity: {capacity:.0f} req/s ({capacity_rows:.0f} rows/s)", flush=True)
 
         if args.quick or args.overload_only:
             tuned = {"TIDEBATCH_BATCHING__MAX_BATCH_ROWS": "64", "TIDEBATCH_BATCHING__MAX_QUEUE_DELAY_MS": "2"}
@@ -181,17 +183,17 @@ def main() -> int:
         else:
             tuned, report["static_tuned_grid"] = tune_static(bs, pool, 0.5 * capacity, seconds * 0.6)
         report["static_tuned"] = tuned
-        print(f"static-tuned: {tuned}", flush=True)
+        print(f"[{engine}] static-tuned: {tuned}", flush=True)
 
-        policies = [] if args.overload_only else ["none", "static-64", "static-tuned", "greedy", "adaptive"]
-        loads = [0.1, 0.5, 0.9]
+        policies = [] if args.overload_only else STEADY_POLICIES
         steady: dict = {p: {} for p in policies}
         for p in policies:
-            for load in loads:
+            for load in LOADS:
                 r = run_scenario(bs, pool, p, load * capacity, seconds, tuned)
                 steady[p][load] = r
-                print(f"{p:13s} {int(load * 100):3d}%: p50 {r['p50_ms']:7.1f} p99 {r['p99_ms']:8.1f} ms "
-                      f"miss {100 * r['slo_miss_rate']:5.1f}% batch {r['mean_batch_rows']:6.1f}", flush=True)
+                print(f"[{engine}] {p:13s} {int(load * 100):3d}%: p50 {r['p50_ms']:7.1f} p99 {r['p99_ms']:8.1f} ms "
+                      f"miss {100 * r['slo_miss_rate']:5.1f}% batch {r['mean_batch_rows']:6.1f}; "
+                      f"{cpu_text(r['cpu_cores'])}", flush=True)
             period = 4.0
 
             def onoff(t: float, period: float = period) -> float:
@@ -199,18 +201,18 @@ def main() -> int:
 
             r = run_scenario(bs, pool, p, onoff, seconds, tuned)
             steady[p]["onoff"] = r
-            print(f"{p:13s} on/off: p50 {r['p50_ms']:7.1f} p99 {r['p99_ms']:8.1f} ms miss {100 * r['slo_miss_rate']:5.1f}%", flush=True)
+            print(f"[{engine}] {p:13s} on/off: p50 {r['p50_ms']:7.1f} p99 {r['p99_ms']:8.1f} ms "
+                  f"miss {100 * r['slo_miss_rate']:5.1f}%", flush=True)
         report["steady"] = {p: {str(k): public(v) for k, v in d.items()} for p, d in steady.items()}
 
-        over_policies = ["greedy", "static-64", "adaptive", "adaptive-score"]
-        scen: dict = {p: {} for p in over_policies}
+        scen: dict = {p: {} for p in OVER_POLICIES}
         burst_len = 6.0 if args.quick else 10.0
         pre, post = 3.0, 8.0 if args.quick else 10.0
 
         def burst(t: float) -> float:
             return (1.5 if pre <= t < pre + burst_len else 0.5) * capacity
 
-        for p in over_policies:
+        for p in OVER_POLICIES:
             r = run_scenario(bs, pool, p, burst, pre + burst_len + post)
             r["burst_goodput_x_capacity"] = window_goodput(r, pre, pre + burst_len) / capacity
             r["recovery_s"] = recovery_s(r, pre + burst_len)
@@ -224,21 +226,70 @@ def main() -> int:
             r3["high_p99_ms"] = float(np.percentile(r3["_lat"][hi], 99)) if hi.any() else float("nan")
             r3["low_p99_ms"] = float(np.percentile(r3["_lat"][~hi], 99)) if (~hi).any() else float("nan")
             scen[p]["priorities"] = r3
-            print(f"{p:14s} burst goodput {r['burst_goodput_x_capacity']:.2f}x cap, recovery {r['recovery_s']:.1f} s; "
-                  f"overload goodput {r2['goodput_x_capacity']:.2f}x; high-prio p99 {r3['high_p99_ms']:.0f} ms", flush=True)
+            print(f"[{engine}] {p:14s} burst goodput {r['burst_goodput_x_capacity']:.2f}x cap, recovery "
+                  f"{r['recovery_s']:.1f} s; overload goodput {r2['goodput_x_capacity']:.2f}x; "
+                  f"high-prio p99 {r3['high_p99_ms']:.0f} ms", flush=True)
         report["overload"] = {p: {k: public(v) for k, v in d.items()} for p, d in scen.items()}
+    return report
 
-    name = f"{'policies-overload' if args.overload_only else 'policies'}-{args.broker}"
-    print_tables(report, policies, loads, over_policies)
-    plot(report, policies, loads, OUT / f"{name}.png")
-    (OUT / f"{name}.json").write_text(json.dumps(report, indent=2, default=float))
-    print(f"\nplot: {OUT / (name + '.png')}\njson: {OUT / (name + '.json')}")
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--broker", choices=[*BROKERS, "both"], default="kafka",
+                    help="Apache Kafka, one local node (default), the embedded Tansu broker, or both "
+                         "(one after the other, then a side-by-side table)")
+    ap.add_argument("--seconds", type=float, default=15.0, help="length of each steady-load run")
+    ap.add_argument("--backlog", type=int, default=20_000, help="requests preloaded to measure capacity")
+    ap.add_argument("--quick", action="store_true", help="shorter runs, no static grid")
+    ap.add_argument("--camera-text", action="store_true", help="also run the camera and text section")
+    ap.add_argument("--overload-only", action="store_true", help="capacity + the overload scenarios only")
+    args = ap.parse_args()
+    pool = RequestPool()
+    engines = list(BROKERS) if args.broker == "both" else [args.broker]
+    policies = [] if args.overload_only else STEADY_POLICIES
+    reports = {}
+    for engine in engines:
+        report = reports[engine] = run_report(engine, args, pool)
+        name = f"{'policies-overload' if args.overload_only else 'policies'}-{engine}"
+        print(f"\n=== {engine} ===")
+        print_tables(report, policies, LOADS, OVER_POLICIES)
+        plot(report, policies, LOADS, OUT / f"{name}.png")
+        (OUT / f"{name}.json").write_text(json.dumps(report, indent=2, default=float))
+        print(f"\nplot: {OUT / (name + '.png')}\njson: {OUT / (name + '.json')}")
+    if len(reports) > 1:
+        print("\n=== side by side ===")
+        print(side_by_side(reports, policies))
     if args.camera_text:
         from bench import camera_text
 
         sys.argv = [sys.argv[0], *(["--quick"] if args.quick else [])]
         return camera_text.main()
     return 0
+
+
+def _cell(r: dict) -> str:
+    return f"{r['p50_ms']:.0f} / {r['p99_ms']:.0f} ({100 * r['slo_miss_rate']:.0f}%)"
+
+
+def side_by_side(reports: dict[str, dict], policies: list[str]) -> str:
+    """One row per policy and load, one column per broker: p50 / p99 ms (SLO-miss %);
+    then goodput under overload, and the cores each process used at 50 % load."""
+    engines = list(reports)
+    rows = [["capacity, req/s (rows/s)", *(f"{reports[e]['capacity_req_s']:.0f} ({reports[e]['capacity_rows_s']:.0f})"
+                                           for e in engines)]]
+    for p in policies:
+        for k in [str(x) for x in LOADS] + ["onoff"]:
+            what = "on/off bursts" if k == "onoff" else f"{100 * float(k):.0f}%"
+            rows.append([f"{p}, {what}", *(_cell(reports[e]["steady"][p][k]) for e in engines)])
+    for p in OVER_POLICIES:
+        rows.append([f"{p}, burst / 120% goodput (x capacity)",
+                     *(f"{reports[e]['overload'][p]['burst']['burst_goodput_x_capacity']:.2f} / "
+                       f"{reports[e]['overload'][p]['overload']['goodput_x_capacity']:.2f}" for e in engines)])
+    for p in policies:
+        rows.append([f"{p}, 50%: cores generator / worker / broker",
+                     *("{generator:.2f} / {worker:.2f} / {broker:.2f}".format(**reports[e]["steady"][p]["0.5"]["cpu_cores"])
+                       for e in engines)])
+    return table(["case", *engines], rows)
 
 
 def print_tables(report: dict, policies: list[str], loads: list[float], over_policies: list[str]) -> None:
