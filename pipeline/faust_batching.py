@@ -48,15 +48,13 @@ from typing import Any
 from pipeline.batching.batcher import Batcher
 from pipeline.batching.cost import CostModel
 from pipeline.batching.policies import make_policy
+from pipeline.batching.policies import policy_params as make_policy_params
 from pipeline.batching.request import Batch, Request
-from pipeline.clock import Clock, MonotonicClock, wall_ms
+from pipeline.clock import Clock, ClockAnchor, MonotonicClock, wall_ms
 from pipeline.metrics import BatchingMetrics
 
 log = logging.getLogger(__name__)
 
-# Kafka timestamps map to the batcher's clock through one fixed anchor; a drift beyond
-# this between the two clocks is a wall-clock step (same rule as the worker).
-_ANCHOR_DRIFT_S = 0.02
 # Reasons of batches that carry no model work (their events still need acks).
 REASON_REJECTED = "rejected"
 REASON_ROUTED_LATE = "routed_late"
@@ -89,7 +87,7 @@ class BatchingCore:
             raise ValueError("slo_ms must be > 0")
         self.batcher = batcher
         self.slo_ms = float(slo_ms)
-        self._anchor: tuple[float, int] | None = None
+        self._anchor = ClockAnchor()  # Kafka timestamps -> batcher clock, as the worker
         self._in_flight: dict[int, Batch] = {}  # id(batch) -> batch, until complete/fail
 
     # -- input ------------------------------------------------------------------
@@ -114,7 +112,7 @@ class BatchingCore:
         budget_ms = self.slo_ms if deadline_ms is None else min(self.slo_ms, float(deadline_ms))
         ts = float(timestamp_ms) if timestamp_ms is not None else float(now_wall_ms)
         deadline_wall = ts + budget_ms
-        anchor_now, anchor_wall = self._clock_anchor(now, now_wall_ms)
+        anchor = self._anchor.pair(now, now_wall_ms)
         pending = Pending(
             event, prepared, rows, priority, now, now_wall_ms, timestamp_ms, deadline_wall
         )
@@ -122,7 +120,7 @@ class BatchingCore:
             Request(
                 rows=rows,
                 arrival=now,
-                deadline=anchor_now + (deadline_wall - anchor_wall) / 1000.0,
+                deadline=ClockAnchor.to_clock(anchor, deadline_wall),
                 priority=priority,
                 bucket=bucket,
                 item=pending,
@@ -130,14 +128,6 @@ class BatchingCore:
             now,
         )
         return pending
-
-    def _clock_anchor(self, now: float, now_wall_ms: int) -> tuple[float, int]:
-        """Fixed (clock, wall ms) pair: equal timestamps give equal deadlines (FIFO
-        tie-break under EDF). Re-anchored only on a wall-clock step."""
-        anchor = self._anchor
-        if anchor is None or abs((now - anchor[0]) - (now_wall_ms - anchor[1]) / 1000.0) > _ANCHOR_DRIFT_S:
-            anchor = self._anchor = (now, now_wall_ms)
-        return anchor
 
     # -- dispatch ---------------------------------------------------------------
     def next_batch(self, now: float) -> Batch | None:
@@ -208,11 +198,7 @@ def make_core(
 ) -> BatchingCore:
     """A BatchingCore with a policy built by name, as the worker builds its own
     (``max_queue_delay_ms`` is the static policy's linger, ignored by the others)."""
-    params: dict[str, Any] = {}
-    if policy != "none":
-        params["max_batch_rows"] = max_batch_rows
-    if policy == "static":
-        params["max_queue_delay"] = max_queue_delay_ms / 1000.0
+    params = make_policy_params(policy, max_batch_rows=max_batch_rows, max_queue_delay_ms=max_queue_delay_ms)
     params.update(policy_params or {})
     batcher = Batcher(
         make_policy(policy, **params),

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from typing import Any
 
 from pipeline.batching.cost import AffineCost, CostModel
 from pipeline.batching.queue import Ordering, RequestQueue
@@ -422,3 +423,23 @@ def make_policy(name: str, **params) -> Policy:
         return cls(**params)
     except TypeError as exc:
         raise ValueError(f"policy {name!r}: {exc}") from None
+
+
+def policy_params(
+    name: str,
+    *,
+    max_batch_rows: int,
+    max_queue_delay_ms: float = 10.0,
+    hold_for_efficiency: bool | None = None,
+) -> dict[str, Any]:
+    """make_policy's parameters for a policy named in a configuration: the row cap for
+    every policy but "none", the linger for "static" only, and adaptive's
+    hold_for_efficiency when one is given. One place for the worker and the Faust path."""
+    if name == "none":
+        return {}
+    params: dict[str, Any] = {"max_batch_rows": max_batch_rows}
+    if name == "static":
+        params["max_queue_delay"] = max_queue_delay_ms / 1000.0
+    elif name == "adaptive" and hold_for_efficiency is not None:
+        params["hold_for_efficiency"] = hold_for_efficiency
+    return params

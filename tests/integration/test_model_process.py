@@ -180,7 +180,7 @@ def test_a_worker_that_fails_to_start_stops_its_model_process(broker, topic_fact
     """A step of Worker.__init__ after the model process started fails (here the Kafka
     producer): the model process goes with it instead of living on until the worker
     object is garbage-collected."""
-    import pipeline.worker as worker_module
+    import pipeline.worker.core as worker_module
 
     before = _children()
     started: set[int] = set()

@@ -1,0 +1,529 @@
+"""The worker's run loop: a consumer-group member that admits requests, has them
+batched, scored and published, and commits what is done. Its rooms (pipeline/worker/):
+
+- the source thread (the caller of run(), this module) polls Kafka, admits records
+  (admission.py: size limit, expiry, decode, deadlines), queues requests, serves
+  producer delivery reports, applies backpressure, commits offsets and handles
+  rebalances. It never waits for a result: many requests are in flight at once, or
+  no batch could ever form.
+- executor threads (executors.py) take batches from the BatchQueue and score them
+  (pipeline/scoring.py);
+- the publisher thread (publisher.py) builds the result documents, produces them and
+  hands the rows to the sinks, in dispatch order;
+- outcomes (pipeline/outcomes.py) send results, dead letters and late records with
+  retries, and ack each offset when its outcome is durable.
+
+Delivery: at-least-once. Each consumed offset is tracked; it is done when every sink
+has acknowledged its outcome; each partition commits its contiguous done watermark.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from consumers.offsets import OffsetTracker
+from consumers.records import SourceRecord, TopicPartition
+from pipeline.batching.backpressure import Backpressure, Intake, IntakeDecision
+from pipeline.batching.batcher import Batcher
+from pipeline.batching.concurrent import BatchQueue
+from pipeline.batching.cost import CostModel
+from pipeline.batching.depth import PipelineDepth
+from pipeline.batching.policies import make_policy, policy_params
+from pipeline.clock import Clock, MonotonicClock, wall_ms
+from pipeline.config import WorkerConfig
+from pipeline.hooks import WorkerHook
+from pipeline.kafka_backend import make_producer, make_source
+from pipeline.limits import Limits, resolve_limits
+from pipeline.metrics import WorkerMetrics
+from pipeline.outcomes import Outcomes, Topics
+from pipeline.pipelines import get_pipeline
+from pipeline.runtime import allocator, interpreter
+from pipeline.runtime.model_process import ProcessSession
+from pipeline.runtime.session import InferenceSession
+from pipeline.scoring import ScoringStep
+from pipeline.sinks import ResultSink, notify
+from pipeline.worker.admission import Admission
+from pipeline.worker.executors import Executors
+from pipeline.worker.publisher import Publisher
+from pipeline.worker.stats import WorkerStats
+
+log = logging.getLogger(__name__)
+
+_POLL_RECORDS = 1000
+_POLL_TIMEOUT = 0.02
+_HOLD_WAIT = 0.005  # s; how long a holding source loop waits for acks per turn
+_REVOKE_WAIT = 10.0
+_LAG_INTERVAL = 1.0
+
+
+class Worker:
+    """One consumer-group member of a pipeline; run() until stop().
+
+    cfg: the whole configuration (pipeline/config.py).
+    clock: the batcher's clock (a fake one in tests).
+    sinks: offline sinks for the result rows (pipeline/sinks/), flushed before commits.
+    hooks: see each batch before and after the model (pipeline/hooks.py).
+
+    Read by ops/health.py and the tests: started, assigned, last_poll_ok, stopping,
+    failure, threads(), stats, session.provider, tracker, queue.
+    """
+
+    def __init__(
+        self,
+        cfg: WorkerConfig,
+        *,
+        clock: Clock | None = None,
+        sinks: list[ResultSink] | None = None,
+        hooks: list[WorkerHook] | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.clock = clock or MonotonicClock()
+        self.pipeline = get_pipeline(cfg.pipeline)
+        self.input_topic = cfg.input_topic or self.pipeline.input_topic
+        self.topics = Topics.for_input(
+            self.input_topic, cfg.output_topic or self.pipeline.output_topic, cfg.dlq_topic, cfg.late_topic
+        )
+        self.output_topic = self.topics.output
+        self.group_id = cfg.group_id or f"tidebatch-{cfg.pipeline}"
+        self.model = self.pipeline.load_model()
+        b = cfg.batching
+        self.policy_params = batching_params(cfg, self.pipeline.max_batch_rows)
+        self.policy = make_policy(b.policy, **self.policy_params)
+        self.metrics = WorkerMetrics(cfg.pipeline, b.policy)
+        rt = cfg.runtime
+        self.session: InferenceSession | ProcessSession
+        if rt.model_process:
+            restarts = self.metrics.model_restarts.labels(cfg.pipeline)
+            self.session = ProcessSession(
+                self.model.onnx_path, rt.providers, rt.intra_op_threads, on_restart=restarts.inc
+            )
+        else:
+            self.session = InferenceSession(self.model.onnx_path, rt.providers, rt.intra_op_threads)
+        try:
+            self._set_up(cfg, sinks, hooks)
+        except BaseException:
+            # Nobody will call run() or its shutdown: a model process must not outlive
+            # a worker that never started.
+            self.session.close()
+            raise
+
+    def _set_up(self, cfg: WorkerConfig, sinks: list[ResultSink] | None, hooks: list[WorkerHook] | None) -> None:
+        """The rest of __init__, once the model's session exists."""
+        b = cfg.batching
+        rt = cfg.runtime
+        self.executors = rt.executors or (4 if rt.model_process else 1)
+        self.metrics.provider.info(
+            {"model": self.model.name, "version": self.model.version, "provider": self.session.provider}
+        )
+        self._queue_rows_gauge = self.metrics.queue_rows.labels(cfg.pipeline)
+        self.step = ScoringStep(self.model, self.pipeline.make_codec(cfg), self.session, hooks or [])
+        self.cost = CostModel(prior=self.step.warm_up(self.pipeline)) if rt.warmup else CostModel()
+        batcher = Batcher(
+            self.policy,
+            self.cost,
+            expiry_action=b.expiry_action,  # type: ignore[arg-type]
+            late_share=b.late_share,
+            max_late_rows=b.max_late_rows,
+            allowed_batch_sizes=b.allowed_batch_sizes or None,
+        )
+        depth = None
+        if rt.model_process and self.executors > 1:
+            # Several batches in flight only while a backlog needs the model's full rate
+            # (batching/depth.py): from the backpressure's low watermark (and at least a
+            # full batch for every executor) queued, back to one at a time at one full
+            # batch. A lower mark flipped JSON requests at 50 % load into backlog mode on
+            # every bursty poll, and their latency rose by half.
+            max_rows = self.policy_params.get("max_batch_rows", self.pipeline.max_batch_rows)
+            enter = min(max(self.executors * max_rows, b.queue_low_rows), b.queue_high_rows)
+            depth = PipelineDepth(self.executors, enter, min(max_rows, enter - 1))
+        self.queue = BatchQueue(batcher, self.clock, b.queue_high_rows, b.queue_low_rows, depth=depth)
+        self.backpressure = Backpressure(b.queue_high_rows, b.queue_low_rows, poll_records=_POLL_RECORDS)
+        self.tracker = OffsetTracker()
+        self.sinks = list(sinks or [])
+        self.stats = WorkerStats()
+        self._stop = threading.Event()
+        self._fatal: str | None = None
+        self._drain_deadline: float | None = None  # monotonic; set when shutdown starts
+        self._restore_interpreter: Callable[[], None] | None = None
+        self.producer = make_producer(cfg)
+        # Until run() asks the broker for its topics' limits: the producer's own.
+        self.outcomes = Outcomes(
+            self.producer,
+            lambda rec: self.tracker.ack(rec.tp, rec.offset),
+            self.topics,
+            self._limits({}),
+            metrics=self.metrics,
+            pipeline=cfg.pipeline,
+            sinks=self.sinks,
+            on_undeliverable=cfg.limits.on_undeliverable,
+            count=self.stats.count,
+            fail=self.fail,
+        )
+        # Route already-expired records before decoding them (admission.py): only where
+        # the configured outcome of expiry is "routed late" anyway.
+        route_expired_ms = None
+        if self.policy.separates_late and b.expiry_action == "route_late":
+            route_expired_ms = max([b.slo_ms, *b.priority_slo_ms.values()])
+        self.admission = Admission(
+            self.step.codec,
+            lambda priority: cfg.slo_seconds(priority) * 1000.0,
+            self.outcomes,
+            lambda: self.outcomes.limits.request_bytes,
+            route_expired_ms,
+        )
+        self.publisher = Publisher(
+            self.step, self.outcomes, self.tracker, self.sinks, self.metrics, cfg.pipeline, b.policy,
+            self.stats, lambda: self._drain_deadline, self.fail,
+        )
+        self._executors = Executors(self.queue, self.step, self.publisher.hand_over, self.outcomes.dead_letter)
+        self.source = None  # created in run(): joining the group is the last step
+        self.assigned: list[TopicPartition] = []
+        self.started = threading.Event()  # model loaded, source subscribed
+        self.last_poll_ok: float | None = None
+
+    # The codec and the hooks live in the scoring step (and admission decodes with the
+    # same codec); pipeline/redisio/attach.py swaps the codec and extends the hooks.
+    @property
+    def codec(self) -> Any:
+        return self.step.codec
+
+    @codec.setter
+    def codec(self, codec: Any) -> None:
+        self.step.codec = codec
+        self.admission.codec = codec
+
+    @property
+    def hooks(self) -> list[WorkerHook]:
+        return self.step.hooks
+
+    # ------------------------------------------------------------------ start-up
+    def _limits(self, described: dict[str, int]) -> Limits:
+        """The size limits (pipeline/limits.py) from the producer's own and the topics'
+        max.message.bytes the broker described."""
+        configured = self.cfg.limits.max_request_bytes or self.pipeline.max_request_bytes
+        limits, warnings = resolve_limits(
+            requested_request_bytes=configured,
+            producer_bytes=self.producer.max_record_bytes,
+            described=described,
+            outgoing=self.topics.all(),
+            dead_letter_topic=self.topics.dead_letter,
+            prefix_bytes=self.cfg.limits.dead_letter_prefix_bytes,
+        )
+        for warning in warnings:
+            log.warning("%s", warning)
+        return limits
+
+    def _read_topic_limits(self) -> None:
+        from consumers.admin import topic_max_message_bytes
+
+        described = topic_max_message_bytes(self.cfg.bootstrap_servers, self.topics.all())
+        self.outcomes.limits = self._limits(described)
+        log.info(
+            "size limits: requests up to %d bytes; records to %s",
+            self.outcomes.limits.request_bytes,
+            ", ".join(f"{t} up to {self.outcomes.limits.for_topic(t)}" for t in self.topics.all()),
+        )
+
+    def stop(self, reason: str = "stop requested") -> None:
+        if not self._stop.is_set():
+            log.info("stopping: %s", reason)
+        self._stop.set()
+
+    def fail(self, reason: str) -> None:
+        """Stop with an error: the worker is no longer alive or ready, and run()
+        returns 1 (the first reason is the one reported)."""
+        if self._fatal is None:
+            self._fatal = reason
+        self.stop(reason)
+
+    @property
+    def stopping(self) -> bool:
+        """stop() or fail() was called: the worker is shutting down."""
+        return self._stop.is_set()
+
+    @property
+    def failure(self) -> str | None:
+        """Why the worker failed, or None."""
+        return self._fatal
+
+    def threads(self) -> list[threading.Thread]:
+        """The threads this worker needs while it runs: executors and the publisher."""
+        publisher = self.publisher.thread
+        return [*self._executors.threads, *([publisher] if publisher is not None else [])]
+
+    def _guarded(self, name: str, body: Callable[[], None]) -> Callable[[], None]:
+        """A thread body whose death is the worker's: without its executors or its
+        publisher, requests would queue for ever while the worker looked healthy."""
+
+        def run() -> None:
+            try:
+                body()
+            except BaseException as exc:  # noqa: BLE001 - reported, and the worker stops
+                log.critical("%s thread died", name, exc_info=True)
+                self.fail(f"{name} thread died: {type(exc).__name__}: {exc}")
+
+        return run
+
+    # ------------------------------------------------------------------ main loop
+    def run(self) -> int:
+        """Consume until stop(); finish in-flight work, commit, return an exit code."""
+        # Process-wide GIL and GC settings (runtime/interpreter.py), undone at shutdown.
+        rt = self.cfg.runtime
+        interval_s = interpreter.CALM_SWITCH_INTERVAL_S
+        if rt.gil_switch_interval_ms is not None:
+            interval_s = rt.gil_switch_interval_ms / 1000.0
+        self._restore_interpreter = interpreter.apply(interval_s, rt.gc_gen0_threshold or None)
+        allocator.fix_mmap_threshold()  # runtime/allocator.py: large values must not pile up
+        # Unless configured, the interval follows the queue's mode (interpreter.py).
+        self._interval_follows_depth = rt.gil_switch_interval_ms is None
+        self._backlogged = False
+        self._read_topic_limits()
+        self.source = make_source(
+            self.cfg, self.group_id, [self.input_topic], self._on_assign, self._on_revoke
+        )
+        self.publisher.start(self._guarded)
+        self._executors.start(
+            self.executors, self._guarded, pin=rt.pin_executors, intra_op_threads=rt.intra_op_threads
+        )
+        log.info(
+            "worker %s consuming %s -> %s (group %s, protocol %s, instance %s, policy %s, provider %s)",
+            self.cfg.pipeline, self.input_topic, self.output_topic, self.group_id,
+            self.cfg.group_protocol, self.cfg.instance_id() or "dynamic",
+            self.cfg.batching.policy, self.session.provider,
+        )
+        self.started.set()
+        next_commit = time.monotonic()
+        next_lag = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                intake = self._apply_backpressure()
+                if self.queue.backlogged != self._backlogged:
+                    self._follow_backlog()
+                if intake.max_records:
+                    records = self.source.poll_batch(intake.max_records, _POLL_TIMEOUT)
+                    self.last_poll_ok = time.monotonic()
+                    if records:
+                        self._admit(records)
+                    self.producer.poll(0)
+                else:
+                    # Holding: wait for the executors here, serving result acks meanwhile.
+                    self.producer.poll(_HOLD_WAIT)
+                    self.last_poll_ok = time.monotonic()
+                self._route_late()
+                for sink in self.sinks:
+                    sink.poll()
+                now = time.monotonic()
+                if now >= next_commit:
+                    # Asynchronous: a commit waiting on a failing-over broker would stop
+                    # the loop (polls, delivery reports, late routing) for seconds.
+                    self._commit(wait=False)
+                    next_commit = now + self.cfg.commit_interval_ms / 1000.0
+                if now >= next_lag:
+                    self._queue_rows_gauge.set(self.queue.rows)  # also while no records arrive
+                    self._update_lag()
+                    next_lag = now + _LAG_INTERVAL
+            return self._shutdown()
+        except Exception as exc:
+            log.exception("worker failed; offsets not committed past finished work")
+            self.fail(f"source loop failed: {type(exc).__name__}: {exc}")
+            return self._shutdown(commit=True)
+
+    def _follow_backlog(self) -> None:
+        """The queue's depth changed mode (batching/depth.py): say so, and switch the
+        GIL interval with it unless one is configured (runtime/interpreter.py)."""
+        self._backlogged = self.queue.backlogged
+        depth = self.queue.depth
+        assert depth is not None
+        if self._backlogged:
+            log.info("backlog of %d rows: up to %d batches in flight", self.queue.backpressure_rows, depth.max_in_flight)
+        else:
+            log.info("backlog worked off: one batch in flight")
+        if self._interval_follows_depth:
+            interpreter.set_switch_interval(self._backlogged)
+
+    def _shutdown(self, commit: bool = True) -> int:
+        """Stop consuming, finish in-flight batches, flush sinks, commit, leave; all
+        within cfg.drain_timeout_s (plus the final commit and the group leave). Work
+        still queued when it runs out stays uncommitted, replayed by the next owner."""
+        self._drain_deadline = time.monotonic() + self.cfg.drain_timeout_s
+        self.queue.close()
+        if not self._executors.join(self._drain_left):
+            log.warning("drain time (%.0f s) ran out: queued requests stay uncommitted", self.cfg.drain_timeout_s)
+            self.queue.abandon()
+        if self.publisher.thread is not None:
+            self.publisher.hand_over(None)
+            self.publisher.thread.join(timeout=self._drain_left())
+        self.session.close()
+        if self._restore_interpreter is not None:
+            self._restore_interpreter()
+            self._restore_interpreter = None
+        self._executors.unpin()
+        self._route_late()
+        remaining = self.producer.flush(max(self._drain_left(), 1.0))
+        for sink in self.sinks:
+            sink.flush()
+        self.producer.flush(max(min(self._drain_left(), 5.0), 0.5))
+        if commit:
+            self._commit()
+        if self.source is not None:
+            self.source.close()
+        for sink in self.sinks:
+            sink.close()
+        if remaining:
+            log.error("%d records were not acknowledged by Kafka before shutdown", remaining)
+        if self._fatal:
+            log.error("worker stopped on error: %s", self._fatal)
+            return 1
+        log.info("worker stopped cleanly: %s", self.stats_line())
+        return 0
+
+    def _drain_left(self) -> float:
+        if self._drain_deadline is None:
+            return self.cfg.drain_timeout_s
+        return max(self._drain_deadline - time.monotonic(), 0.0)
+
+    # ------------------------------------------------------------------ source side
+    def _admit(self, records: list[SourceRecord]) -> None:
+        notify(self.sinks, "track", records)  # offset-ordered sinks (Parquet) must see every offset
+        self.tracker.track_many([(rec.tp, rec.offset) for rec in records])
+        requests = self.admission.admit(records, self.clock.now(), wall_ms())
+        self.stats.count("consumed", len(records))
+        if requests:
+            self.queue.put_many(requests)
+        self._queue_rows_gauge.set(self.queue.rows)
+
+    def _route_late(self) -> None:
+        routed = self.queue.pop_routed_late()
+        if routed:
+            self.outcomes.late([(req.item.rec, req.item.deadline_wall_ms) for req in routed], wall_ms())
+
+    def _apply_backpressure(self) -> IntakeDecision:
+        """Hold or pause consumption by the queue's in-time rows (batching/backpressure.py
+        says why holding, not pausing, is the usual answer)."""
+        before = self.backpressure.state
+        intake = self.backpressure.step(self.queue.backpressure_rows, time.monotonic())
+        if intake.started_hold:
+            self.metrics.pauses.labels(self.cfg.pipeline).inc()
+            self.stats.count("pauses")
+        if intake.state is not before:
+            self.metrics.paused.labels(self.cfg.pipeline).set(0 if intake.state is Intake.OPEN else 1)
+        if self.source is not None:
+            if intake.state is Intake.PAUSED and not self.source.paused:
+                log.warning(
+                    "queue at %d rows and not draining: pausing the partitions",
+                    self.queue.backpressure_rows,
+                )
+                self.source.pause_all()
+            elif intake.state is not Intake.PAUSED and self.source.paused:
+                self.source.resume_all()
+        return intake
+
+    def _commit(self, only: list[TopicPartition] | None = None, *, wait: bool = True) -> None:
+        """Commit the done watermarks (of `only`'s partitions). wait=False: the result
+        comes later, in a poll; revoke and shutdown wait, as the partitions or the
+        group are let go right after. An older asynchronous commit that lands after
+        a newer one only moves a watermark back: a replay, never a loss."""
+        if self.source is None:
+            return
+        offsets = self.tracker.committable()
+        if only is not None:
+            wanted = set(only)
+            offsets = {tp: o for tp, o in offsets.items() if tp in wanted}
+        if not offsets:
+            return
+        if not wait:
+            self.source.commit(offsets, on_done=lambda err: self._committed(err, offsets))
+            return
+        try:
+            self.source.commit(offsets)
+        except Exception as exc:
+            self._committed(exc, offsets)
+        else:
+            self._committed(None, offsets)
+
+    def _committed(self, err: Exception | None, offsets: dict[TopicPartition, int]) -> None:
+        if err is None:
+            self.tracker.committed(offsets)
+            self.metrics.commits.labels(self.cfg.pipeline, "ok").inc()
+            self.stats.count("commits")
+        else:  # not marked committed: offered again at the next interval (tracker.committable)
+            self.metrics.commits.labels(self.cfg.pipeline, "error").inc()
+            log.warning("offset commit failed: %s", err)
+
+    def _update_lag(self) -> None:
+        if self.source is None:
+            return
+        try:
+            # Only a paused source asks the broker (its cached watermark is frozen): that
+            # query blocks this thread for a round trip per partition, and a hold is
+            # short and frequent under load (asking then cost seconds-long stalls, p99).
+            for (topic, partition), lag in self.source.lag().items():
+                self.metrics.lag.labels(topic, str(partition)).set(lag)
+        except Exception as exc:
+            log.debug("lag update failed: %s", exc)
+
+    # Rebalance callbacks run in the source thread, inside poll_batch().
+    def _on_assign(self, tps: list[TopicPartition]) -> None:
+        self.assigned = sorted(set(self.assigned) | set(tps))
+        self.metrics.assigned.labels(self.cfg.pipeline).set(len(self.assigned))
+        log.info("assigned %s", tps)
+
+    def _on_revoke(self, tps: list[TopicPartition]) -> None:
+        """Finish the in-flight work of revoked partitions, commit it, let go. Never
+        commit past work that was not done: what is still pending after the wait is
+        replayed by the partition's next owner."""
+        if not tps:
+            return
+        notify(self.sinks, "revoke", tps)  # sinks finish these partitions' files once drained
+        deadline = time.monotonic() + _REVOKE_WAIT
+        while any(self.tracker.pending(tp) for tp in tps) and time.monotonic() < deadline:
+            self._route_late()
+            self.producer.poll(0.01)
+            for sink in self.sinks:
+                sink.poll()
+        if any(self.tracker.pending(tp) for tp in tps):
+            for sink in self.sinks:
+                sink.flush()
+            self.producer.flush(2.0)
+        self._commit(only=tps)
+        self.tracker.forget(tps)
+        self.assigned = sorted(set(self.assigned) - set(tps))
+        self.metrics.assigned.labels(self.cfg.pipeline).set(len(self.assigned))
+        for topic, partition in tps:
+            with contextlib.suppress(KeyError):
+                self.metrics.lag.remove(topic, str(partition))
+        log.info("revoked %s", tps)
+
+    # ------------------------------------------------------------------ reporting
+    def stats_line(self) -> str:
+        return self.stats.line()
+
+
+def batching_params(cfg: WorkerConfig, pipeline_max_rows: int) -> dict[str, Any]:
+    """make_policy's parameters from the `batching` section; the row cap defaults to
+    the pipeline's own."""
+    b = cfg.batching
+    return policy_params(
+        b.policy,
+        max_batch_rows=b.max_batch_rows or pipeline_max_rows,
+        max_queue_delay_ms=b.max_queue_delay_ms,
+        hold_for_efficiency=b.hold_for_efficiency,
+    )
+
+
+def install_signal_handlers(worker: Worker, on_signal: Callable[[], None] | None = None) -> None:
+    """SIGTERM/SIGINT: stop consuming, finish in-flight batches, commit, exit 0."""
+    import signal
+
+    def handler(signum: int, _frame: object) -> None:
+        worker.stop(f"signal {signal.Signals(signum).name}")
+        if on_signal:
+            on_signal()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
