@@ -19,7 +19,6 @@ has acknowledged its outcome; each partition commits its contiguous done waterma
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -49,6 +48,7 @@ from pipeline.scoring import ScoringStep
 from pipeline.sinks import ResultSink, notify
 from pipeline.worker.admission import Admission
 from pipeline.worker.executors import Executors
+from pipeline.worker.partitions import Partitions
 from pipeline.worker.publisher import Publisher
 from pipeline.worker.stats import WorkerStats
 
@@ -57,7 +57,6 @@ log = logging.getLogger(__name__)
 _POLL_RECORDS = 1000
 _POLL_TIMEOUT = 0.02
 _HOLD_WAIT = 0.005  # s; how long a holding source loop waits for acks per turn
-_REVOKE_WAIT = 10.0
 _LAG_INTERVAL = 1.0
 
 
@@ -182,7 +181,10 @@ class Worker:
         )
         self._executors = Executors(self.queue, self.step, self.publisher.hand_over, self.outcomes.dead_letter)
         self.source = None  # created in run(): joining the group is the last step
-        self.assigned: list[TopicPartition] = []
+        self.partitions = Partitions(
+            self.tracker, lambda: self.source, self.producer, self.sinks, self.metrics, cfg.pipeline,
+            self.stats, self._route_late,
+        )
         self.started = threading.Event()  # model loaded, source subscribed
         self.last_poll_ok: float | None = None
 
@@ -284,7 +286,7 @@ class Worker:
         self._backlogged = False
         self._read_topic_limits()
         self.source = make_source(
-            self.cfg, self.group_id, [self.input_topic], self._on_assign, self._on_revoke
+            self.cfg, self.group_id, [self.input_topic], self.partitions.on_assign, self.partitions.on_revoke
         )
         self.publisher.start(self._guarded)
         self._executors.start(
@@ -321,11 +323,11 @@ class Worker:
                 if now >= next_commit:
                     # Asynchronous: a commit waiting on a failing-over broker would stop
                     # the loop (polls, delivery reports, late routing) for seconds.
-                    self._commit(wait=False)
+                    self.partitions.commit(wait=False)
                     next_commit = now + self.cfg.commit_interval_ms / 1000.0
                 if now >= next_lag:
                     self._queue_rows_gauge.set(self.queue.rows)  # also while no records arrive
-                    self._update_lag()
+                    self.partitions.update_lag()
                     next_lag = now + _LAG_INTERVAL
             return self._shutdown()
         except Exception as exc:
@@ -369,7 +371,7 @@ class Worker:
             sink.flush()
         self.producer.flush(max(min(self._drain_left(), 5.0), 0.5))
         if commit:
-            self._commit()
+            self.partitions.commit()
         if self.source is not None:
             self.source.close()
         for sink in self.sinks:
@@ -423,81 +425,10 @@ class Worker:
                 self.source.resume_all()
         return intake
 
-    def _commit(self, only: list[TopicPartition] | None = None, *, wait: bool = True) -> None:
-        """Commit the done watermarks (of `only`'s partitions). wait=False: the result
-        comes later, in a poll; revoke and shutdown wait, as the partitions or the
-        group are let go right after. An older asynchronous commit that lands after
-        a newer one only moves a watermark back: a replay, never a loss."""
-        if self.source is None:
-            return
-        offsets = self.tracker.committable()
-        if only is not None:
-            wanted = set(only)
-            offsets = {tp: o for tp, o in offsets.items() if tp in wanted}
-        if not offsets:
-            return
-        if not wait:
-            self.source.commit(offsets, on_done=lambda err: self._committed(err, offsets))
-            return
-        try:
-            self.source.commit(offsets)
-        except Exception as exc:
-            self._committed(exc, offsets)
-        else:
-            self._committed(None, offsets)
-
-    def _committed(self, err: Exception | None, offsets: dict[TopicPartition, int]) -> None:
-        if err is None:
-            self.tracker.committed(offsets)
-            self.metrics.commits.labels(self.cfg.pipeline, "ok").inc()
-            self.stats.count("commits")
-        else:  # not marked committed: offered again at the next interval (tracker.committable)
-            self.metrics.commits.labels(self.cfg.pipeline, "error").inc()
-            log.warning("offset commit failed: %s", err)
-
-    def _update_lag(self) -> None:
-        if self.source is None:
-            return
-        try:
-            # Only a paused source asks the broker (its cached watermark is frozen): that
-            # query blocks this thread for a round trip per partition, and a hold is
-            # short and frequent under load (asking then cost seconds-long stalls, p99).
-            for (topic, partition), lag in self.source.lag().items():
-                self.metrics.lag.labels(topic, str(partition)).set(lag)
-        except Exception as exc:
-            log.debug("lag update failed: %s", exc)
-
-    # Rebalance callbacks run in the source thread, inside poll_batch().
-    def _on_assign(self, tps: list[TopicPartition]) -> None:
-        self.assigned = sorted(set(self.assigned) | set(tps))
-        self.metrics.assigned.labels(self.cfg.pipeline).set(len(self.assigned))
-        log.info("assigned %s", tps)
-
-    def _on_revoke(self, tps: list[TopicPartition]) -> None:
-        """Finish the in-flight work of revoked partitions, commit it, let go. Never
-        commit past work that was not done: what is still pending after the wait is
-        replayed by the partition's next owner."""
-        if not tps:
-            return
-        notify(self.sinks, "revoke", tps)  # sinks finish these partitions' files once drained
-        deadline = time.monotonic() + _REVOKE_WAIT
-        while any(self.tracker.pending(tp) for tp in tps) and time.monotonic() < deadline:
-            self._route_late()
-            self.producer.poll(0.01)
-            for sink in self.sinks:
-                sink.poll()
-        if any(self.tracker.pending(tp) for tp in tps):
-            for sink in self.sinks:
-                sink.flush()
-            self.producer.flush(2.0)
-        self._commit(only=tps)
-        self.tracker.forget(tps)
-        self.assigned = sorted(set(self.assigned) - set(tps))
-        self.metrics.assigned.labels(self.cfg.pipeline).set(len(self.assigned))
-        for topic, partition in tps:
-            with contextlib.suppress(KeyError):
-                self.metrics.lag.remove(topic, str(partition))
-        log.info("revoked %s", tps)
+    @property
+    def assigned(self) -> list[TopicPartition]:
+        """The partitions this worker owns now."""
+        return self.partitions.assigned
 
     # ------------------------------------------------------------------ reporting
     def stats_line(self) -> str:
