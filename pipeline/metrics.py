@@ -156,7 +156,7 @@ class WorkerMetrics(BatchingMetrics):
             "tidebatch_ready", "1 while /readyz answers 200 (partitions assigned, model loaded, broker polled)",
             ["pipeline"], registry=r,
         )
-        # The per-partition lag gauge has no pipeline label (worker.py sets it by topic and
+        # The per-partition lag gauge has no pipeline label (pipeline/worker/partitions.py sets it by topic and
         # partition); dashboards and alerts group by pipeline, so also export the sum.
         r.register(_PipelineLagCollector(self))
 
