@@ -11,14 +11,15 @@ log = logging.getLogger(__name__)
 
 
 def serve(cfg: WorkerConfig) -> int:
-    from pipeline.redisio.attach import attach_redis
     from pipeline.sinks.build import build_sinks
-    from pipeline.worker import Worker, install_signal_handlers
+    from pipeline.worker import Worker, build_parts, install_signal_handlers
 
     if cfg.create_topics:
         prepare_topics(cfg)
-    worker = Worker(cfg, sinks=build_sinks(cfg))  # offline sinks: `sinks` section, docs/ETL.md
-    redis_parts = attach_redis(worker)  # `redis` section (docs/REDIS.md); None when all off
+    # Offline sinks: the `sinks` section (docs/ETL.md); Redis: the `redis` section
+    # (docs/REDIS.md), nothing connects when all of it is off.
+    parts = build_parts(cfg, sinks=build_sinks(cfg), redis=True)
+    worker = Worker(cfg, parts=parts)
     install_signal_handlers(worker)
     server = None
     if cfg.metrics.enabled:
@@ -34,8 +35,7 @@ def serve(cfg: WorkerConfig) -> int:
     finally:
         if server is not None:
             server.stop()
-        if redis_parts is not None:
-            redis_parts.close()
+        parts.close_redis()
 
 
 def prepare_topics(cfg: WorkerConfig) -> None:

@@ -27,26 +27,17 @@ from typing import Any
 
 from consumers.offsets import OffsetTracker
 from consumers.records import SourceRecord, TopicPartition
-from pipeline.batching.backpressure import Backpressure, Intake, IntakeDecision
-from pipeline.batching.batcher import Batcher
-from pipeline.batching.concurrent import BatchQueue
-from pipeline.batching.cost import CostModel
-from pipeline.batching.depth import PipelineDepth
-from pipeline.batching.policies import make_policy, policy_params
-from pipeline.clock import Clock, MonotonicClock, wall_ms
+from pipeline.batching.backpressure import Intake, IntakeDecision
+from pipeline.clock import Clock, wall_ms
 from pipeline.config import WorkerConfig
 from pipeline.hooks import WorkerHook
-from pipeline.kafka_backend import make_producer, make_source
+from pipeline.kafka_backend import make_source
 from pipeline.limits import Limits, resolve_limits
-from pipeline.metrics import WorkerMetrics
-from pipeline.outcomes import Outcomes, Topics
-from pipeline.pipelines import get_pipeline
+from pipeline.outcomes import Outcomes
 from pipeline.runtime import allocator, interpreter
-from pipeline.runtime.model_process import ProcessSession
-from pipeline.runtime.session import InferenceSession
-from pipeline.scoring import ScoringStep
 from pipeline.sinks import ResultSink, notify
 from pipeline.worker.admission import Admission
+from pipeline.worker.compose import WorkerParts, build_parts
 from pipeline.worker.executors import Executors
 from pipeline.worker.partitions import Partitions
 from pipeline.worker.publisher import Publisher
@@ -54,7 +45,6 @@ from pipeline.worker.stats import WorkerStats
 
 log = logging.getLogger(__name__)
 
-_POLL_RECORDS = 1000
 _POLL_TIMEOUT = 0.02
 _HOLD_WAIT = 0.005  # s; how long a holding source loop waits for acks per turn
 _LAG_INTERVAL = 1.0
@@ -79,77 +69,46 @@ class Worker:
         clock: Clock | None = None,
         sinks: list[ResultSink] | None = None,
         hooks: list[WorkerHook] | None = None,
+        parts: WorkerParts | None = None,
     ) -> None:
+        """parts: built by pipeline/worker/compose.py (as `tidebatch run` does, with
+        Redis); without, they are built here from cfg, clock, sinks and hooks."""
+        if parts is None:
+            parts = build_parts(cfg, clock=clock, sinks=sinks, hooks=hooks)
         self.cfg = cfg
-        self.clock = clock or MonotonicClock()
-        self.pipeline = get_pipeline(cfg.pipeline)
-        self.input_topic = cfg.input_topic or self.pipeline.input_topic
-        self.topics = Topics.for_input(
-            self.input_topic, cfg.output_topic or self.pipeline.output_topic, cfg.dlq_topic, cfg.late_topic
-        )
-        self.output_topic = self.topics.output
-        self.group_id = cfg.group_id or f"tidebatch-{cfg.pipeline}"
-        self.model = self.pipeline.load_model()
-        b = cfg.batching
-        self.policy_params = batching_params(cfg, self.pipeline.max_batch_rows)
-        self.policy = make_policy(b.policy, **self.policy_params)
-        self.metrics = WorkerMetrics(cfg.pipeline, b.policy)
-        rt = cfg.runtime
-        self.session: InferenceSession | ProcessSession
-        if rt.model_process:
-            restarts = self.metrics.model_restarts.labels(cfg.pipeline)
-            self.session = ProcessSession(
-                self.model.onnx_path, rt.providers, rt.intra_op_threads, on_restart=restarts.inc
-            )
-        else:
-            self.session = InferenceSession(self.model.onnx_path, rt.providers, rt.intra_op_threads)
+        self.clock = parts.queue.clock
+        self.pipeline = parts.pipeline
+        self.topics = parts.topics
+        self.input_topic = parts.input_topic
+        self.output_topic = parts.topics.output
+        self.group_id = parts.group_id
+        self.model = parts.model
+        self.policy = parts.policy
+        self.metrics = parts.metrics
+        self.session = parts.session
+        self.step = parts.step
+        self.queue = parts.queue
+        self.backpressure = parts.backpressure
+        self.executors = parts.executors
+        self.producer = parts.producer
+        self.sinks = parts.sinks
         try:
-            self._set_up(cfg, sinks, hooks)
+            self._build_rooms(cfg)
         except BaseException:
             # Nobody will call run() or its shutdown: a model process must not outlive
             # a worker that never started.
             self.session.close()
             raise
 
-    def _set_up(self, cfg: WorkerConfig, sinks: list[ResultSink] | None, hooks: list[WorkerHook] | None) -> None:
-        """The rest of __init__, once the model's session exists."""
+    def _build_rooms(self, cfg: WorkerConfig) -> None:
         b = cfg.batching
-        rt = cfg.runtime
-        self.executors = rt.executors or (4 if rt.model_process else 1)
-        self.metrics.provider.info(
-            {"model": self.model.name, "version": self.model.version, "provider": self.session.provider}
-        )
         self._queue_rows_gauge = self.metrics.queue_rows.labels(cfg.pipeline)
-        self.step = ScoringStep(self.model, self.pipeline.make_codec(cfg), self.session, hooks or [])
-        self.cost = CostModel(prior=self.step.warm_up(self.pipeline)) if rt.warmup else CostModel()
-        batcher = Batcher(
-            self.policy,
-            self.cost,
-            expiry_action=b.expiry_action,  # type: ignore[arg-type]
-            late_share=b.late_share,
-            max_late_rows=b.max_late_rows,
-            allowed_batch_sizes=b.allowed_batch_sizes or None,
-        )
-        depth = None
-        if rt.model_process and self.executors > 1:
-            # Several batches in flight only while a backlog needs the model's full rate
-            # (batching/depth.py): from the backpressure's low watermark (and at least a
-            # full batch for every executor) queued, back to one at a time at one full
-            # batch. A lower mark flipped JSON requests at 50 % load into backlog mode on
-            # every bursty poll, and their latency rose by half.
-            max_rows = self.policy_params.get("max_batch_rows", self.pipeline.max_batch_rows)
-            enter = min(max(self.executors * max_rows, b.queue_low_rows), b.queue_high_rows)
-            depth = PipelineDepth(self.executors, enter, min(max_rows, enter - 1))
-        self.queue = BatchQueue(batcher, self.clock, b.queue_high_rows, b.queue_low_rows, depth=depth)
-        self.backpressure = Backpressure(b.queue_high_rows, b.queue_low_rows, poll_records=_POLL_RECORDS)
         self.tracker = OffsetTracker()
-        self.sinks = list(sinks or [])
         self.stats = WorkerStats()
         self._stop = threading.Event()
         self._fatal: str | None = None
         self._drain_deadline: float | None = None  # monotonic; set when shutdown starts
         self._restore_interpreter: Callable[[], None] | None = None
-        self.producer = make_producer(cfg)
         # Until run() asks the broker for its topics' limits: the producer's own.
         self.outcomes = Outcomes(
             self.producer,
@@ -188,20 +147,10 @@ class Worker:
         self.started = threading.Event()  # model loaded, source subscribed
         self.last_poll_ok: float | None = None
 
-    # The codec and the hooks live in the scoring step (and admission decodes with the
-    # same codec); pipeline/redisio/attach.py swaps the codec and extends the hooks.
     @property
     def codec(self) -> Any:
+        """The codec requests are decoded with (the scoring step's)."""
         return self.step.codec
-
-    @codec.setter
-    def codec(self, codec: Any) -> None:
-        self.step.codec = codec
-        self.admission.codec = codec
-
-    @property
-    def hooks(self) -> list[WorkerHook]:
-        return self.step.hooks
 
     # ------------------------------------------------------------------ start-up
     def _limits(self, described: dict[str, int]) -> Limits:
@@ -433,18 +382,6 @@ class Worker:
     # ------------------------------------------------------------------ reporting
     def stats_line(self) -> str:
         return self.stats.line()
-
-
-def batching_params(cfg: WorkerConfig, pipeline_max_rows: int) -> dict[str, Any]:
-    """make_policy's parameters from the `batching` section; the row cap defaults to
-    the pipeline's own."""
-    b = cfg.batching
-    return policy_params(
-        b.policy,
-        max_batch_rows=b.max_batch_rows or pipeline_max_rows,
-        max_queue_delay_ms=b.max_queue_delay_ms,
-        hold_for_efficiency=b.hold_for_efficiency,
-    )
 
 
 def install_signal_handlers(worker: Worker, on_signal: Callable[[], None] | None = None) -> None:

@@ -111,7 +111,6 @@ OVERSIZE = {
     "pipeline/faust_batching.py": 820,
     "pipeline/etl_inputs.py": 660,
     "pipeline/etl.py": 545,
-    "pipeline/worker/core.py": 470,
     "pipeline/batching/policies.py": 450,
 }
 
