@@ -151,7 +151,7 @@ class ConfluentSource:
             if self._paused:
                 # A paused partition is not fetched, so its cached watermark is frozen
                 # exactly when lag matters (backpressure): ask the broker. On the
-                # embedded broker this answer is a little short (BROKER.md), never more.
+                # embedded broker this answer is a little short (docs/BROKERS.md), never more.
                 with contextlib.suppress(KafkaException):
                     _, queried = self._consumer.get_watermark_offsets(p, timeout=1.0, cached=False)
                     high = max(high if high is not None else -1, queried)

@@ -2,7 +2,8 @@
 record times, with partitions assigned explicitly (no consumer group membership, no
 commits), in chunks of consecutive offsets.
 
-Broker facts this relies on (shared/BROKER.md, and measured for this module):
+Broker facts this relies on (docs/BROKERS.md, "The embedded broker"; also measured for
+this module):
 - The end of a partition is the *fetch* high watermark (`get_watermark_offsets(
   cached=True)` after a fetch, or the partition-EOF event): ListOffsets "latest" is
   wrong on the embedded broker.

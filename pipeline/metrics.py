@@ -1,7 +1,7 @@
-"""Prometheus metrics of one worker. Names follow DESIGN.md: `tidebatch_` prefix, base
-units, counters end in `_total`, low-cardinality labels (pipeline, topic, policy,
-outcome, reason) — never a request id. Each worker owns a registry, so several
-workers in one process (tests) do not collide."""
+"""Prometheus metrics of one worker. Names follow docs/OPERATIONS.md ("Metrics"):
+`tidebatch_` prefix, base units, counters end in `_total`, low-cardinality labels
+(pipeline, topic, policy, outcome, reason) — never a request id. Each worker owns a
+registry, so several workers in one process (tests) do not collide."""
 
 from __future__ import annotations
 

@@ -125,3 +125,54 @@ def test_pipeline_modules_stay_small() -> None:
         if lines > OVERSIZE.get(rel, MAX_LINES):
             too_big.append(f"{rel}: {lines} lines (limit {OVERSIZE.get(rel, MAX_LINES)})")
     assert not too_big, "; ".join(too_big)
+
+
+# ----------------------------------------------------------------------------- citations
+_MD_NAME = re.compile(r"(?<![\w./-])([\w./-]*\w\.md)(?![\w-])")
+_URL = re.compile(r"\w+://\S+")
+# A path into the design notes' folder, which lives outside the repository.
+_OUTSIDE = re.compile(r"(?<![\w./-])(?:\.\./)*shared/|/work/shared\b")
+
+
+def _resolves(name: str, citing: str, tracked: set[str]) -> bool:
+    """A cited .md file exists if the name is a tracked path from the repository root or
+    from the citing file's folder; a bare name may also be a tracked file below that
+    folder (a script naming the file it writes), and markdown pages may cite docs/ pages
+    by bare name (the README's list of docs)."""
+    import posixpath
+
+    folder = posixpath.dirname(citing)
+    candidates = [name, posixpath.normpath(posixpath.join(folder, name))]
+    if citing.endswith(".md"):
+        candidates.append("docs/" + name)
+    if any(c in tracked for c in candidates):
+        return True
+    if "/" not in name:
+        prefix = folder + "/" if folder else ""
+        return any(t.startswith(prefix) and t.endswith("/" + name) for t in tracked)
+    return False
+
+
+def test_cited_markdown_files_exist() -> None:
+    """Comments and docs once cited design notes that sit outside the repository (the
+    broker's defects, the models' measured costs, the metric conventions) as if users
+    could read them. Every .md file a tracked file names must be in the repository,
+    and nothing may point into the notes' folder."""
+    tracked = set(
+        subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.splitlines()
+    )
+    this = str(Path(__file__).resolve().relative_to(ROOT))  # its patterns would match themselves
+    bad = []
+    for path in _tracked_text_files():
+        rel = str(path.relative_to(ROOT))
+        if rel == this or rel.startswith("out/") or not path.is_file():
+            continue
+        text = _URL.sub(" ", path.read_text(encoding="utf-8", errors="replace"))
+        for m in _MD_NAME.finditer(text):
+            if text[max(0, m.start() - 3):m.start()] in ('/ "', "/ '"):
+                continue  # a pathlib join (`REPO / "docs" / "X.md"`): its code reads it
+            if not _resolves(m.group(1), rel, tracked):
+                bad.append(f"{rel}:{text.count(chr(10), 0, m.start()) + 1}: {m.group(1)}")
+        for m in _OUTSIDE.finditer(text):
+            bad.append(f"{rel}:{text.count(chr(10), 0, m.start()) + 1}: {m.group(0)}")
+    assert not bad, "cited files that are not in the repository: " + ", ".join(bad)
