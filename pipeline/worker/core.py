@@ -138,7 +138,7 @@ class Worker:
             self.step, self.outcomes, self.tracker, self.sinks, self.metrics, cfg.pipeline, b.policy,
             self.stats, lambda: self._drain_deadline, self.fail,
         )
-        self._executors = Executors(self.queue, self.step, self.publisher.hand_over, self.outcomes.dead_letter)
+        self._executor_pool = Executors(self.queue, self.step, self.publisher.hand_over, self.outcomes.dead_letter)
         self.source = None  # created in run(): joining the group is the last step
         self.partitions = Partitions(
             self.tracker, lambda: self.source, self.producer, self.sinks, self.metrics, cfg.pipeline,
@@ -205,7 +205,7 @@ class Worker:
     def threads(self) -> list[threading.Thread]:
         """The threads this worker needs while it runs: executors and the publisher."""
         publisher = self.publisher.thread
-        return [*self._executors.threads, *([publisher] if publisher is not None else [])]
+        return [*self._executor_pool.threads, *([publisher] if publisher is not None else [])]
 
     def _guarded(self, name: str, body: Callable[[], None]) -> Callable[[], None]:
         """A thread body whose death is the worker's: without its executors or its
@@ -238,7 +238,7 @@ class Worker:
             self.cfg, self.group_id, [self.input_topic], self.partitions.on_assign, self.partitions.on_revoke
         )
         self.publisher.start(self._guarded)
-        self._executors.start(
+        self._executor_pool.start(
             self.executors, self._guarded, pin=rt.pin_executors, intra_op_threads=rt.intra_op_threads
         )
         log.info(
@@ -303,7 +303,7 @@ class Worker:
         still queued when it runs out stays uncommitted, replayed by the next owner."""
         self._drain_deadline = time.monotonic() + self.cfg.drain_timeout_s
         self.queue.close()
-        if not self._executors.join(self._drain_left):
+        if not self._executor_pool.join(self._drain_left):
             log.warning("drain time (%.0f s) ran out: queued requests stay uncommitted", self.cfg.drain_timeout_s)
             self.queue.abandon()
         if self.publisher.thread is not None:
@@ -313,7 +313,7 @@ class Worker:
         if self._restore_interpreter is not None:
             self._restore_interpreter()
             self._restore_interpreter = None
-        self._executors.unpin()
+        self._executor_pool.unpin()
         self._route_late()
         remaining = self.producer.flush(max(self._drain_left(), 1.0))
         for sink in self.sinks:

@@ -21,8 +21,10 @@ class WorkerStats:
     commits: int = 0
     pauses: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
-    # Not a field: repr and equality are about the counts.
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Not a field: repr, equality and asdict() are about the counts.
+        self._lock = threading.Lock()
 
     def count(self, name: str, n: int = 1) -> None:
         """Add n to one counter, from any thread."""
