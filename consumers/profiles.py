@@ -162,7 +162,7 @@ _FAUST_PROFILE: dict[str, dict[str, Any]] = {
 
 # Faust hard-codes aiokafka's fetch_max_wait_ms=1500, and Tansu holds a fetch that is
 # not full for all of it (measured: 0.3-0.7 s from produce to agent). The embedded
-# profile installs a transport that sets this instead (pipeline/faust_app.py).
+# profile installs a transport that sets this instead (pipeline/faust/app.py).
 FAUST_FETCH_MAX_WAIT_MS: dict[str, int | None] = {KAFKA: None, EMBEDDED: 5}
 
 

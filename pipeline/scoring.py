@@ -1,5 +1,5 @@
 """One scoring step, shared by the worker's executors (pipeline/worker/) and the Faust
-path (pipeline/faust_inference.py): the warm-up profile, collate -> model -> split,
+path (pipeline/faust/inference.py): the warm-up profile, collate -> model -> split,
 a refused batch re-run request by request, and the result document.
 
     step = ScoringStep(model, codec, session, hooks)

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 from pipeline.errors import UserError
 
-if TYPE_CHECKING:  # pipeline.etl loads pyarrow: only when the command runs
-    from pipeline.etl import EtlJob
+if TYPE_CHECKING:  # pipeline.etl.job loads pyarrow: only when the command runs
+    from pipeline.etl.job import EtlJob
 
 FORMATS = ("parquet", "csv", "jsonl")
 
@@ -76,7 +76,7 @@ def parse_time(text: str) -> int:
 
 
 def build_job(args: argparse.Namespace) -> EtlJob:
-    from pipeline.etl import EtlJob
+    from pipeline.etl.job import EtlJob
 
     defaults = _config_defaults(args.config)
     return EtlJob(
@@ -123,7 +123,7 @@ def _config_defaults(path: str | None) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipeline.etl import JobInterrupted, run_etl, summary_lines
+    from pipeline.etl.job import JobInterrupted, run_etl, summary_lines
 
     job = build_job(args)
     try:

@@ -20,7 +20,7 @@ import pytest
 from confluent_kafka import Producer
 
 from consumers.profiles import producer_config
-from pipeline.etl import EtlJob, JobInterrupted, run_etl
+from pipeline.etl.job import EtlJob, JobInterrupted, run_etl
 from pipeline.loadgen.ctr import CtrRequestFactory
 from pipeline.loadgen.ctr_files import flat_rows_table
 from tests.integration.pipeline_helpers import REPO, profile_of, wait_for

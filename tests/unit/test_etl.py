@@ -22,8 +22,8 @@ import pytest
 from consumers.codecs.ctr import CtrCodec
 from models.registry import load_spec
 from pipeline.errors import UserError
-from pipeline.etl import Checkpoint, EtlJob, JobInterrupted, run_etl
-from pipeline.etl_inputs import featurize_flat
+from pipeline.etl.inputs import featurize_flat
+from pipeline.etl.job import Checkpoint, EtlJob, JobInterrupted, run_etl
 from pipeline.loadgen.ctr import CtrRequestFactory
 from pipeline.loadgen.ctr_files import flat_rows_table
 from pipeline.runtime.session import InferenceSession

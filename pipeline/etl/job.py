@@ -33,7 +33,7 @@ import orjson
 
 from models.registry import ModelSpec, load_spec
 from pipeline.errors import UserError
-from pipeline.etl_inputs import (
+from pipeline.etl.inputs import (
     Chunk,
     Features,
     detect_format,
@@ -158,7 +158,7 @@ def _file_sources(job: EtlJob) -> tuple[list[_Source], list[dict[str, Any]]]:
 
 def _topic_sources(job: EtlJob, saved: list[dict[str, Any]] | None) -> tuple[list[_Source], list[dict[str, Any]]]:
     from consumers.codecs.ctr import CtrCodec
-    from pipeline.etl_topic import PartitionRange, read_partition_chunks, resolve_ranges
+    from pipeline.etl.topic import PartitionRange, read_partition_chunks, resolve_ranges
 
     assert job.topic is not None and job.bootstrap_servers is not None
     if saved is not None:  # resumed: the ranges fixed when the job was created
