@@ -16,12 +16,18 @@ from collections.abc import Callable, Mapping
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 
-from consumers.records import AckCallback, SendError, SourceRecord, TopicPartition, headers_to_dict
+from consumers.records import (
+    AckCallback,
+    CommitCallback,
+    SendError,
+    SourceRecord,
+    TopicPartition,
+    headers_to_dict,
+)
 
 log = logging.getLogger(__name__)
 
 RebalanceCallback = Callable[[list[TopicPartition]], None]
-CommitCallback = Callable[[Exception | None], None]
 
 
 class ConfluentSource:

@@ -18,6 +18,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from consumers.records import Producer
 from pipeline.batching.backpressure import Backpressure
 from pipeline.batching.batcher import Batcher
 from pipeline.batching.concurrent import BatchQueue
@@ -62,7 +63,7 @@ class WorkerParts:
     queue: BatchQueue
     backpressure: Backpressure
     executors: int
-    producer: Any  # a consumers producer backend (pipeline/kafka_backend.py)
+    producer: Producer  # pipeline/kafka_backend.py picks the client
     sinks: list[ResultSink]
     redis: RedisParts | None = None
 

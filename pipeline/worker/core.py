@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from consumers.offsets import OffsetTracker
-from consumers.records import SourceRecord, TopicPartition
+from consumers.records import Source, SourceRecord, TopicPartition
 from pipeline.batching.backpressure import Intake, IntakeDecision
 from pipeline.clock import Clock, wall_ms
 from pipeline.config import WorkerConfig
@@ -139,7 +139,7 @@ class Worker:
             self.stats, lambda: self._drain_deadline, self.fail,
         )
         self._executor_pool = Executors(self.queue, self.step, self.publisher.hand_over, self.outcomes.dead_letter)
-        self.source = None  # created in run(): joining the group is the last step
+        self.source: Source | None = None  # created in run(): joining the group is the last step
         self.partitions = Partitions(
             self.tracker, lambda: self.source, self.producer, self.sinks, self.metrics, cfg.pipeline,
             self.stats, self._route_late,

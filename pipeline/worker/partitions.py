@@ -14,10 +14,9 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 from consumers.offsets import OffsetTracker
-from consumers.records import TopicPartition
+from consumers.records import Producer, Source, TopicPartition
 from pipeline.metrics import WorkerMetrics
 from pipeline.sinks import ResultSink, notify
 from pipeline.worker.stats import WorkerStats
@@ -35,8 +34,8 @@ class Partitions:
     def __init__(
         self,
         tracker: OffsetTracker,
-        source: Callable[[], Any],
-        producer: Any,
+        source: Callable[[], Source | None],
+        producer: Producer,
         sinks: list[ResultSink],
         metrics: WorkerMetrics,
         pipeline: str,
