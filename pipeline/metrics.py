@@ -53,7 +53,7 @@ def observe_many(histogram: Any, values: Sequence[float]) -> None:
 
 class BatchingMetrics:
     """What any path through the batching core exports: the worker and the Faust
-    helper (pipeline/faust/batching.py) share these names, labels and buckets, so one
+    helper (pipeline/faust/driver.py) share these names, labels and buckets, so one
     set of dashboards and alerts reads both."""
 
     def __init__(self, pipeline: str, policy: str, registry: CollectorRegistry | None = None) -> None:

@@ -7,12 +7,9 @@ import argparse
 import datetime as dt
 import os
 import sys
-from typing import TYPE_CHECKING
 
 from pipeline.errors import UserError
-
-if TYPE_CHECKING:  # pipeline.etl.job loads pyarrow: only when the command runs
-    from pipeline.etl.job import EtlJob
+from pipeline.etl.settings import EtlJob  # no pyarrow, unlike pipeline.etl.job (in run())
 
 FORMATS = ("parquet", "csv", "jsonl")
 
@@ -76,8 +73,6 @@ def parse_time(text: str) -> int:
 
 
 def build_job(args: argparse.Namespace) -> EtlJob:
-    from pipeline.etl.job import EtlJob
-
     defaults = _config_defaults(args.config)
     return EtlJob(
         output=args.output,

@@ -27,7 +27,8 @@ from consumers.codecs.base import Decoded, DecodeError
 from consumers.codecs.ctr import CtrCodec
 from consumers.profiles import consumer_config
 from pipeline.errors import UserError
-from pipeline.etl.inputs import Chunk, Reject, features_from_requests
+from pipeline.etl.features import features_from_requests
+from pipeline.etl.inputs import Chunk, Reject
 
 _POLL_RECORDS = 5000
 _POLL_S = 0.2

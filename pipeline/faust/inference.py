@@ -33,7 +33,7 @@ from consumers.dead_letter import dead_letter_copy, late_copy, record_bytes
 from consumers.records import SourceRecord, headers_to_dict
 from pipeline.batching.cost import AffineCost, CostModel
 from pipeline.clock import wall_ms
-from pipeline.faust.batching import FaustBatch
+from pipeline.faust.batch import FaustBatch
 from pipeline.pipelines import get_pipeline
 from pipeline.runtime.session import InferenceSession
 from pipeline.scoring import BatchTiming, ScoringStep, result_document
