@@ -24,7 +24,8 @@ from pipeline.batching.batcher import Batcher
 from pipeline.batching.concurrent import BatchQueue
 from pipeline.batching.cost import CostModel
 from pipeline.batching.depth import PipelineDepth
-from pipeline.batching.policies import Policy, make_policy, policy_params
+from pipeline.batching.policies import make_policy, policy_params
+from pipeline.batching.policy_base import Policy
 from pipeline.clock import Clock, MonotonicClock
 from pipeline.config import WorkerConfig
 from pipeline.hooks import WorkerHook
