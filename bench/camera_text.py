@@ -77,7 +77,8 @@ from pipeline.loadgen.pacing import poisson_schedule, run_open_loop  # noqa: E40
 CAMERAS = 4
 CAMERA_RESOLUTION = (320, 240)
 FRAMES_PER_CAMERA = 8  # rendered once, re-sent with fresh frame ids
-STATIC = {"max_batch_rows": 64, "max_queue_delay_ms": 10.0}  # "as commonly deployed" (DESIGN.md)
+# static "as commonly deployed" (docs/BATCHING.md, "The simulator"): 64 rows, 10 ms linger
+STATIC = {"max_batch_rows": 64, "max_queue_delay_ms": 10.0}
 DRAIN_ROUNDS = 2  # drains per variant, the order rotated
 GREEDY_TEXT = {"TIDEBATCH_BATCHING__MAX_BATCH_ROWS": "32"}  # a common cap for a transformer
 

@@ -31,7 +31,8 @@ import pyarrow.csv as pcsv  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 from bench.model_peak import measure  # noqa: E402
-from pipeline.etl import EtlJob, run_etl  # noqa: E402
+from pipeline.etl.job import run_etl  # noqa: E402
+from pipeline.etl.settings import EtlJob  # noqa: E402
 from pipeline.loadgen.ctr_files import flat_rows_table  # noqa: E402
 
 BLOCK_ROWS = 50_000  # distinct requests generated (the rest repeats them with new ids)

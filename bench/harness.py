@@ -327,7 +327,7 @@ def fresh_topics(bootstrap: str, prefix: str, partitions: int = 2) -> tuple[str,
 
 def drop_topics(bootstrap: str, inp: str, out: str) -> None:
     """Delete a run's topics: the embedded broker keeps every byte in memory until its
-    topic is deleted (BROKER.md), and a broker holding earlier runs' gigabytes slowed
+    topic is deleted (docs/BROKERS.md), and a broker holding earlier runs' gigabytes slowed
     later runs of one benchmark down (binary-request saturation 245k vs ~320k rows/s
     on a fresh broker)."""
     from consumers.admin import delete_topics

@@ -164,14 +164,14 @@ def _tag(runtime_env: dict | None) -> str:
 def soak(bootstrap: str, pool: RequestPool, rate: float, seconds: float) -> dict:
     """Worker RSS sampled every 10 s at a steady load: memory must stay flat. Each
     sample also has the worker's queued rows and consumer lag: the embedded broker's
-    fetch slows as a run's batches pile up (BROKER.md), and memory has to be read
+    fetch slows as a run's batches pile up (docs/BROKERS.md), and memory has to be read
     against whether the worker was keeping up at the time."""
     import threading
 
     from pipeline.demo import _sum, scrape
 
     # Long runs: the embedded broker's fetch scans every stored batch of a partition and
-    # starves consumers past ~20k batches (BROKER.md); fewer, bigger producer batches
+    # starves consumers past ~20k batches (docs/BROKERS.md); fewer, bigger producer batches
     # (200 ms linger) over more partitions keep ten minutes well below that.
     inp, out = fresh_topics(bootstrap, "bench-soak", partitions=4)
     samples: list[tuple[float, int, float, float]] = []

@@ -3,7 +3,7 @@ the embedded Tansu broker).
 
 Why explicit creation matters: on Tansu a producer's metadata request auto-creates a
 missing topic with 4 partitions, and `AdminClient.list_topics(topic=X)` auto-creates X
-(shared/BROKER.md). So topics are created here, with their final partition count,
+(docs/BROKERS.md). So topics are created here, with their final partition count,
 before any client touches them, and metadata is only ever read with the no-argument
 `list_topics()`, which creates nothing.
 """
@@ -213,7 +213,7 @@ def delete_topics(
 ) -> None:
     """Delete topics (absent ones are ignored) and wait until metadata no longer lists them,
     so a topic of the same name can be created right after. On the embedded broker this is
-    also the only way to free a topic's memory (no retention, BROKER.md)."""
+    also the only way to free a topic's memory (no retention, docs/BROKERS.md)."""
     names = sorted(set(names))
     if not names:
         return

@@ -16,12 +16,18 @@ from collections.abc import Callable, Mapping
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 
-from consumers.records import AckCallback, SendError, SourceRecord, TopicPartition, headers_to_dict
+from consumers.records import (
+    AckCallback,
+    CommitCallback,
+    SendError,
+    SourceRecord,
+    TopicPartition,
+    headers_to_dict,
+)
 
 log = logging.getLogger(__name__)
 
 RebalanceCallback = Callable[[list[TopicPartition]], None]
-CommitCallback = Callable[[Exception | None], None]
 
 
 class ConfluentSource:
@@ -151,7 +157,7 @@ class ConfluentSource:
             if self._paused:
                 # A paused partition is not fetched, so its cached watermark is frozen
                 # exactly when lag matters (backpressure): ask the broker. On the
-                # embedded broker this answer is a little short (BROKER.md), never more.
+                # embedded broker this answer is a little short (docs/BROKERS.md), never more.
                 with contextlib.suppress(KafkaException):
                     _, queried = self._consumer.get_watermark_offsets(p, timeout=1.0, cached=False)
                     high = max(high if high is not None else -1, queried)

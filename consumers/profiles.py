@@ -3,7 +3,8 @@
 The worker code builds its Kafka clients only through these functions, so it runs
 unchanged on Apache Kafka (profile "kafka") and on the embedded Tansu broker (profile
 "embedded"). The "embedded" settings work around Tansu's measured defects; each one
-cites the defect in shared/BROKER.md. Rules that are not settings but matter as much:
+cites the defect in docs/BROKERS.md ("The embedded broker"). Rules that are not
+settings but matter as much:
 
 - never flush the producer per message: Tansu's fetch scans every stored batch of a
   partition, so many tiny batches make consumers slow and finally starve them;
@@ -34,7 +35,8 @@ PROFILES: tuple[str, ...] = (KAFKA, EMBEDDED)
 # Settings for every broker.
 _CONSUMER_COMMON: dict[str, Any] = {
     # At-least-once: the worker stores and commits an offset only once every message up
-    # to it has its result acked and its ETL rows durable (DESIGN.md "Delivery").
+    # to it has its result acked and its ETL rows durable (docs/ARCHITECTURE.md,
+    # "Delivery semantics").
     "enable.auto.commit": False,
     "enable.auto.offset.store": False,
     # A new group starts from the beginning. Also a Tansu defect: ListOffsets "latest"
@@ -160,7 +162,7 @@ _FAUST_PROFILE: dict[str, dict[str, Any]] = {
 
 # Faust hard-codes aiokafka's fetch_max_wait_ms=1500, and Tansu holds a fetch that is
 # not full for all of it (measured: 0.3-0.7 s from produce to agent). The embedded
-# profile installs a transport that sets this instead (pipeline/faust_app.py).
+# profile installs a transport that sets this instead (pipeline/faust/app.py).
 FAUST_FETCH_MAX_WAIT_MS: dict[str, int | None] = {KAFKA: None, EMBEDDED: 5}
 
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 TopicPartition = tuple[str, int]
 
@@ -43,3 +44,57 @@ def headers_to_dict(headers: list[tuple[str, bytes | None]] | None) -> dict[str,
     if not headers:
         return {}
     return {k: (v if v is not None else b"") for k, v in headers}
+
+
+CommitCallback = Callable[[Exception | None], None]
+
+
+class Source(Protocol):
+    """A consumer-group member's Kafka input, whichever client serves it
+    (consumers/confluent_backend.py, consumers/kafka_python_backend.py). Rebalance
+    callbacks, given at construction, run inside poll_batch() in the caller's thread."""
+
+    def poll_batch(self, max_records: int, timeout: float) -> list[SourceRecord]: ...
+
+    def commit(self, offsets: Mapping[TopicPartition, int], on_done: CommitCallback | None = None) -> None:
+        """Commit offsets (the next offset to read, per partition). With on_done,
+        asynchronously: on_done(None or the error) runs inside a later poll_batch()."""
+        ...
+
+    def assignment(self) -> list[TopicPartition]: ...
+
+    def pause_all(self) -> None: ...
+
+    def resume_all(self) -> None: ...
+
+    @property
+    def paused(self) -> bool: ...
+
+    def lag(self) -> dict[TopicPartition, int]: ...
+
+    def close(self) -> None: ...
+
+
+class Producer(Protocol):
+    """A Kafka producer, whichever client serves it."""
+
+    max_record_bytes: int  # the largest record it accepts (key + value + headers)
+
+    def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes]] | None,
+        on_ack: AckCallback,
+    ) -> None:
+        """Produce one record; on_ack gets exactly one call, with None or the error."""
+        ...
+
+    def poll(self, timeout: float = 0.0) -> int:
+        """Serve delivery reports for up to timeout s; how many were served."""
+        ...
+
+    def flush(self, timeout: float) -> int:
+        """Wait for every record's report, up to timeout s; how many are still waiting."""
+        ...

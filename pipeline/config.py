@@ -25,9 +25,10 @@ from pipeline.redisio.config import RedisConfig, validate_redis
 from pipeline.sinks.config import SinksConfig, validate_sinks
 
 ENV_PREFIX = "TIDEBATCH_"
-# The Faust example app's own settings (examples/faust_ctr) share the prefix but are
-# not worker keys: a worker started beside it must not reject them.
-_NOT_WORKER_PREFIX = "TIDEBATCH_FAUST_"
+# The Faust example app's own settings (examples/faust_ctr) and the test suite's
+# (TIDEBATCH_TEST_BROKER, tests/integration/conftest.py) share the prefix but are not
+# worker keys: a worker started beside them must not reject them.
+_NOT_WORKER_PREFIXES = ("TIDEBATCH_FAUST_", "TIDEBATCH_TEST_")
 
 
 @dataclass
@@ -250,7 +251,7 @@ def _set_path(tree: dict, path: list[str], value: Any) -> None:
 def env_overrides(environ: Mapping[str, str]) -> dict:
     tree: dict = {}
     for name, raw in environ.items():
-        if not name.startswith(ENV_PREFIX) or name == ENV_PREFIX or name.startswith(_NOT_WORKER_PREFIX):
+        if not name.startswith(ENV_PREFIX) or name == ENV_PREFIX or name.startswith(_NOT_WORKER_PREFIXES):
             continue
         path = [p.lower() for p in name[len(ENV_PREFIX):].split("__")]
         try:

@@ -13,7 +13,7 @@ from consumers.profiles import (
     large_message_overrides,
     producer_config,
 )
-from consumers.records import TopicPartition
+from consumers.records import Producer, Source, TopicPartition
 from pipeline.config import WorkerConfig
 from pipeline.errors import UserError
 from pipeline.pipelines import get_pipeline
@@ -56,7 +56,7 @@ def make_source(
     topics: list[str],
     on_assign: Callable[[list[TopicPartition]], None],
     on_revoke: Callable[[list[TopicPartition]], None],
-) -> Any:
+) -> Source:
     if cfg.client == "confluent":
         from consumers.confluent_backend import ConfluentSource
 
@@ -76,7 +76,7 @@ def make_source(
     raise UserError(f"unknown Kafka client {cfg.client!r}; use confluent or kafka-python")
 
 
-def make_producer(cfg: WorkerConfig) -> Any:
+def make_producer(cfg: WorkerConfig) -> Producer:
     if cfg.client == "confluent":
         from consumers.confluent_backend import ConfluentProducer
 

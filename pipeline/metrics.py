@@ -1,7 +1,7 @@
-"""Prometheus metrics of one worker. Names follow DESIGN.md: `tidebatch_` prefix, base
-units, counters end in `_total`, low-cardinality labels (pipeline, topic, policy,
-outcome, reason) — never a request id. Each worker owns a registry, so several
-workers in one process (tests) do not collide."""
+"""Prometheus metrics of one worker. Names follow docs/OPERATIONS.md ("Metrics"):
+`tidebatch_` prefix, base units, counters end in `_total`, low-cardinality labels
+(pipeline, topic, policy, outcome, reason) — never a request id. Each worker owns a
+registry, so several workers in one process (tests) do not collide."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def observe_many(histogram: Any, values: Sequence[float]) -> None:
 
 class BatchingMetrics:
     """What any path through the batching core exports: the worker and the Faust
-    helper (pipeline/faust_batching.py) share these names, labels and buckets, so one
+    helper (pipeline/faust/driver.py) share these names, labels and buckets, so one
     set of dashboards and alerts reads both."""
 
     def __init__(self, pipeline: str, policy: str, registry: CollectorRegistry | None = None) -> None:
@@ -156,7 +156,7 @@ class WorkerMetrics(BatchingMetrics):
             "tidebatch_ready", "1 while /readyz answers 200 (partitions assigned, model loaded, broker polled)",
             ["pipeline"], registry=r,
         )
-        # The per-partition lag gauge has no pipeline label (worker.py sets it by topic and
+        # The per-partition lag gauge has no pipeline label (pipeline/worker/partitions.py sets it by topic and
         # partition); dashboards and alerts group by pipeline, so also export the sum.
         r.register(_PipelineLagCollector(self))
 

@@ -24,27 +24,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from consumers.dead_letter import Copy, dead_letter_copy, late_copy, one_line, record_bytes
-from consumers.records import AckCallback, SendError, SourceRecord
+from consumers.records import Producer, SendError, SourceRecord
 from pipeline.limits import Limits
 from pipeline.sinks import ResultSink, notify
 
 log = logging.getLogger(__name__)
 
 MAX_SEND_ATTEMPTS = 5
-
-
-class Producer(Protocol):
-    def send(
-        self,
-        topic: str,
-        key: bytes | None,
-        value: bytes | None,
-        headers: list[tuple[str, bytes]] | None,
-        on_ack: AckCallback,
-    ) -> None: ...
 
 
 @dataclass(frozen=True)

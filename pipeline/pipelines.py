@@ -42,7 +42,7 @@ class PipelineSpec:
     # (100,000 x 3 bytes), well below librdkafka's 1 MB record limit.
     max_request_bytes: int = 512 * 1024
     # Default batch cap (rows) when the config sets none. Convolutional and transformer
-    # models gain little or nothing from batching on CPU (MODELS.md), and their warm-up
+    # models gain little or nothing from batching on CPU (docs/MODELS.md), and their warm-up
     # fits come from a few small batches: a cap near the measured sizes keeps a noisy
     # fit from forming 100-frame batches that run slower per frame than single ones.
     max_batch_rows: int = 512

@@ -11,15 +11,15 @@ log = logging.getLogger(__name__)
 
 
 def serve(cfg: WorkerConfig) -> int:
-    from pipeline.commands.run import prepare_topics
-    from pipeline.redisio.attach import attach_redis
     from pipeline.sinks.build import build_sinks
-    from pipeline.worker import Worker, install_signal_handlers
+    from pipeline.worker import Worker, build_parts, install_signal_handlers
 
     if cfg.create_topics:
         prepare_topics(cfg)
-    worker = Worker(cfg, sinks=build_sinks(cfg))  # offline sinks: `sinks` section, docs/ETL.md
-    redis_parts = attach_redis(worker)  # `redis` section (docs/REDIS.md); None when all off
+    # Offline sinks: the `sinks` section (docs/ETL.md); Redis: the `redis` section
+    # (docs/REDIS.md), nothing connects when all of it is off.
+    parts = build_parts(cfg, sinks=build_sinks(cfg), redis=True)
+    worker = Worker(cfg, parts=parts)
     install_signal_handlers(worker)
     server = None
     if cfg.metrics.enabled:
@@ -35,5 +35,25 @@ def serve(cfg: WorkerConfig) -> int:
     finally:
         if server is not None:
             server.stop()
-        if redis_parts is not None:
-            redis_parts.close()
+        parts.close_redis()
+
+
+def prepare_topics(cfg: WorkerConfig) -> None:
+    """Create the worker's topics that are missing (cfg.create_topics): input, output,
+    dead-letter and late, with cfg.partitions each."""
+    from consumers.admin import ensure_topics, existing_topics
+    from pipeline.outcomes import Topics
+    from pipeline.pipelines import get_pipeline
+
+    spec = get_pipeline(cfg.pipeline)
+    inp = cfg.input_topic or spec.input_topic
+    names = [inp, *Topics.for_input(inp, cfg.output_topic or spec.output_topic, cfg.dlq_topic, cfg.late_topic).all()]
+
+    present = existing_topics(cfg.bootstrap_servers)
+    missing = {n: cfg.partitions for n in names if n not in present}
+    if missing:
+        # Apache Kafka refuses values above the topic's max.message.bytes (~1 MB).
+        limit = spec.max_message_bytes
+        topic_config = {"max.message.bytes": str(limit + 65536)} if limit else None
+        ensure_topics(cfg.bootstrap_servers, missing, topic_config=topic_config)
+        log.info("created topics %s", ", ".join(sorted(missing)))

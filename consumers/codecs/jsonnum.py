@@ -10,8 +10,8 @@ integer reported as "got float". The stdlib parser keeps the literal's text; it 
 only on those messages, so the hot path is exactly orjson's.
 
 Nesting: orjson refuses documents nested deeper than 1024 levels; that is the
-documented limit (docs/schemas/ctr_request.md, text_request.md), refused with
-``DEPTH_REASON`` instead of a parser message.
+documented limit (docs/schemas/ctr_request.md, docs/schemas/text_request.md), refused
+with ``DEPTH_REASON`` instead of a parser message.
 """
 
 from __future__ import annotations

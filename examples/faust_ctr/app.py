@@ -16,9 +16,9 @@ from functools import cache
 
 from mode import CrashingSupervisor, OneForOneSupervisor
 
-from pipeline.faust_app import add_metrics_page, make_app, serve_metrics
-from pipeline.faust_batching import BatchMetrics, adaptive_batches
-from pipeline.faust_inference import BatchScorer
+from pipeline.faust.app import add_metrics_page, make_app, serve_metrics
+from pipeline.faust.batching import BatchMetrics, adaptive_batches
+from pipeline.faust.inference import BatchScorer
 
 log = logging.getLogger(__name__)
 

@@ -420,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    torch.set_num_threads(1)  # 2 threads under load were 3x slower (MODELS.md)
+    torch.set_num_threads(1)  # 2 threads under load were 3x slower (docs/MODELS.md)
     torch.manual_seed(TORCH_SEED)
     t_start = time.perf_counter()
 

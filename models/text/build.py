@@ -37,6 +37,7 @@ import numpy as np
 # What the graph is. Bump GRAPH_VERSION whenever the graph changes: the file name
 # carries it, so a stale cached build is never picked up.
 GRAPH_VERSION = 1
+TEXT_DIR = Path(__file__).resolve().parent
 HIDDEN = 384
 HEADS = 12
 HEAD_DIM = HIDDEN // HEADS
@@ -245,9 +246,13 @@ def build_text_model(out: Path, weights: Path | None = None, verify_sha: bool = 
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    from models.text.model import default_model_path
+def default_model_path() -> Path:
+    """The built model's cache location; its name carries the graph version so a
+    build from an older build.py is never mistaken for the current one."""
+    return TEXT_DIR / f"minilm-fp32-v{GRAPH_VERSION}.onnx"
 
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=default_model_path())
     parser.add_argument("--weights", type=Path, default=None,

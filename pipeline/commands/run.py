@@ -6,7 +6,7 @@ import argparse
 import logging
 
 from pipeline.batching.policies import POLICY_NAMES
-from pipeline.config import WorkerConfig, load_config
+from pipeline.config import load_config
 from pipeline.pipelines import PIPELINES
 
 log = logging.getLogger(__name__)
@@ -53,26 +53,6 @@ def flag_overrides(args: argparse.Namespace) -> dict:
     if args.metrics_port is not None:
         out["metrics"] = {"port": args.metrics_port}
     return out
-
-
-def prepare_topics(cfg: WorkerConfig) -> None:
-    from consumers.admin import ensure_topics
-    from pipeline.outcomes import Topics
-    from pipeline.pipelines import get_pipeline
-
-    spec = get_pipeline(cfg.pipeline)
-    inp = cfg.input_topic or spec.input_topic
-    names = [inp, *Topics.for_input(inp, cfg.output_topic or spec.output_topic, cfg.dlq_topic, cfg.late_topic).all()]
-    from consumers.admin import existing_topics
-
-    present = existing_topics(cfg.bootstrap_servers)
-    missing = {n: cfg.partitions for n in names if n not in present}
-    if missing:
-        # Apache Kafka refuses values above the topic's max.message.bytes (~1 MB).
-        limit = spec.max_message_bytes
-        topic_config = {"max.message.bytes": str(limit + 65536)} if limit else None
-        ensure_topics(cfg.bootstrap_servers, missing, topic_config=topic_config)
-        log.info("created topics %s", ", ".join(sorted(missing)))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,5 +1,5 @@
 """CTR requests as flat input files for `tidebatch etl` (one row per item; layout in
-pipeline/etl_inputs.py and docs/ETL.md), from the same deterministic request factory
+pipeline/etl/inputs.py and docs/ETL.md), from the same deterministic request factory
 the load generator uses, so file rows and Kafka requests score identically."""
 
 from __future__ import annotations

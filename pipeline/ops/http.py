@@ -83,7 +83,7 @@ class OpsServer:
         m.ready.labels(m.pipeline).set_function(lambda: 1.0 if self.readiness()[0] else 0.0)
         queue = getattr(self.worker, "queue", None)
         if queue is not None:
-            # worker.py sets tidebatch_queue_rows only when records arrive, so an idle
+            # pipeline/worker/core.py sets tidebatch_queue_rows only when records arrive, so an idle
             # worker would show the queue of its last burst forever: read it live.
             m.queue_rows.labels(m.pipeline).set_function(lambda: float(queue.rows))
 

@@ -1,4 +1,5 @@
-"""Build the Redis hooks and sink of a worker from its `redis` config section."""
+"""Build the Redis hooks and sink of a worker from its `redis` config section
+(used by the composition root, pipeline/worker/compose.py)."""
 
 from __future__ import annotations
 
@@ -61,33 +62,20 @@ def build_redis(rc: RedisConfig, registry: CollectorRegistry) -> RedisParts | No
     return parts
 
 
-def attach_redis(worker: Any) -> RedisParts | None:
-    """Add the Redis hooks and sink to a constructed (not yet running) Worker, with
-    their metrics in the worker's registry. Returns what to close after worker.run()."""
-    rc: RedisConfig = worker.cfg.redis
-    parts = build_redis(rc, worker.metrics.registry)
-    if parts is None:
-        return None
-    if rc.features.enabled:
-        _accept_id_requests(worker)
-    worker.hooks.extend(parts.hooks)
-    worker.sinks.extend(parts.sinks)
-    return parts
-
-
-def _accept_id_requests(worker: Any) -> None:
-    """Swap the worker's CtrCodec for CtrIdCodec (inline requests decode identically;
-    id-only requests decode too). Before run(): the source thread has not started."""
+def accept_id_requests(codec: Any, pipeline: str) -> Any:
+    """The codec a worker with feature lookup decodes with: CtrIdCodec for the CTR
+    codec (inline requests decode identically; id-only requests decode too), the
+    codec unchanged elsewhere (with a warning: feature lookup is CTR only). Chosen by
+    pipeline/worker/compose.py before the warm-up profile runs the codec."""
     from consumers.codecs.ctr import CtrCodec
     from pipeline.redisio.codec import CtrIdCodec
 
-    codec = worker.codec
     if isinstance(codec, CtrIdCodec):
-        return
+        return codec
     if type(codec) is CtrCodec:
-        worker.codec = CtrIdCodec(max_items=codec.max_items)
-        return
-    log.warning("redis.features.enabled has no effect on pipeline %r (CTR only)", worker.cfg.pipeline)
+        return CtrIdCodec(max_items=codec.max_items)
+    log.warning("redis.features.enabled has no effect on pipeline %r (CTR only)", pipeline)
+    return codec
 
 
 def _on(flag: bool) -> str:

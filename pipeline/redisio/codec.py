@@ -18,8 +18,9 @@ NaN, cat = the field's reserved missing id); FeatureLookupHook (features.py) fil
 in before inference, one Redis round trip per batch. The inline parts are featurised
 by CtrCodec's own helpers, so both paths are the same code.
 
-The worker gets this codec when `redis.features.enabled`: attach_redis() swaps the
-CTR pipeline's CtrCodec for it before the worker runs (pipeline/redisio/attach.py).
+The worker gets this codec when `redis.features.enabled`: the composition root
+(pipeline/worker/compose.py, with pipeline/redisio/attach.py) puts it in place of the
+CTR pipeline's CtrCodec, before the warm-up profile runs it.
 """
 
 from __future__ import annotations

@@ -213,7 +213,7 @@ def start_worker_process(
 def produce_ctr(bootstrap: str, topic: str, count: int, *, seed: int = 7, start: int = 0) -> list[str]:
     """Send `count` CTR requests as fast as the producer batches them; returns their
     request ids. Batched by the producer (linger), never flushed per message: the
-    embedded broker's fetch slows with every stored batch (BROKER.md)."""
+    embedded broker's fetch slows with every stored batch (docs/BROKERS.md)."""
     make = get_pipeline("ctr").make_samples(seed)
     producer = Producer(producer_config(profile_of(bootstrap), bootstrap))
     ids: list[str] = []

@@ -17,8 +17,8 @@ from prometheus_client import CollectorRegistry
 
 from models.ctr import features as F
 from pipeline.config import WorkerConfig
-from pipeline.redisio.attach import RedisParts, attach_redis
-from pipeline.worker import Worker
+from pipeline.redisio.attach import RedisParts
+from pipeline.worker import Worker, build_parts
 from tests.integration.pipeline_helpers import wait_for
 
 FEATURE_COLUMNS = ["kind", "id", *F.DENSE_FIELDS, *F.CAT_FIELDS]
@@ -95,10 +95,11 @@ def metric_sum(registry: CollectorRegistry, name: str) -> float:
 
 @contextmanager
 def running_redis_worker(cfg: WorkerConfig) -> Iterator[tuple[Worker, RedisParts]]:
-    """A Worker with attach_redis (as `tidebatch run` does), run in a thread."""
-    worker = Worker(cfg)
-    parts = attach_redis(worker)
+    """A Worker with its Redis parts (as `tidebatch run` builds it), run in a thread."""
+    built = build_parts(cfg, redis=True)
+    parts = built.redis
     assert parts is not None, "no redis feature enabled in cfg"
+    worker = Worker(cfg, parts=built)
     exit_code: list[int] = []
     thread = threading.Thread(target=lambda: exit_code.append(worker.run()), daemon=True)
     thread.start()

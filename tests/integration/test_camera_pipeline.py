@@ -228,7 +228,7 @@ def test_equal_timestamps_polled_apart_keep_their_order_under_edf(broker, monkey
     timestamp polled a few ms apart got deadlines up to 1 ms apart in either direction,
     and EDF could serve the later frame first. Deterministic here: fake clocks reproduce
     a poll pair whose wall-clock readings truncate differently."""
-    import pipeline.worker as worker_module
+    import pipeline.worker.core as worker_module
 
     cfg = worker_config(
         broker.bootstrap_servers, "unused-in", "unused-out", "unused-group", pipeline="camera",

@@ -81,7 +81,8 @@ def produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes, list]]
     for key, value, headers in records:
         producer.produce(topic, key=key, value=value, headers=headers, on_delivery=on_delivery)
         producer.poll(0)
-    # One flush at the end, never per message (BROKER.md: many small batches starve fetches).
+    # One flush at the end, never per message (docs/BROKERS.md: many small batches starve
+    # fetches).
     assert producer.flush(WAIT_S) == 0
     producer.close()
     assert failures == []

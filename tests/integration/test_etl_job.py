@@ -20,7 +20,8 @@ import pytest
 from confluent_kafka import Producer
 
 from consumers.profiles import producer_config
-from pipeline.etl import EtlJob, JobInterrupted, run_etl
+from pipeline.etl.job import JobInterrupted, run_etl
+from pipeline.etl.settings import EtlJob
 from pipeline.loadgen.ctr import CtrRequestFactory
 from pipeline.loadgen.ctr_files import flat_rows_table
 from tests.integration.pipeline_helpers import REPO, profile_of, wait_for

@@ -181,7 +181,7 @@ def test_offsets_for_times_finds_the_first_message_at_or_after_a_time(kafka_brok
         ]
     finally:
         consumer.close()
-    # Exact on Apache Kafka (on Tansu only a hint, pipeline/etl_topic.py); -1: past the end.
+    # Exact on Apache Kafka (on Tansu only a hint, pipeline/etl/topic.py); -1: past the end.
     assert found == [0, 42, 43, -1]
 
 

@@ -1,5 +1,5 @@
 """Consumer lag in the metrics is the fetch high watermark minus the position, right on
-the embedded broker (whose ListOffsets "latest" is wrong, BROKER.md): N requests wait
+the embedded broker (whose ListOffsets "latest" is wrong, docs/BROKERS.md): N requests wait
 in the topic, the worker holds them back, the lag gauge shows what is left, then
 falls to 0 once the worker catches up."""
 

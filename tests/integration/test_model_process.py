@@ -177,10 +177,11 @@ def _children() -> set[int]:
 
 
 def test_a_worker_that_fails_to_start_stops_its_model_process(broker, topic_factory, unique_group_id, monkeypatch):
-    """A step of Worker.__init__ after the model process started fails (here the Kafka
-    producer): the model process goes with it instead of living on until the worker
-    object is garbage-collected."""
-    import pipeline.worker as worker_module
+    """A step of building a worker after the model process started fails (here the
+    Kafka producer, pipeline/worker/compose.py): the model process goes with it instead
+    of living on until the worker object is garbage-collected."""
+    import pipeline.worker.compose as compose
+    from pipeline.worker import Worker
 
     before = _children()
     started: set[int] = set()
@@ -189,9 +190,9 @@ def test_a_worker_that_fails_to_start_stops_its_model_process(broker, topic_fact
         started.update(_children() - before)  # the model process is up by now
         raise RuntimeError("no producer today")
 
-    monkeypatch.setattr(worker_module, "make_producer", no_producer)
+    monkeypatch.setattr(compose, "make_producer", no_producer)
     cfg = worker_config(broker, make_topics(topic_factory, 1), unique_group_id, runtime={"model_process": True})
     with pytest.raises(RuntimeError, match="no producer today"):
-        worker_module.Worker(cfg)
+        Worker(cfg)
     assert started, "no model process was started"
     assert all(gone(pid) for pid in started), f"model process {sorted(started)} still running"

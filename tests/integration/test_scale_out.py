@@ -3,7 +3,7 @@ topic; one is SIGKILLed mid-stream, the other two take its partitions over, and 
 request still gets a result (at-least-once: replays may add duplicates, never gaps).
 
 On the embedded broker members are stopped one at a time: a group can get stuck for
-good when two leave together and one joins (BROKER.md)."""
+good when two leave together and one joins (docs/BROKERS.md)."""
 
 from __future__ import annotations
 

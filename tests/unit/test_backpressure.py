@@ -1,5 +1,5 @@
 """Backpressure: when the source loop takes records, given the queue's rows and a clock
-passed in (no sleeps). The worker acts on the decisions (worker.py)."""
+passed in (no sleeps). The worker acts on the decisions (pipeline/worker/core.py)."""
 
 from __future__ import annotations
 

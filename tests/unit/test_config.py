@@ -67,15 +67,22 @@ def test_faust_example_settings_are_not_worker_keys() -> None:
     assert cfg.batching.policy == "greedy"
 
 
+def test_the_test_suite_s_settings_are_not_worker_keys() -> None:
+    """Regression: TIDEBATCH_TEST_BROKER=embedded (the suite on Tansu) made every
+    worker subprocess exit with "config key 'test_broker' is not known"."""
+    cfg = load_config(environ={"TIDEBATCH_TEST_BROKER": "embedded", "TIDEBATCH_BATCHING__POLICY": "greedy"})
+    assert cfg.batching.policy == "greedy"
+
+
 def test_batch_cap_defaults_to_the_pipeline_and_config_wins() -> None:
     from pipeline.pipelines import get_pipeline
-    from pipeline.worker import _policy_params
+    from pipeline.worker import batching_params
 
     camera = get_pipeline("camera").max_batch_rows
     assert camera < get_pipeline("ctr").max_batch_rows
-    assert _policy_params(load_config(environ={}), camera)["max_batch_rows"] == camera
+    assert batching_params(load_config(environ={}), camera)["max_batch_rows"] == camera
     explicit = load_config(overrides={"batching": {"max_batch_rows": 64}}, environ={})
-    assert _policy_params(explicit, camera)["max_batch_rows"] == 64
+    assert batching_params(explicit, camera)["max_batch_rows"] == 64
 
 
 # ----------------------------------------------------------------------------- rebalancing

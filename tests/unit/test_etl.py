@@ -22,8 +22,10 @@ import pytest
 from consumers.codecs.ctr import CtrCodec
 from models.registry import load_spec
 from pipeline.errors import UserError
-from pipeline.etl import Checkpoint, EtlJob, JobInterrupted, run_etl
-from pipeline.etl_inputs import featurize_flat
+from pipeline.etl.checkpoint import Checkpoint
+from pipeline.etl.features import featurize_flat
+from pipeline.etl.job import JobInterrupted, run_etl
+from pipeline.etl.settings import EtlJob
 from pipeline.loadgen.ctr import CtrRequestFactory
 from pipeline.loadgen.ctr_files import flat_rows_table
 from pipeline.runtime.session import InferenceSession

@@ -12,7 +12,7 @@ import pytest
 from pipeline.batching.cost import AffineCost, CostModel
 from pipeline.batching.request import REASON_LATE, REASON_LINGER
 from pipeline.clock import FakeClock
-from pipeline.faust_batching import (
+from pipeline.faust.batching import (
     REASON_REJECTED,
     AckGate,
     BatchMetrics,
@@ -304,7 +304,7 @@ def test_faust_settings_per_broker_profile() -> None:
 
 def test_embedded_app_gets_the_short_fetch_wait_transport() -> None:
     pytest.importorskip("faust")
-    from pipeline.faust_app import make_app
+    from pipeline.faust.app import make_app
 
     app = make_app("unit-embedded", "kafka://127.0.0.1:1", profile="embedded")
     assert app.conf.broker_session_timeout == 6.0

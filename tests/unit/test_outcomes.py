@@ -142,12 +142,12 @@ def test_refused_requests_leave_no_reference_cycles() -> None:
     """decode_all's exceptions hold tracebacks whose frames hold the refused values and
     the list of outcomes: a cycle only the (rarely run) cyclic collector frees, which
     grew a worker by gigabytes under refused 10 MB camera frames. The worker drops the
-    tracebacks (pipeline/worker.py, _drop_traceback)."""
+    tracebacks (pipeline/worker/admission.py, drop_traceback)."""
     import gc
 
     from consumers.codecs.base import decode_all
     from consumers.codecs.ctr import CtrCodec
-    from pipeline.worker import _drop_traceback
+    from pipeline.worker.admission import drop_traceback
 
     messages = [(b"{" + b"x" * 10_000, {}), (b'{"request_id": 3}', {}), (b"\xff", {})]
     gc.disable()
@@ -156,7 +156,7 @@ def test_refused_requests_leave_no_reference_cycles() -> None:
         outcomes = decode_all(CtrCodec(), messages)
         for outcome in outcomes:
             assert isinstance(outcome, Exception)
-            _drop_traceback(outcome)
+            drop_traceback(outcome)
         del outcomes, outcome
         assert gc.collect() == 0
         outcomes = decode_all(CtrCodec(), messages)  # and without the fix, there are cycles

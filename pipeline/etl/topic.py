@@ -2,7 +2,8 @@
 record times, with partitions assigned explicitly (no consumer group membership, no
 commits), in chunks of consecutive offsets.
 
-Broker facts this relies on (shared/BROKER.md, and measured for this module):
+Broker facts this relies on (docs/BROKERS.md, "The embedded broker"; also measured for
+this module):
 - The end of a partition is the *fetch* high watermark (`get_watermark_offsets(
   cached=True)` after a fetch, or the partition-EOF event): ListOffsets "latest" is
   wrong on the embedded broker.
@@ -26,7 +27,8 @@ from consumers.codecs.base import Decoded, DecodeError
 from consumers.codecs.ctr import CtrCodec
 from consumers.profiles import consumer_config
 from pipeline.errors import UserError
-from pipeline.etl_inputs import Chunk, Reject, features_from_requests
+from pipeline.etl.features import features_from_requests
+from pipeline.etl.inputs import Chunk, Reject
 
 _POLL_RECORDS = 5000
 _POLL_S = 0.2

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-import time
 from collections.abc import Awaitable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -34,9 +33,10 @@ from consumers.dead_letter import dead_letter_copy, late_copy, record_bytes
 from consumers.records import SourceRecord, headers_to_dict
 from pipeline.batching.cost import AffineCost, CostModel
 from pipeline.clock import wall_ms
-from pipeline.faust_batching import FaustBatch, Pending
+from pipeline.faust.batch import FaustBatch
 from pipeline.pipelines import get_pipeline
 from pipeline.runtime.session import InferenceSession
+from pipeline.scoring import BatchTiming, ScoringStep, result_document
 
 log = logging.getLogger(__name__)
 # Records this path writes must fit aiokafka's max_request_size (1 MiB) and Apache
@@ -96,7 +96,8 @@ class BatchScorer:
         self.codec = self.pipeline.make_codec(cfg)
         self.session = InferenceSession(self.model.onnx_path, providers, intra_op_threads)
         self.provider = self.session.provider
-        self.cost_prior: AffineCost | None = self._warm_up() if warmup else None
+        self.step = ScoringStep(self.model, self.codec, self.session)
+        self.cost_prior: AffineCost | None = self.step.warm_up(self.pipeline) if warmup else None
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="tidebatch-ort") if in_thread else None
         if gil_switch_interval_ms is not None:
             # Process-wide (sys.setswitchinterval), like `tidebatch run`'s
@@ -108,27 +109,6 @@ class BatchScorer:
             sys.setswitchinterval(gil_switch_interval_ms / 1000.0)
 
     # ------------------------------------------------------------------ set-up
-    def _warm_up(self) -> AffineCost:
-        """The worker's warm-up profile (t(n) per row on sample requests), so the first
-        batching decisions are not guesses."""
-        sizes = self.pipeline.warmup_sizes
-        samples = self.pipeline.make_samples(12345)
-        by_bucket: dict[object, list[Decoded]] = {}
-        for i in range(max(sizes) * 4):
-            _key, value, headers = samples(i)
-            d = self.codec.decode(value, dict(headers))
-            by_bucket.setdefault(d.bucket, []).append(d)
-        decoded = max(by_bucket.values(), key=len)
-        sizes = tuple(n for n in sizes if n <= len(decoded)) or (1,)
-        cost = self.session.profile(lambda n: self.codec.collate([d.payload for d in decoded[:n]]), sizes)
-        mean_rows = sum(d.rows for d in decoded[: max(sizes)]) / max(sizes)
-        cost.b /= mean_rows
-        log.info(
-            "warm-up profile of %s on %s: t(n) = %.3f ms + %.4f ms/row",
-            self.model.name, self.provider, cost.a * 1e3, cost.b * 1e3,
-        )
-        return cost
-
     def cost_model(self) -> CostModel:
         """A fresh cost model seeded with the warm-up profile (one per batcher)."""
         return CostModel(prior=self.cost_prior) if self.cost_prior is not None else CostModel()
@@ -147,13 +127,10 @@ class BatchScorer:
 
     # ------------------------------------------------------------------ inference
     def infer(self, decoded: Sequence[Decoded], pad_to_rows: int | None = None) -> tuple[list[dict], float]:
-        """collate -> ONNX Runtime -> split, as the worker's executor does; returns one
-        result per request and the seconds it took (what the cost model learns)."""
-        t0 = time.perf_counter()
-        feeds = self.codec.collate([d.payload for d in decoded], pad_to_rows)
-        outputs = self.session.run(feeds)
-        results = self.codec.split(outputs, decoded)
-        return results, time.perf_counter() - t0
+        """collate -> ONNX Runtime -> split, as the worker's executor does
+        (pipeline/scoring.py); one result per request and the model's seconds (what the
+        cost model learns)."""
+        return self.step.infer(decoded, pad_to_rows)
 
     async def _infer(self, decoded: Sequence[Decoded], pad_to_rows: int | None) -> tuple[list[dict], float]:
         if self._executor is None:
@@ -174,21 +151,11 @@ class BatchScorer:
             return list(results), [None] * len(results), seconds
         except Exception as exc:
             log.warning("batch of %d requests failed (%s); retrying one by one", len(decoded), exc)
-        out: list[dict | None] = []
-        errors: list[str | None] = []
-        total = 0.0
-        for d in decoded:
-            try:
-                (result,), seconds = await self._infer([d], None)
-            except Exception as one_exc:
-                reason = f"model rejected the request: {type(one_exc).__name__}: {one_exc}"
-                out.append(None)
-                errors.append(reason.splitlines()[0])
-                continue
-            total += seconds
-            out.append(result)
-            errors.append(None)
-        return out, errors, total
+        if self._executor is None:
+            singles = self.step.one_by_one(decoded)
+        else:
+            singles = await asyncio.get_running_loop().run_in_executor(self._executor, self.step.one_by_one, decoded)
+        return [s.result for s in singles], [s.error for s in singles], sum(s.seconds for s in singles)
 
     # ------------------------------------------------------------------ publishing
     async def score_and_send(
@@ -211,8 +178,8 @@ class BatchScorer:
         """
         results, errors, seconds = await self.score(batch)
         batch.service_seconds = seconds  # the cost model learns model time, as in the worker
-        started_wall = batch.formed_wall_ms
         done_wall = wall_ms()
+        timing = BatchTiming(batch.rows, seconds, batch.formed_wall_ms, done_wall)
         futures: list[Awaitable[Any]] = []
         for i, (item, result, error) in enumerate(zip(batch.items, results, errors, strict=True)):
             rec = source_record(item.event)
@@ -220,7 +187,7 @@ class BatchScorer:
                 batch.outcomes[i] = "dlq"
                 futures.append(await self._dead_letter(dlq_topic, rec, error or "model error", "inference"))
                 continue
-            doc = self._result_doc(item, rec, result, batch.rows, seconds, started_wall, done_wall)
+            doc = result_document(self.model, item.prepared, rec, result, timing, item.arrival_wall_ms, item.deadline_wall_ms)
             try:
                 value = orjson.dumps(doc)
             except (TypeError, orjson.JSONEncodeError) as exc:
@@ -261,33 +228,3 @@ class BatchScorer:
             )
         copy = dead_letter_copy(rec, reason, stage, FAUST_MAX_RECORD_BYTES, DEAD_LETTER_PREFIX_BYTES)
         return await dlq_topic.send(key=copy.key, value=copy.value, headers=copy.headers)
-
-    def _result_doc(
-        self,
-        item: Pending,
-        rec: SourceRecord,
-        result: dict,
-        batch_rows: int,
-        seconds: float,
-        started_wall: int,
-        done_wall: int,
-    ) -> dict:
-        decoded: Decoded = item.prepared
-        doc = {
-            "request_id": decoded.request_id,
-            **result,
-            "key": rec.key.decode("utf-8", "replace") if rec.key is not None else None,
-            "model": self.model.name,
-            "model_version": self.model.version,
-            "batch_rows": batch_rows,
-            "queue_wait_ms": max(started_wall - item.arrival_wall_ms, 0),
-            "inference_ms": round(seconds * 1000.0, 3),
-            "kafka_ts_ms": rec.timestamp_ms,
-            "scored_at_ms": done_wall,
-            "priority": decoded.priority,
-            "late": done_wall > item.deadline_wall_ms,
-            "source": {"topic": rec.topic, "partition": rec.partition, "offset": rec.offset},
-        }
-        if decoded.tenant is not None:
-            doc["tenant"] = decoded.tenant
-        return doc

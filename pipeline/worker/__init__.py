@@ -1,0 +1,19 @@
+"""The tidebatch worker, in rooms (docs/ARCHITECTURE.md "Data flow in one worker"):
+
+- compose.py: the composition root, configuration in, the parts of a Worker out;
+- core.py: Worker, the run loop (source thread), backpressure, shutdown;
+- admission.py: polled records -> requests (size limit, expiry, decode, deadlines);
+- executors.py: executor threads scoring batches (pipeline/scoring.py);
+- publisher.py: result documents, results and sink rows, in dispatch order;
+- partitions.py: offset commits, lag, rebalance callbacks;
+- stats.py: the counters.
+"""
+
+from pipeline.worker.admission import InFlight
+from pipeline.worker.compose import WorkerParts, batching_params, build_parts
+from pipeline.worker.core import Worker, install_signal_handlers
+from pipeline.worker.stats import WorkerStats
+
+__all__ = [
+    "InFlight", "Worker", "WorkerParts", "WorkerStats", "batching_params", "build_parts", "install_signal_handlers",
+]

@@ -1,0 +1,150 @@
+"""Admission: polled records in, queueable requests out, every other record given its
+outcome on the way (the source thread's work between a poll and the batch queue).
+
+In order, per poll:
+1. over the request size limit -> dead letter, before anything reads the value;
+2. expired whatever it contains (route_late only) -> the late topic, before decoding;
+3. decode -> a DecodeError (or a codec bug) is the record's dead letter;
+4. a Request whose deadline is its Kafka timestamp plus its budget, on the batcher's
+   clock (pipeline/clock.py ClockAnchor).
+
+Pure but for the outcomes it is handed: the clock readings come in as arguments, so
+unit tests drive it with fixed times and a fake outcomes object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from consumers.codecs.base import Codec, Decoded, DecodeError, decode_all
+from consumers.dead_letter import record_bytes
+from consumers.records import SourceRecord
+from pipeline.batching.request import Request
+from pipeline.clock import ClockAnchor
+
+
+@dataclass(slots=True)
+class InFlight:
+    """What the executors and the publisher need to finish one request (its Request's item)."""
+
+    rec: SourceRecord
+    decoded: Decoded
+    deadline_wall_ms: float
+    consumed_wall_ms: int
+
+
+class AdmissionOutcomes(Protocol):
+    """The outcomes admission gives (pipeline/outcomes.py Outcomes is one)."""
+
+    def dead_letter(self, rec: SourceRecord, reason: str, stage: str) -> None: ...
+
+    def late(self, routed: Sequence[tuple[SourceRecord, float]], now_wall: int) -> None: ...
+
+
+class Admission:
+    """Turns one poll's records into requests; see the module docstring for the order.
+
+    codec: decodes values (swappable: `codec` is read on every call).
+    budget_ms: a priority's latency budget in ms (the SLO of its class).
+    outcomes: where dead letters and routed-late records go.
+    request_bytes: the current request size limit (it changes once the broker has
+        described the topics, pipeline/limits.py).
+    route_expired_ms: route records older than this many ms to the late topic without
+        decoding them; None to decode everything (only set where expiry routes late).
+    """
+
+    def __init__(
+        self,
+        codec: Codec,
+        budget_ms: Callable[[int], float],
+        outcomes: AdmissionOutcomes,
+        request_bytes: Callable[[], int],
+        route_expired_ms: float | None = None,
+    ) -> None:
+        self.codec = codec
+        self.budget_ms = budget_ms
+        self.outcomes = outcomes
+        self.request_bytes = request_bytes
+        self.route_expired_ms = route_expired_ms
+        self.anchor = ClockAnchor()
+
+    def admit(self, records: list[SourceRecord], now: float, now_wall: int) -> list[Request]:
+        """The requests to queue from these records (`now` on the batcher's clock,
+        `now_wall` in wall ms); every other record has had its outcome."""
+        anchor = self.anchor.pair(now, now_wall)
+        records = self.within_size_limit(records)
+        records = self.expired_before_decoding(records, now_wall)
+        requests: list[Request] = []
+        outcomes = decode_all(self.codec, [(rec.value, rec.headers) for rec in records])
+        for rec, decoded in zip(records, outcomes, strict=True):
+            if isinstance(decoded, Exception):
+                drop_traceback(decoded)
+                if isinstance(decoded, DecodeError):
+                    self.outcomes.dead_letter(rec, str(decoded), "decode")
+                else:  # a codec bug must not kill the worker
+                    self.outcomes.dead_letter(rec, f"decoder crashed: {type(decoded).__name__}: {decoded}", "decode")
+                continue
+            budget = self.budget_ms(decoded.priority)
+            if decoded.deadline_ms is not None:
+                budget = min(budget, float(decoded.deadline_ms))  # may only tighten
+            ts = rec.timestamp_ms if rec.timestamp_ms is not None else now_wall
+            deadline_wall = ts + budget
+            requests.append(
+                Request(
+                    rows=decoded.rows,
+                    arrival=now,
+                    deadline=ClockAnchor.to_clock(anchor, deadline_wall),
+                    priority=decoded.priority,
+                    bucket=decoded.bucket,
+                    item=InFlight(rec, decoded, deadline_wall, now_wall),
+                )
+            )
+        return requests
+
+    def within_size_limit(self, records: list[SourceRecord]) -> list[SourceRecord]:
+        """Dead-letter requests over the entry limit before anything else looks at
+        them (pipeline/limits.py): decoding a huge value costs memory and time, and its
+        copy must still fit the dead-letter topic."""
+        limit = self.request_bytes()
+        kept: list[SourceRecord] = []
+        for rec in records:
+            size = record_bytes(rec.key, rec.value, list(rec.headers.items()))
+            if size <= limit:
+                kept.append(rec)
+            else:
+                reason = f"request is {size} bytes, over the {limit}-byte limit (limits.max_request_bytes)"
+                self.outcomes.dead_letter(rec, reason, "admit")
+        return kept
+
+    def expired_before_decoding(self, records: list[SourceRecord], now_wall: int) -> list[SourceRecord]:
+        """Route records that have expired whatever they contain, and return the
+        others. A request's own deadline_ms can only tighten the budget of its
+        priority, so Kafka timestamp + the largest budget already past means no outcome
+        but "late" is possible. Decoding is the worker's most expensive step (the model
+        runs on the other core): under a backlog, decoding answers nobody waits for any
+        more would starve the fresh requests behind them."""
+        if self.route_expired_ms is None:
+            return records
+        max_budget = self.route_expired_ms
+        horizon = now_wall - max_budget
+        expired = [r for r in records if r.timestamp_ms is not None and r.timestamp_ms < horizon]
+        if not expired:
+            return records
+        self.outcomes.late([(r, r.timestamp_ms + max_budget) for r in expired], now_wall)  # type: ignore[operator]
+        gone = {id(r) for r in expired}
+        return [r for r in records if id(r) not in gone]
+
+
+def drop_traceback(exc: BaseException) -> None:
+    """Forget where a refused request's exception was raised. Its traceback holds the
+    decoding frames, whose locals hold the request's value, and decode_all's frame,
+    which holds the list of outcomes that holds the exception: a reference cycle that
+    only the cyclic collector frees, and the worker runs it rarely (runtime/
+    interpreter.py). Refused 10 MB camera frames grew the heap by gigabytes that way."""
+    current: BaseException | None = exc
+    while current is not None:
+        following = current.__cause__ or current.__context__
+        current.__traceback__ = current.__context__ = current.__cause__ = None
+        current = following

@@ -1,0 +1,170 @@
+"""The composition root: configuration in, the parts a Worker is built from out.
+
+    parts = build_parts(cfg, sinks=build_sinks(cfg), redis=True)
+    worker = Worker(cfg, parts=parts)
+    ...
+    worker.run(); parts.close_redis()
+
+Everything that depends on the configuration, the model or the outside world is built
+here, in one order: the pipeline and its topics, the model's session, the Redis parts
+(their hooks, sinks and codec) *before* the warm-up profile that runs the codec, the
+batch queue with its policy, the Kafka producer. The Worker builds only its own rooms
+(pipeline/worker/) from these.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from consumers.records import Producer
+from pipeline.batching.backpressure import Backpressure
+from pipeline.batching.batcher import Batcher
+from pipeline.batching.concurrent import BatchQueue
+from pipeline.batching.cost import CostModel
+from pipeline.batching.depth import PipelineDepth
+from pipeline.batching.policies import make_policy, policy_params
+from pipeline.batching.policy_base import Policy
+from pipeline.clock import Clock, MonotonicClock
+from pipeline.config import WorkerConfig
+from pipeline.hooks import WorkerHook
+from pipeline.kafka_backend import make_producer
+from pipeline.metrics import WorkerMetrics
+from pipeline.outcomes import Topics
+from pipeline.pipelines import ModelInfo, PipelineSpec, get_pipeline
+from pipeline.runtime.model_process import ProcessSession
+from pipeline.runtime.session import InferenceSession
+from pipeline.scoring import ScoringStep
+from pipeline.sinks import ResultSink
+
+if TYPE_CHECKING:
+    from pipeline.redisio.attach import RedisParts
+
+log = logging.getLogger(__name__)
+
+POLL_RECORDS = 1000  # records per poll at most; the backpressure's intake step
+
+
+@dataclass
+class WorkerParts:
+    """What a Worker is built from. `redis` is closed by whoever built the parts,
+    after the worker has stopped (its sinks flush into it at shutdown)."""
+
+    cfg: WorkerConfig
+    pipeline: PipelineSpec
+    model: ModelInfo
+    input_topic: str
+    topics: Topics  # what the worker writes
+    group_id: str
+    metrics: WorkerMetrics
+    session: InferenceSession | ProcessSession
+    step: ScoringStep
+    policy: Policy
+    queue: BatchQueue
+    backpressure: Backpressure
+    executors: int
+    producer: Producer  # pipeline/kafka_backend.py picks the client
+    sinks: list[ResultSink]
+    redis: RedisParts | None = None
+
+    def close_redis(self) -> None:
+        if self.redis is not None:
+            self.redis.close()
+
+
+def batching_params(cfg: WorkerConfig, pipeline_max_rows: int) -> dict[str, Any]:
+    """make_policy's parameters from the `batching` section; the row cap defaults to
+    the pipeline's own."""
+    b = cfg.batching
+    return policy_params(
+        b.policy,
+        max_batch_rows=b.max_batch_rows or pipeline_max_rows,
+        max_queue_delay_ms=b.max_queue_delay_ms,
+        hold_for_efficiency=b.hold_for_efficiency,
+    )
+
+
+def build_parts(
+    cfg: WorkerConfig,
+    *,
+    clock: Clock | None = None,
+    sinks: list[ResultSink] | None = None,
+    hooks: list[WorkerHook] | None = None,
+    redis: bool = False,
+) -> WorkerParts:
+    """Build every part of a worker for `cfg`. redis: also the `redis` section's hooks,
+    sinks and codec (docs/REDIS.md; nothing connects when every Redis feature is off).
+    The model session (a model process, maybe) is closed again if a later step fails."""
+    pipeline = get_pipeline(cfg.pipeline)
+    input_topic = cfg.input_topic or pipeline.input_topic
+    topics = Topics.for_input(input_topic, cfg.output_topic or pipeline.output_topic, cfg.dlq_topic, cfg.late_topic)
+    model = pipeline.load_model()
+    params = batching_params(cfg, pipeline.max_batch_rows)
+    policy = make_policy(cfg.batching.policy, **params)
+    metrics = WorkerMetrics(cfg.pipeline, cfg.batching.policy)
+    rt = cfg.runtime
+    session: InferenceSession | ProcessSession
+    if rt.model_process:
+        restarts = metrics.model_restarts.labels(cfg.pipeline)
+        session = ProcessSession(model.onnx_path, rt.providers, rt.intra_op_threads, on_restart=restarts.inc)
+    else:
+        session = InferenceSession(model.onnx_path, rt.providers, rt.intra_op_threads)
+    redis_parts: RedisParts | None = None
+    try:
+        metrics.provider.info({"model": model.name, "version": model.version, "provider": session.provider})
+        codec = pipeline.make_codec(cfg)
+        hooks = list(hooks or [])
+        sinks = list(sinks or [])
+        if redis:
+            from pipeline.redisio.attach import accept_id_requests, build_redis
+
+            redis_parts = build_redis(cfg.redis, metrics.registry)
+            if redis_parts is not None:
+                if cfg.redis.features.enabled:
+                    codec = accept_id_requests(codec, cfg.pipeline)
+                hooks += redis_parts.hooks
+                sinks += redis_parts.sinks
+        step = ScoringStep(model, codec, session, hooks)
+        cost = CostModel(prior=step.warm_up(pipeline)) if rt.warmup else CostModel()
+        executors = rt.executors or (4 if rt.model_process else 1)
+        queue = _batch_queue(cfg, policy, cost, clock or MonotonicClock(), executors,
+                             params.get("max_batch_rows", pipeline.max_batch_rows))
+        b = cfg.batching
+        backpressure = Backpressure(b.queue_high_rows, b.queue_low_rows, poll_records=POLL_RECORDS)
+        producer = make_producer(cfg)
+    except BaseException:
+        # Nobody will run or shut down a worker from these parts: a model process must
+        # not outlive them, nor a Redis link.
+        session.close()
+        if redis_parts is not None:
+            redis_parts.close()
+        raise
+    return WorkerParts(
+        cfg, pipeline, model, input_topic, topics, cfg.group_id or f"tidebatch-{cfg.pipeline}", metrics, session, step,
+        policy, queue, backpressure, executors, producer, sinks, redis_parts,
+    )
+
+
+def _batch_queue(
+    cfg: WorkerConfig, policy: Policy, cost: CostModel, clock: Clock, executors: int, max_rows: int
+) -> BatchQueue:
+    b = cfg.batching
+    batcher = Batcher(
+        policy,
+        cost,
+        expiry_action=b.expiry_action,  # type: ignore[arg-type]
+        late_share=b.late_share,
+        max_late_rows=b.max_late_rows,
+        allowed_batch_sizes=b.allowed_batch_sizes or None,
+    )
+    depth = None
+    if cfg.runtime.model_process and executors > 1:
+        # Several batches in flight only while a backlog needs the model's full rate
+        # (batching/depth.py): from the backpressure's low watermark (and at least a
+        # full batch for every executor) queued, back to one at a time at one full
+        # batch. A lower mark flipped JSON requests at 50 % load into backlog mode on
+        # every bursty poll, and their latency rose by half.
+        enter = min(max(executors * max_rows, b.queue_low_rows), b.queue_high_rows)
+        depth = PipelineDepth(executors, enter, min(max_rows, enter - 1))
+    return BatchQueue(batcher, clock, b.queue_high_rows, b.queue_low_rows, depth=depth)

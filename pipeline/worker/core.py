@@ -1,0 +1,397 @@
+"""The worker's run loop: a consumer-group member that admits requests, has them
+batched, scored and published, and commits what is done. Its rooms (pipeline/worker/):
+
+- the source thread (the caller of run(), this module) polls Kafka, admits records
+  (admission.py: size limit, expiry, decode, deadlines), queues requests, serves
+  producer delivery reports, applies backpressure, commits offsets and handles
+  rebalances. It never waits for a result: many requests are in flight at once, or
+  no batch could ever form.
+- executor threads (executors.py) take batches from the BatchQueue and score them
+  (pipeline/scoring.py);
+- the publisher thread (publisher.py) builds the result documents, produces them and
+  hands the rows to the sinks, in dispatch order;
+- outcomes (pipeline/outcomes.py) send results, dead letters and late records with
+  retries, and ack each offset when its outcome is durable.
+
+Delivery: at-least-once. Each consumed offset is tracked; it is done when every sink
+has acknowledged its outcome; each partition commits its contiguous done watermark.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from consumers.offsets import OffsetTracker
+from consumers.records import Source, SourceRecord, TopicPartition
+from pipeline.batching.backpressure import Intake, IntakeDecision
+from pipeline.clock import Clock, wall_ms
+from pipeline.config import WorkerConfig
+from pipeline.hooks import WorkerHook
+from pipeline.kafka_backend import make_source
+from pipeline.limits import Limits, resolve_limits
+from pipeline.outcomes import Outcomes
+from pipeline.runtime import allocator, interpreter
+from pipeline.sinks import ResultSink, notify
+from pipeline.worker.admission import Admission
+from pipeline.worker.compose import WorkerParts, build_parts
+from pipeline.worker.executors import Executors
+from pipeline.worker.partitions import Partitions
+from pipeline.worker.publisher import Publisher
+from pipeline.worker.stats import WorkerStats
+
+log = logging.getLogger(__name__)
+
+_POLL_TIMEOUT = 0.02
+_HOLD_WAIT = 0.005  # s; how long a holding source loop waits for acks per turn
+_LAG_INTERVAL = 1.0
+
+
+class Worker:
+    """One consumer-group member of a pipeline; run() until stop().
+
+    cfg: the whole configuration (pipeline/config.py).
+    clock: the batcher's clock (a fake one in tests).
+    sinks: offline sinks for the result rows (pipeline/sinks/), flushed before commits.
+    hooks: see each batch before and after the model (pipeline/hooks.py).
+
+    Read by ops/health.py and the tests: started, assigned, last_poll_ok, stopping,
+    failure, threads(), stats, session.provider, tracker, queue.
+    """
+
+    def __init__(
+        self,
+        cfg: WorkerConfig,
+        *,
+        clock: Clock | None = None,
+        sinks: list[ResultSink] | None = None,
+        hooks: list[WorkerHook] | None = None,
+        parts: WorkerParts | None = None,
+    ) -> None:
+        """parts: built by pipeline/worker/compose.py (as `tidebatch run` does, with
+        Redis); without, they are built here from cfg, clock, sinks and hooks."""
+        if parts is None:
+            parts = build_parts(cfg, clock=clock, sinks=sinks, hooks=hooks)
+        self.cfg = cfg
+        self.clock = parts.queue.clock
+        self.pipeline = parts.pipeline
+        self.topics = parts.topics
+        self.input_topic = parts.input_topic
+        self.output_topic = parts.topics.output
+        self.group_id = parts.group_id
+        self.model = parts.model
+        self.policy = parts.policy
+        self.metrics = parts.metrics
+        self.session = parts.session
+        self.step = parts.step
+        self.queue = parts.queue
+        self.backpressure = parts.backpressure
+        self.executors = parts.executors
+        self.producer = parts.producer
+        self.sinks = parts.sinks
+        try:
+            self._build_rooms(cfg)
+        except BaseException:
+            # Nobody will call run() or its shutdown: a model process must not outlive
+            # a worker that never started.
+            self.session.close()
+            raise
+
+    def _build_rooms(self, cfg: WorkerConfig) -> None:
+        b = cfg.batching
+        self._queue_rows_gauge = self.metrics.queue_rows.labels(cfg.pipeline)
+        self.tracker = OffsetTracker()
+        self.stats = WorkerStats()
+        self._stop = threading.Event()
+        self._fatal: str | None = None
+        self._drain_deadline: float | None = None  # monotonic; set when shutdown starts
+        self._restore_interpreter: Callable[[], None] | None = None
+        # Until run() asks the broker for its topics' limits: the producer's own.
+        self.outcomes = Outcomes(
+            self.producer,
+            lambda rec: self.tracker.ack(rec.tp, rec.offset),
+            self.topics,
+            self._limits({}),
+            metrics=self.metrics,
+            pipeline=cfg.pipeline,
+            sinks=self.sinks,
+            on_undeliverable=cfg.limits.on_undeliverable,
+            count=self.stats.count,
+            fail=self.fail,
+        )
+        # Route already-expired records before decoding them (admission.py): only where
+        # the configured outcome of expiry is "routed late" anyway.
+        route_expired_ms = None
+        if self.policy.separates_late and b.expiry_action == "route_late":
+            route_expired_ms = max([b.slo_ms, *b.priority_slo_ms.values()])
+        self.admission = Admission(
+            self.step.codec,
+            lambda priority: cfg.slo_seconds(priority) * 1000.0,
+            self.outcomes,
+            lambda: self.outcomes.limits.request_bytes,
+            route_expired_ms,
+        )
+        self.publisher = Publisher(
+            self.step, self.outcomes, self.tracker, self.sinks, self.metrics, cfg.pipeline, b.policy,
+            self.stats, lambda: self._drain_deadline, self.fail,
+        )
+        self._executor_pool = Executors(self.queue, self.step, self.publisher.hand_over, self.outcomes.dead_letter)
+        self.source: Source | None = None  # created in run(): joining the group is the last step
+        self.partitions = Partitions(
+            self.tracker, lambda: self.source, self.producer, self.sinks, self.metrics, cfg.pipeline,
+            self.stats, self._route_late,
+        )
+        self.started = threading.Event()  # model loaded, source subscribed
+        self.last_poll_ok: float | None = None
+
+    @property
+    def codec(self) -> Any:
+        """The codec requests are decoded with (the scoring step's)."""
+        return self.step.codec
+
+    # ------------------------------------------------------------------ start-up
+    def _limits(self, described: dict[str, int]) -> Limits:
+        """The size limits (pipeline/limits.py) from the producer's own and the topics'
+        max.message.bytes the broker described."""
+        configured = self.cfg.limits.max_request_bytes or self.pipeline.max_request_bytes
+        limits, warnings = resolve_limits(
+            requested_request_bytes=configured,
+            producer_bytes=self.producer.max_record_bytes,
+            described=described,
+            outgoing=self.topics.all(),
+            dead_letter_topic=self.topics.dead_letter,
+            prefix_bytes=self.cfg.limits.dead_letter_prefix_bytes,
+        )
+        for warning in warnings:
+            log.warning("%s", warning)
+        return limits
+
+    def _read_topic_limits(self) -> None:
+        from consumers.admin import topic_max_message_bytes
+
+        described = topic_max_message_bytes(self.cfg.bootstrap_servers, self.topics.all())
+        self.outcomes.limits = self._limits(described)
+        log.info(
+            "size limits: requests up to %d bytes; records to %s",
+            self.outcomes.limits.request_bytes,
+            ", ".join(f"{t} up to {self.outcomes.limits.for_topic(t)}" for t in self.topics.all()),
+        )
+
+    def stop(self, reason: str = "stop requested") -> None:
+        if not self._stop.is_set():
+            log.info("stopping: %s", reason)
+        self._stop.set()
+
+    def fail(self, reason: str) -> None:
+        """Stop with an error: the worker is no longer alive or ready, and run()
+        returns 1 (the first reason is the one reported)."""
+        if self._fatal is None:
+            self._fatal = reason
+        self.stop(reason)
+
+    @property
+    def stopping(self) -> bool:
+        """stop() or fail() was called: the worker is shutting down."""
+        return self._stop.is_set()
+
+    @property
+    def failure(self) -> str | None:
+        """Why the worker failed, or None."""
+        return self._fatal
+
+    def threads(self) -> list[threading.Thread]:
+        """The threads this worker needs while it runs: executors and the publisher."""
+        publisher = self.publisher.thread
+        return [*self._executor_pool.threads, *([publisher] if publisher is not None else [])]
+
+    def _guarded(self, name: str, body: Callable[[], None]) -> Callable[[], None]:
+        """A thread body whose death is the worker's: without its executors or its
+        publisher, requests would queue for ever while the worker looked healthy."""
+
+        def run() -> None:
+            try:
+                body()
+            except BaseException as exc:  # noqa: BLE001 - reported, and the worker stops
+                log.critical("%s thread died", name, exc_info=True)
+                self.fail(f"{name} thread died: {type(exc).__name__}: {exc}")
+
+        return run
+
+    # ------------------------------------------------------------------ main loop
+    def run(self) -> int:
+        """Consume until stop(); finish in-flight work, commit, return an exit code."""
+        # Process-wide GIL and GC settings (runtime/interpreter.py), undone at shutdown.
+        rt = self.cfg.runtime
+        interval_s = interpreter.CALM_SWITCH_INTERVAL_S
+        if rt.gil_switch_interval_ms is not None:
+            interval_s = rt.gil_switch_interval_ms / 1000.0
+        self._restore_interpreter = interpreter.apply(interval_s, rt.gc_gen0_threshold or None)
+        allocator.fix_mmap_threshold()  # runtime/allocator.py: large values must not pile up
+        # Unless configured, the interval follows the queue's mode (interpreter.py).
+        self._interval_follows_depth = rt.gil_switch_interval_ms is None
+        self._backlogged = False
+        self._read_topic_limits()
+        self.source = make_source(
+            self.cfg, self.group_id, [self.input_topic], self.partitions.on_assign, self.partitions.on_revoke
+        )
+        self.publisher.start(self._guarded)
+        self._executor_pool.start(
+            self.executors, self._guarded, pin=rt.pin_executors, intra_op_threads=rt.intra_op_threads
+        )
+        log.info(
+            "worker %s consuming %s -> %s (group %s, protocol %s, instance %s, policy %s, provider %s)",
+            self.cfg.pipeline, self.input_topic, self.output_topic, self.group_id,
+            self.cfg.group_protocol, self.cfg.instance_id() or "dynamic",
+            self.cfg.batching.policy, self.session.provider,
+        )
+        self.started.set()
+        next_commit = time.monotonic()
+        next_lag = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                intake = self._apply_backpressure()
+                if self.queue.backlogged != self._backlogged:
+                    self._follow_backlog()
+                if intake.max_records:
+                    records = self.source.poll_batch(intake.max_records, _POLL_TIMEOUT)
+                    self.last_poll_ok = time.monotonic()
+                    if records:
+                        self._admit(records)
+                    self.producer.poll(0)
+                else:
+                    # Holding: wait for the executors here, serving result acks meanwhile.
+                    self.producer.poll(_HOLD_WAIT)
+                    self.last_poll_ok = time.monotonic()
+                self._route_late()
+                for sink in self.sinks:
+                    sink.poll()
+                now = time.monotonic()
+                if now >= next_commit:
+                    # Asynchronous: a commit waiting on a failing-over broker would stop
+                    # the loop (polls, delivery reports, late routing) for seconds.
+                    self.partitions.commit(wait=False)
+                    next_commit = now + self.cfg.commit_interval_ms / 1000.0
+                if now >= next_lag:
+                    self._queue_rows_gauge.set(self.queue.rows)  # also while no records arrive
+                    self.partitions.update_lag()
+                    next_lag = now + _LAG_INTERVAL
+            return self._shutdown()
+        except Exception as exc:
+            log.exception("worker failed; offsets not committed past finished work")
+            self.fail(f"source loop failed: {type(exc).__name__}: {exc}")
+            return self._shutdown(commit=True)
+
+    def _follow_backlog(self) -> None:
+        """The queue's depth changed mode (batching/depth.py): say so, and switch the
+        GIL interval with it unless one is configured (runtime/interpreter.py)."""
+        self._backlogged = self.queue.backlogged
+        depth = self.queue.depth
+        assert depth is not None
+        if self._backlogged:
+            log.info("backlog of %d rows: up to %d batches in flight", self.queue.backpressure_rows, depth.max_in_flight)
+        else:
+            log.info("backlog worked off: one batch in flight")
+        if self._interval_follows_depth:
+            interpreter.set_switch_interval(self._backlogged)
+
+    def _shutdown(self, commit: bool = True) -> int:
+        """Stop consuming, finish in-flight batches, flush sinks, commit, leave; all
+        within cfg.drain_timeout_s (plus the final commit and the group leave). Work
+        still queued when it runs out stays uncommitted, replayed by the next owner."""
+        self._drain_deadline = time.monotonic() + self.cfg.drain_timeout_s
+        self.queue.close()
+        if not self._executor_pool.join(self._drain_left):
+            log.warning("drain time (%.0f s) ran out: queued requests stay uncommitted", self.cfg.drain_timeout_s)
+            self.queue.abandon()
+        if self.publisher.thread is not None:
+            self.publisher.hand_over(None)
+            self.publisher.thread.join(timeout=self._drain_left())
+        self.session.close()
+        if self._restore_interpreter is not None:
+            self._restore_interpreter()
+            self._restore_interpreter = None
+        self._executor_pool.unpin()
+        self._route_late()
+        remaining = self.producer.flush(max(self._drain_left(), 1.0))
+        for sink in self.sinks:
+            sink.flush()
+        self.producer.flush(max(min(self._drain_left(), 5.0), 0.5))
+        if commit:
+            self.partitions.commit()
+        if self.source is not None:
+            self.source.close()
+        for sink in self.sinks:
+            sink.close()
+        if remaining:
+            log.error("%d records were not acknowledged by Kafka before shutdown", remaining)
+        if self._fatal:
+            log.error("worker stopped on error: %s", self._fatal)
+            return 1
+        log.info("worker stopped cleanly: %s", self.stats_line())
+        return 0
+
+    def _drain_left(self) -> float:
+        if self._drain_deadline is None:
+            return self.cfg.drain_timeout_s
+        return max(self._drain_deadline - time.monotonic(), 0.0)
+
+    # ------------------------------------------------------------------ source side
+    def _admit(self, records: list[SourceRecord]) -> None:
+        notify(self.sinks, "track", records)  # offset-ordered sinks (Parquet) must see every offset
+        self.tracker.track_many([(rec.tp, rec.offset) for rec in records])
+        requests = self.admission.admit(records, self.clock.now(), wall_ms())
+        self.stats.count("consumed", len(records))
+        if requests:
+            self.queue.put_many(requests)
+        self._queue_rows_gauge.set(self.queue.rows)
+
+    def _route_late(self) -> None:
+        routed = self.queue.pop_routed_late()
+        if routed:
+            self.outcomes.late([(req.item.rec, req.item.deadline_wall_ms) for req in routed], wall_ms())
+
+    def _apply_backpressure(self) -> IntakeDecision:
+        """Hold or pause consumption by the queue's in-time rows (batching/backpressure.py
+        says why holding, not pausing, is the usual answer)."""
+        before = self.backpressure.state
+        intake = self.backpressure.step(self.queue.backpressure_rows, time.monotonic())
+        if intake.started_hold:
+            self.metrics.pauses.labels(self.cfg.pipeline).inc()
+            self.stats.count("pauses")
+        if intake.state is not before:
+            self.metrics.paused.labels(self.cfg.pipeline).set(0 if intake.state is Intake.OPEN else 1)
+        if self.source is not None:
+            if intake.state is Intake.PAUSED and not self.source.paused:
+                log.warning(
+                    "queue at %d rows and not draining: pausing the partitions",
+                    self.queue.backpressure_rows,
+                )
+                self.source.pause_all()
+            elif intake.state is not Intake.PAUSED and self.source.paused:
+                self.source.resume_all()
+        return intake
+
+    @property
+    def assigned(self) -> list[TopicPartition]:
+        """The partitions this worker owns now."""
+        return self.partitions.assigned
+
+    # ------------------------------------------------------------------ reporting
+    def stats_line(self) -> str:
+        return self.stats.line()
+
+
+def install_signal_handlers(worker: Worker, on_signal: Callable[[], None] | None = None) -> None:
+    """SIGTERM/SIGINT: stop consuming, finish in-flight batches, commit, exit 0."""
+    import signal
+
+    def handler(signum: int, _frame: object) -> None:
+        worker.stop(f"signal {signal.Signals(signum).name}")
+        if on_signal:
+            on_signal()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)

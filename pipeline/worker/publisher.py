@@ -1,0 +1,216 @@
+"""The publisher thread: builds the result documents, produces them and hands the rows
+to the sinks, in dispatch order (pipeline/reorder.py).
+
+Off the executors, so that this Python work (about a fifth of an in-process
+executor's time at saturation) never delays the model's next batch. Every request
+gets exactly one outcome here: its result, or its dead letter when the result cannot
+be serialised or is over the output topic's limit, or (a hook's verdict) nothing
+published for a replay whose first outcome already was.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+
+import orjson
+
+from consumers.offsets import OffsetTracker
+from consumers.records import SourceRecord
+from pipeline.batching.request import Batch, Request
+from pipeline.clock import wall_ms
+from pipeline.metrics import WorkerMetrics, observe_many
+from pipeline.outcomes import Outcomes
+from pipeline.reorder import Reorder
+from pipeline.scoring import BatchTiming, ScoringStep, result_document
+from pipeline.sinks import ResultSink, ScoredRow, notify
+from pipeline.worker.admission import InFlight
+from pipeline.worker.executors import Done, Finished, dead_letter_internal
+from pipeline.worker.stats import WorkerStats
+
+log = logging.getLogger(__name__)
+
+PUBLISH_BACKLOG = 4  # finished batches waiting for the publisher before executors wait
+HANDOFF_WAIT = 0.1  # s; an executor re-checks the publisher this often while handing over
+
+
+class _BeforeOutcomes(Exception):
+    """Publishing a part failed before any of its requests had an outcome."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class Publisher:
+    """Publishes what the executors finished, in the order the batches were dispatched.
+
+    step: the model (for the documents) and the hooks that see them.
+    outcomes: sends results and dead letters (pipeline/outcomes.py).
+    tracker: the offsets; a result with sinks is done when every sink acked its row.
+    sinks: the offline sinks (a list the caller may still extend before run()).
+    drain_deadline: the monotonic time shutdown must end by, or None while running.
+    fail: stops the worker with an error (a sink that failed).
+    """
+
+    def __init__(
+        self,
+        step: ScoringStep,
+        outcomes: Outcomes,
+        tracker: OffsetTracker,
+        sinks: list[ResultSink],
+        metrics: WorkerMetrics,
+        pipeline: str,
+        policy: str,
+        stats: WorkerStats,
+        drain_deadline: Callable[[], float | None],
+        fail: Callable[[str], None],
+    ) -> None:
+        self.step = step
+        self.outcomes = outcomes
+        self.tracker = tracker
+        self.sinks = sinks
+        self.metrics = metrics
+        self.pipeline = pipeline
+        self.policy = policy
+        self.stats = stats
+        self.drain_deadline = drain_deadline
+        self.fail = fail
+        # Per-request metrics, bound once: labels() costs a lock and a dict lookup.
+        self._queue_wait_hist = metrics.queue_wait.labels(pipeline)
+        self._e2e_hist = metrics.e2e.labels(pipeline)
+        self._finished: queue.Queue[Done | None] = queue.Queue(maxsize=PUBLISH_BACKLOG)
+        self.thread: threading.Thread | None = None
+
+    def start(self, guarded: Callable[[str, Callable[[], None]], Callable[[], None]]) -> None:
+        self.thread = threading.Thread(target=guarded("publisher", self.loop), name="publisher", daemon=True)
+        self.thread.start()
+
+    def hand_over(self, done: Done | None) -> bool:
+        """Give the publisher a finished batch (None: no more will come). Never blocks
+        for ever: gives up once the publisher is dead or the drain time has run out
+        (that batch's requests then stay uncommitted and are replayed)."""
+        while True:
+            try:
+                self._finished.put(done, timeout=HANDOFF_WAIT)
+                return True
+            except queue.Full:
+                if self.thread is None or not self.thread.is_alive():
+                    return False
+                deadline = self.drain_deadline()
+                if deadline is not None and time.monotonic() >= deadline:
+                    return False
+
+    def loop(self) -> None:
+        """Publish finished batches in dispatch order. With several batches in flight
+        an executor can hand its batch over before one dispatched earlier (the model
+        process answers in order, the executors then race for the GIL), and results
+        of one key, e.g. one camera's frames, must come out in the order they went in
+        (pipeline/reorder.py)."""
+        in_order: Reorder[list[Finished]] = Reorder()
+        while True:
+            done = self._finished.get()
+            if done is None:
+                break
+            for parts in in_order.add(done.seq, done.parts):
+                for part in parts:
+                    self.publish_part(part)
+        for parts in in_order.rest():  # a lost number (a dead executor): publish the rest
+            for part in parts:
+                self.publish_part(part)
+
+    def publish_part(self, done: Finished) -> None:
+        """Publish one finished part. Every request gets exactly one outcome, whatever
+        fails: publish gives each its own, and a bug before it gave any (a hook, the
+        result documents) dead-letters them all with the error."""
+        try:
+            self.publish(done.batch.requests, done.results, BatchTiming(done.batch_rows, done.seconds, done.started_wall, wall_ms()))
+        except _BeforeOutcomes as exc:
+            log.error("publishing a batch failed", exc_info=exc.__cause__)
+            dead_letter_internal(self.outcomes.dead_letter, done.batch.requests, exc.error, "publish")
+            return
+        if done.is_batch:
+            self._count_batch(done.batch, done.seconds)
+
+    def _count_batch(self, batch: Batch, seconds: float) -> None:
+        self.metrics.batches.labels(self.pipeline, self.policy, batch.reason).inc()
+        self.metrics.batch_rows.labels(self.pipeline, self.policy).observe(batch.rows)
+        self.metrics.inference.labels(self.pipeline).observe(seconds)
+        self.stats.count_many(batches=1, batch_rows=batch.rows)
+
+    def publish(self, requests: list[Request], results: list[dict] | None, timing: BatchTiming) -> None:
+        """One outcome per request: its result, or its dead letter when the result
+        cannot be serialised or is over the output topic's limit (decided here, before
+        anything is sent, so that one request's result never touches its batch-mates').
+        Raises _BeforeOutcomes if it failed before any request had its outcome."""
+        infs: list[InFlight] = [req.item for req in requests]
+        model = self.step.model
+        try:
+            assert results is not None and len(results) == len(requests)
+            docs = [
+                result_document(model, inf.decoded, inf.rec, result, timing, inf.consumed_wall_ms, inf.deadline_wall_ms)
+                for inf, result in zip(infs, results, strict=True)
+            ]
+            keep = [True] * len(docs)
+            for hook in self.step.hooks:
+                verdicts = hook.after_inference([inf.rec for inf in infs], docs)
+                keep = [k and v for k, v in zip(keep, verdicts, strict=True)]
+        except Exception as exc:
+            raise _BeforeOutcomes(exc) from exc
+        counts = {"ok": 0, "late": 0, "duplicate": 0}
+        rows: list[ScoredRow] = []
+        queue_waits: list[float] = []
+        e2e: list[float] = []
+        done_wall = timing.done_wall
+        for inf, doc, publish in zip(infs, docs, keep, strict=True):
+            rec = inf.rec
+            if not publish:
+                # Dropped replay: its first outcome was already published.
+                counts["duplicate"] += 1
+                notify(self.sinks, "skip", [rec])
+                self.tracker.ack(rec.tp, rec.offset)
+                continue
+            refused = self._unpublishable(rec, doc)
+            if isinstance(refused, str):
+                self.outcomes.dead_letter(rec, refused, "publish")
+                continue
+            # Exactly one outcome per record: a replay is a duplicate, whatever its timing.
+            counts["duplicate" if doc.get("duplicate") else "late" if doc["late"] else "ok"] += 1
+            if self.sinks:
+                self.tracker.add_acks(rec.tp, rec.offset, len(self.sinks))
+                rows.append(ScoredRow(rec, inf.decoded, doc, lambda rec=rec: self.tracker.ack(rec.tp, rec.offset)))
+            self.outcomes.result(rec, refused)
+            queue_waits.append(max(timing.started_wall - inf.consumed_wall_ms, 0) / 1000.0)
+            if rec.timestamp_ms is not None:
+                e2e.append(max(done_wall - rec.timestamp_ms, 0) / 1000.0)
+        observe_many(self._queue_wait_hist, queue_waits)
+        observe_many(self._e2e_hist, e2e)
+        if rows:
+            try:
+                for sink in self.sinks:
+                    sink.write(rows)
+            except Exception as exc:
+                # The results are out; the rows' acks will never come, so their offsets
+                # stay uncommitted and a restart replays them into the sink.
+                log.exception("a sink failed")
+                self.fail(f"sink failed: {type(exc).__name__}: {exc}")
+        topic = infs[0].rec.topic
+        for outcome, n in counts.items():
+            if n:
+                self.metrics.outcome(topic, outcome, n)
+        if counts["late"]:
+            self.metrics.slo_misses.labels(self.pipeline).inc(counts["late"])
+        self.stats.count_many(
+            scored=counts["ok"] + counts["late"], scored_late=counts["late"], duplicates=counts["duplicate"]
+        )
+
+    def _unpublishable(self, rec: SourceRecord, doc: dict) -> bytes | str:
+        """The result record's value, or why this result cannot be published."""
+        try:
+            value = orjson.dumps(doc)
+        except (TypeError, orjson.JSONEncodeError) as exc:
+            return f"result cannot be serialised: {exc}"
+        return self.outcomes.result_too_large(rec, value) or value

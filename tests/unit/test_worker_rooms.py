@@ -1,0 +1,272 @@
+"""The worker's rooms (pipeline/worker/) without Kafka: admission, executors and the
+publisher with fake outcomes, a fake codec and a fake model session; clock readings
+are passed in, nothing sleeps."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+
+from consumers.codecs.base import Decoded, DecodeError
+from consumers.offsets import OffsetTracker
+from consumers.records import SourceRecord
+from pipeline.batching.request import Batch, Request
+from pipeline.metrics import WorkerMetrics
+from pipeline.pipelines import ModelInfo
+from pipeline.scoring import BatchTiming, ScoringStep, result_document
+from pipeline.worker.admission import Admission, InFlight
+from pipeline.worker.executors import Done, Executors, Finished
+from pipeline.worker.publisher import Publisher
+from pipeline.worker.stats import WorkerStats
+
+WALL = 1_700_000_000_000
+MODEL = ModelInfo("toy", "1", "unused.onnx")
+
+
+# ----------------------------------------------------------------------------- fakes
+class ToyCodec:
+    """b"r<N>" decodes to a one-row request; b"bad" is invalid; b"crash" is a codec bug;
+    b"poison" decodes but the model refuses it; b"d<ms>" carries its own deadline."""
+
+    name = "toy"
+
+    def __init__(self) -> None:
+        self.decoded: list[bytes] = []
+
+    def decode(self, value: bytes | None, headers: Mapping[str, bytes] | None) -> Decoded:
+        assert value is not None
+        self.decoded.append(value)
+        if value == b"bad":
+            raise DecodeError("field 'x' is missing")
+        if value == b"crash":
+            raise ZeroDivisionError("oops")
+        deadline = int(value[1:]) if value.startswith(b"d") else None
+        return Decoded(request_id=value.decode(), rows=1, payload=value, deadline_ms=deadline)
+
+    def collate(self, payloads: Sequence[Any], pad_to_rows: int | None = None) -> dict[str, np.ndarray]:
+        return {"x": np.array([p == b"poison" for p in payloads])}
+
+    def split(self, outputs: Mapping[str, np.ndarray], decoded: Sequence[Decoded]) -> list[dict]:
+        return [{"score": float(i), "extra": d.extra.get("unserialisable", 0)} for i, d in enumerate(decoded)]
+
+
+class ToySession:
+    provider = "cpu"
+
+    def run_timed(self, feeds: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], float]:
+        if feeds["x"].any():
+            raise RuntimeError("model refuses this input\nsecond line of the ORT error")
+        return {"y": feeds["x"]}, 0.001 * len(feeds["x"])
+
+
+class FakeOutcomes:
+    def __init__(self, limit: int = 10_000) -> None:
+        self.dead: list[tuple[int, str, str]] = []
+        self.routed: list[tuple[int, float]] = []
+        self.results: list[tuple[int, bytes]] = []
+        self.limit = limit
+
+    def dead_letter(self, rec: SourceRecord, reason: str, stage: str) -> None:
+        self.dead.append((rec.offset, reason, stage))
+
+    def late(self, routed: Sequence[tuple[SourceRecord, float]], now_wall: int) -> None:
+        self.routed += [(rec.offset, deadline) for rec, deadline in routed]
+
+    def result(self, rec: SourceRecord, value: bytes) -> None:
+        self.results.append((rec.offset, value))
+
+    def result_too_large(self, rec: SourceRecord, value: bytes) -> str | None:
+        return f"result is {len(value)} bytes" if len(value) > self.limit else None
+
+
+def record(offset: int, value: bytes, ts: int | None = WALL) -> SourceRecord:
+    return SourceRecord("in", 0, offset, b"k", value, {}, ts)
+
+
+def admission(outcomes: FakeOutcomes, codec: ToyCodec, *, limit: int = 1000, route_ms: float | None = None) -> Admission:
+    return Admission(codec, lambda priority: 100.0, outcomes, lambda: limit, route_ms)
+
+
+# ----------------------------------------------------------------------------- admission
+def test_admission_gives_every_refused_record_its_one_outcome_and_queues_the_rest() -> None:
+    outcomes, codec = FakeOutcomes(), ToyCodec()
+    records = [record(0, b"r0"), record(1, b"x" * 2000), record(2, b"bad"), record(3, b"crash"), record(4, b"r4")]
+    requests = admission(outcomes, codec).admit(records, now=10.0, now_wall=WALL + 5)
+    assert [r.item.rec.offset for r in requests] == [0, 4]
+    assert [(o, s) for o, _, s in outcomes.dead] == [(1, "admit"), (2, "decode"), (3, "decode")]
+    assert "over the 1000-byte limit" in outcomes.dead[0][1]
+    assert outcomes.dead[1][1] == "field 'x' is missing"
+    assert outcomes.dead[2][1] == "decoder crashed: ZeroDivisionError: oops"
+    assert b"x" * 2000 not in codec.decoded  # never decoded
+
+
+def test_admission_routes_expired_records_without_decoding_them_only_when_asked() -> None:
+    old = record(0, b"r0", ts=WALL - 500)
+    fresh = record(1, b"r1", ts=WALL - 50)
+    outcomes, codec = FakeOutcomes(), ToyCodec()
+    requests = admission(outcomes, codec, route_ms=200.0).admit([old, fresh], now=1.0, now_wall=WALL)
+    assert [r.item.rec.offset for r in requests] == [1]
+    assert outcomes.routed == [(0, WALL - 500 + 200.0)]
+    assert codec.decoded == [b"r1"]
+    # Without route_expired_ms (expiry scores late, or a policy without a late lane): decoded.
+    outcomes, codec = FakeOutcomes(), ToyCodec()
+    requests = admission(outcomes, codec).admit([old, fresh], now=1.0, now_wall=WALL)
+    assert len(requests) == 2 and outcomes.routed == []
+
+
+def test_admission_deadline_is_timestamp_plus_budget_tightened_by_the_request() -> None:
+    adm = admission(FakeOutcomes(), ToyCodec())
+    a, b, c = adm.admit([record(0, b"r0"), record(1, b"d30"), record(2, b"r2", ts=None)], now=50.0, now_wall=WALL + 10)
+    infs: list[InFlight] = [a.item, b.item, c.item]
+    assert [i.deadline_wall_ms for i in infs] == [WALL + 100.0, WALL + 30.0, WALL + 10 + 100.0]
+    # On the batcher's clock: now_wall maps to now.
+    assert a.deadline == pytest.approx(50.0 + 0.090)
+    assert b.deadline == pytest.approx(50.0 + 0.020)
+    assert c.deadline == pytest.approx(50.0 + 0.100)
+    assert all(i.consumed_wall_ms == WALL + 10 for i in infs)
+
+
+def test_equal_timestamps_admitted_in_different_polls_get_equal_deadlines() -> None:
+    """The anchor stays fixed: whole-ms wall readings that truncate differently in two
+    polls must not reorder equal timestamps under EDF (pipeline/clock.py ClockAnchor)."""
+    adm = admission(FakeOutcomes(), ToyCodec())
+    (first,) = adm.admit([record(0, b"r0")], now=100.0009, now_wall=WALL)
+    (second,) = adm.admit([record(1, b"r1")], now=100.0101, now_wall=WALL + 10)
+    assert first.deadline == second.deadline
+    # A wall-clock step (the clocks drift apart by more than 20 ms) re-anchors.
+    (third,) = adm.admit([record(2, b"r2")], now=100.02, now_wall=WALL + 1000)
+    assert third.deadline == pytest.approx(100.02 + (WALL + 100 - (WALL + 1000)) / 1000.0)
+
+
+# ----------------------------------------------------------------------------- executors
+class FakeQueue:
+    def __init__(self, batches: list[Batch]) -> None:
+        self.batches = list(batches)
+        self.done_seconds: list[float] = []
+
+    def get_batch(self) -> Batch | None:
+        return self.batches.pop(0) if self.batches else None
+
+    def done(self, batch: Batch, seconds: float) -> None:
+        self.done_seconds.append(seconds)
+
+
+def make_batch(values: list[bytes], seq: int = 0) -> Batch:
+    requests = []
+    for i, v in enumerate(values):
+        d = Decoded(request_id=v.decode(), rows=1, payload=v)
+        requests.append(Request(1, 0.0, 1.0, item=InFlight(record(i, v), d, WALL + 100.0, WALL)))
+    return Batch(requests, len(requests), 0, "full", 0.0, seq=seq)
+
+
+def test_an_executor_scores_a_batch_and_isolates_a_poison_request() -> None:
+    step = ScoringStep(MODEL, ToyCodec(), ToySession())  # type: ignore[arg-type]
+    queue = FakeQueue([make_batch([b"r0", b"r1"], seq=0), make_batch([b"r0", b"poison", b"r2"], seq=1)])
+    handed: list[Done] = []
+    dead: list[tuple[int, str, str]] = []
+    ex = Executors(queue, step, lambda done: handed.append(done) or True,  # type: ignore[arg-type]
+                   lambda rec, reason, stage: dead.append((rec.offset, reason, stage)))
+    ex.loop()
+    assert [d.seq for d in handed] == [0, 1]
+    (whole,) = handed[0].parts
+    assert whole.is_batch and whole.batch_rows == 2 and whole.seconds == pytest.approx(0.002)
+    # The refused batch: its good requests scored alone, the poison one dead-lettered.
+    assert [(p.is_batch, p.batch.requests[0].item.rec.offset) for p in handed[1].parts] == [(False, 0), (False, 2)]
+    assert dead == [(1, "model rejected the request: RuntimeError: model refuses this input", "inference")]
+    assert queue.done_seconds == [pytest.approx(0.002), 0.0]
+
+
+def test_an_executor_that_hits_a_bug_dead_letters_the_batch_and_keeps_going() -> None:
+    step = ScoringStep(MODEL, ToyCodec(), ToySession())  # type: ignore[arg-type]
+
+    def broken_hook_step(decoded: Any, pad: Any = None) -> Any:
+        raise AssertionError("a bug of ours")
+
+    step.infer = broken_hook_step  # type: ignore[method-assign]
+    step.one_by_one = lambda decoded: (_ for _ in ()).throw(KeyError("worse"))  # type: ignore[method-assign]
+    queue = FakeQueue([make_batch([b"r0", b"r1"], seq=0), make_batch([b"r2"], seq=1)])
+    handed: list[Done] = []
+    dead: list[tuple[int, str, str]] = []
+    ex = Executors(queue, step, lambda done: handed.append(done) or True,  # type: ignore[arg-type]
+                   lambda rec, reason, stage: dead.append((rec.offset, reason, stage)))
+    ex.loop()
+    assert [(d.seq, d.parts) for d in handed] == [(0, []), (1, [])]  # every number handed over
+    assert [o for o, _, _ in dead] == [0, 1, 0]
+    assert all(r == "internal error: KeyError: 'worse'" and s == "inference" for _, r, s in dead)
+
+
+# ----------------------------------------------------------------------------- publisher
+class DropSecond:
+    name = "drop-second"
+
+    def before_inference(self, decoded: Sequence[Decoded]) -> None:
+        pass
+
+    def after_inference(self, records: Sequence[SourceRecord], docs: list[dict]) -> list[bool]:
+        return [i != 1 for i in range(len(docs))]
+
+
+def publisher(outcomes: FakeOutcomes, tracker: OffsetTracker, hooks: list, stats: WorkerStats) -> Publisher:
+    step = ScoringStep(MODEL, ToyCodec(), ToySession(), hooks)  # type: ignore[arg-type]
+    failures: list[str] = []
+    return Publisher(step, outcomes, tracker, [], WorkerMetrics("toy", "adaptive"), "toy", "adaptive",  # type: ignore[arg-type]
+                     stats, lambda: None, failures.append)
+
+
+def finished(batch: Batch, results: list[dict]) -> Finished:
+    return Finished(batch, results, batch.rows, 0.004, WALL + 1)
+
+
+def test_the_publisher_publishes_in_dispatch_order_whatever_order_batches_finish_in() -> None:
+    outcomes, tracker, stats = FakeOutcomes(), OffsetTracker(), WorkerStats()
+    pub = publisher(outcomes, tracker, [], stats)
+    first, second = make_batch([b"r0"], seq=0), make_batch([b"r1"], seq=1)
+    second.requests[0].item.rec = record(1, b"r1")
+    pub._finished.put(Done(1, [finished(second, [{"score": 1.0}])]))
+    pub._finished.put(Done(0, [finished(first, [{"score": 0.0}])]))
+    pub._finished.put(None)
+    pub.loop()
+    assert [o for o, _ in outcomes.results] == [0, 1]
+    assert stats.scored == 2 and stats.batches == 2 and stats.batch_rows == 2
+
+
+def test_the_publisher_gives_each_request_one_outcome() -> None:
+    """A result over the topic's limit is its own request's dead letter; a replay a hook
+    drops is acked without a record; the others are published."""
+    outcomes, tracker, stats = FakeOutcomes(limit=300), OffsetTracker(), WorkerStats()
+    pub = publisher(outcomes, tracker, [DropSecond()], stats)
+    batch = make_batch([b"r0", b"r1", b"r2"])
+    tracker.track_many([(("in", 0), i) for i in range(3)])
+    results = [{"score": 0.0}, {"score": 1.0}, {"score": 2.0, "blob": "x" * 400}]
+    pub.publish_part(finished(batch, results))
+    assert [o for o, _ in outcomes.results] == [0]
+    assert [(o, s) for o, _, s in outcomes.dead] == [(2, "publish")]
+    assert stats.duplicates == 1 and stats.scored == 1
+    # The dropped replay (offset 1) was acked here; 0 and 2 when their outcomes are delivered.
+    tracker.ack(("in", 0), 0)
+    assert tracker.watermark(("in", 0)) == 2
+
+
+def test_a_publisher_bug_before_any_outcome_dead_letters_the_whole_part() -> None:
+    outcomes, tracker, stats = FakeOutcomes(), OffsetTracker(), WorkerStats()
+    pub = publisher(outcomes, tracker, [], stats)
+    batch = make_batch([b"r0", b"r1"])
+    pub.publish_part(finished(batch, [{"score": 0.0}]))  # one result for two requests: a bug
+    assert outcomes.results == []
+    assert [(o, s) for o, _, s in outcomes.dead] == [(0, "publish"), (1, "publish")]
+    assert all(r.startswith("internal error: AssertionError") for _, r, _ in outcomes.dead)
+
+
+# ----------------------------------------------------------------------------- scoring
+def test_the_result_document_is_the_same_for_the_worker_and_faust() -> None:
+    d = Decoded(request_id="r7", rows=3, payload=None, priority=1, tenant="acme")
+    rec = record(7, b"r7")
+    doc = result_document(MODEL, d, rec, {"score": 0.5}, BatchTiming(12, 0.0021, WALL + 20, WALL + 25), WALL + 5, WALL + 24.0)
+    assert doc == {
+        "request_id": "r7", "score": 0.5, "key": "k", "model": "toy", "model_version": "1", "batch_rows": 12,
+        "queue_wait_ms": 15, "inference_ms": 2.1, "kafka_ts_ms": WALL, "scored_at_ms": WALL + 25, "priority": 1,
+        "late": True, "source": {"topic": "in", "partition": 0, "offset": 7}, "tenant": "acme",
+    }
