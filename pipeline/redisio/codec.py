@@ -31,8 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from consumers.codecs.base import Decoded, DecodeError
-from consumers.codecs.ctr import (
+from models.ctr import features as F
+from pipeline.codecs.base import Decoded, DecodeError
+from pipeline.codecs.ctr import (
     CtrCodec,
     CtrPayload,
     _cat,
@@ -44,7 +45,6 @@ from consumers.codecs.ctr import (
     _request_id,
     _type_name,
 )
-from models.ctr import features as F
 
 N_USER_DENSE = len(F.CONTEXT_DENSE)  # dense columns [0, 6) come from the user / context
 N_USER_CAT = len(F.CONTEXT_CAT)  # cat columns [0, 13) likewise

@@ -62,9 +62,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from consumers.codecs import ctr_binary, jsonnum
-from consumers.codecs.base import Decoded, DecodeError
 from models.ctr import features as F
+from pipeline.codecs import ctr_binary, jsonnum
+from pipeline.codecs.base import Decoded, DecodeError
 
 MAX_REQUEST_ID_CHARS = 128
 _N_CTX_CAT = len(F.CONTEXT_CAT)  # 13

@@ -46,8 +46,8 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from consumers.codecs.base import Decoded, DecodeError
-from consumers.codecs.jsonnum import INT64_MAX, show_int
+from pipeline.codecs.base import Decoded, DecodeError
+from pipeline.codecs.jsonnum import INT64_MAX, show_int
 
 INPUT_NAME = "input"
 OUTPUT_NAMES = ("heatmap", "scale", "offset", "landmarks")
