@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from models.ctr import features as F
 from pipeline.codecs.base import Decoded
-from pipeline.codecs.ctr import MAX_REQUEST_ID_CHARS
+from pipeline.codecs.ctr_fields import MAX_REQUEST_ID_CHARS
 from pipeline.etl.inputs import REQUIRED, Features, InputError, Reject
 
 _NUMBER = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$"

@@ -24,10 +24,9 @@ from pipeline.codecs.camera import (
     OUTPUT_NAMES,
     CameraCodec,
     CameraFrame,
-    choose_bucket,
     nms,
-    probe_image,
 )
+from pipeline.codecs.camera_image import choose_bucket, probe_image
 from pipeline.loadgen.camera import CameraFrameFactory, png_header_only
 
 HEADERS = {"camera_id": b"cam-7", "frame_id": b"42", "capture_ts_ms": b"1700000000123"}
