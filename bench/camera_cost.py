@@ -17,8 +17,9 @@ from collections.abc import Callable
 import numpy as np
 import onnxruntime as ort
 
-from consumers.codecs.camera import DEFAULT_BUCKETS, CameraCodec, bucket_key
 from models.camera import MODEL_PATH
+from pipeline.codecs.camera import DEFAULT_BUCKETS, CameraCodec
+from pipeline.codecs.camera_image import bucket_key
 from pipeline.loadgen.camera import CameraFrameFactory
 
 SOURCE_SIZES = ((320, 240), (640, 480), (1280, 720), (1920, 1080))

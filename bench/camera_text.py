@@ -70,7 +70,7 @@ from bench.harness import (  # noqa: E402
     read_results,
     table,
 )
-from consumers.embedded_broker import free_port  # noqa: E402
+from consumers.brokers.embedded import free_port  # noqa: E402
 from consumers.profiles import large_message_overrides, producer_config  # noqa: E402
 from pipeline.loadgen.pacing import poisson_schedule, run_open_loop  # noqa: E402
 
@@ -205,8 +205,8 @@ def camera_model_seconds(pool: FramePool) -> float:
     worker runs it): sets the loads."""
     import onnxruntime as ort
 
-    from consumers.codecs.camera import CameraCodec
     from models.camera import MODEL_PATH
+    from pipeline.codecs.camera import CameraCodec
 
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1
@@ -351,7 +351,7 @@ def send_texts(bootstrap: str, topic: str, pool: TextPool, run: str, rate: float
 def padded_token_ratio(docs: list[dict], pad_to: str) -> float:
     """1 - real tokens / token slots run, over all batches. A batch's requests share
     (scored_at_ms, inference_ms, batch_rows): the worker stamps them once per batch."""
-    from consumers.codecs.text import TextCodec
+    from pipeline.codecs.text import TextCodec
 
     codec = TextCodec(pad_to=pad_to)  # type: ignore[arg-type]
     batches: dict[tuple, list[int]] = defaultdict(list)
@@ -368,8 +368,8 @@ def text_request_seconds(pool: TextPool, n: int = 60) -> float:
     """Mean single-request model time over the pool's length mix (sets the load)."""
     import onnxruntime as ort
 
-    from consumers.codecs.text import TextCodec
     from models.text.model import ensure_text_model
+    from pipeline.codecs.text import TextCodec
 
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1

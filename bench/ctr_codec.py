@@ -20,8 +20,8 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
-from consumers.codecs.ctr import CtrCodec  # noqa: E402
-from consumers.codecs.ctr_binary import encode  # noqa: E402
+from pipeline.codecs.ctr import CtrCodec  # noqa: E402
+from pipeline.codecs.ctr_binary import encode  # noqa: E402
 from pipeline.loadgen.ctr import CtrRequestFactory  # noqa: E402
 
 

@@ -53,7 +53,7 @@ from bench.harness import (  # noqa: E402
     table,
     worker_process,
 )
-from consumers.embedded_broker import free_port  # noqa: E402
+from consumers.brokers.embedded import free_port  # noqa: E402
 
 PATHS = ("worker", "kafka-python", "faust")
 LABELS = {

@@ -25,8 +25,8 @@ import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from consumers.admin import ensure_topics
-from consumers.embedded_broker import EmbeddedBroker, LocalBroker, free_port
-from consumers.kafka_dist import KafkaBroker
+from consumers.brokers.embedded import EmbeddedBroker, LocalBroker, free_port
+from consumers.brokers.kafka import KafkaBroker
 from consumers.profiles import consumer_config, producer_config
 from pipeline.commands.produce import warm_up_producer
 from pipeline.loadgen.pacing import poisson_schedule, run_open_loop
@@ -125,7 +125,7 @@ class RequestPool:
             new = f'"priority":{priority},' + new
         value = value.replace(rid, new.encode(), 1)
         if self.encoding == "binary":
-            from consumers.codecs.ctr_binary import encode
+            from pipeline.codecs.ctr_binary import encode
 
             value = encode(orjson.loads(value))
         return key, value

@@ -10,7 +10,7 @@
   run` process) per policy, and p50/p99 end-to-end latency at 50 % of the static
   policy's saturation rate,
 - the saturation throughput again with the same requests in the binary form
-  (consumers/codecs/ctr_binary.py; --binary-policies, default none and static),
+  (pipeline/codecs/ctr_binary.py; --binary-policies, default none and static),
 - static saturation (JSON and binary) and adaptive latency again with ONNX Runtime in
   a model process of its own (runtime.model_process, pipeline/runtime/model_process.py),
   unpinned and with pinned cores (runtime.pin_executors: the model process on one core,

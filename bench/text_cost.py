@@ -19,8 +19,8 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
-from consumers.codecs.base import DecodeError  # noqa: E402
-from consumers.codecs.text import TextCodec  # noqa: E402
+from pipeline.codecs.base import DecodeError  # noqa: E402
+from pipeline.codecs.text import TextCodec  # noqa: E402
 
 CASES: dict[str, str] = {
     "sentence": "A man is eating food at the table.",

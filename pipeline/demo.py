@@ -22,7 +22,7 @@ import orjson
 from confluent_kafka import Consumer, Producer
 
 from consumers.admin import ensure_topics
-from consumers.embedded_broker import EmbeddedBroker, free_port
+from consumers.brokers.embedded import EmbeddedBroker, free_port
 from consumers.profiles import consumer_config, producer_config
 from pipeline.errors import UserError
 from pipeline.outcomes import Topics

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from consumers.codecs.base import Decoded
 from consumers.records import SourceRecord
+from pipeline.codecs.base import Decoded
 
 
 class WorkerHook(Protocol):

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from consumers.codecs.base import Codec
+from pipeline.codecs.base import Codec
 from pipeline.errors import UserError
 
 Sample = tuple[bytes | None, bytes, list[tuple[str, bytes]]]  # key, value, headers
@@ -66,7 +66,7 @@ def _with_codec_options(cls: type, cfg: Any) -> Codec:
 
 # ----------------------------------------------------------------------------- CTR
 def _ctr_codec(cfg: Any) -> Codec:
-    from consumers.codecs.ctr import CtrCodec
+    from pipeline.codecs.ctr import CtrCodec
 
     return CtrCodec(max_items=cfg.max_items)
 
@@ -92,7 +92,7 @@ def _ctr_samples(seed: int) -> Callable[[int], Sample]:
 
 # ----------------------------------------------------------------------------- camera
 def _camera_codec(cfg: Any) -> Codec:
-    from consumers.codecs.camera import CameraCodec
+    from pipeline.codecs.camera import CameraCodec
 
     return _with_codec_options(CameraCodec, cfg)
 
@@ -121,7 +121,7 @@ def _camera_samples(seed: int) -> Callable[[int], Sample]:
 
 # ----------------------------------------------------------------------------- text
 def _text_codec(cfg: Any) -> Codec:
-    from consumers.codecs.text import TextCodec
+    from pipeline.codecs.text import TextCodec
 
     return _with_codec_options(TextCodec, cfg)
 

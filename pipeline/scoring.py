@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from consumers.codecs.base import Codec, Decoded
 from consumers.records import SourceRecord
 from pipeline.clock import wall_ms
+from pipeline.codecs.base import Codec, Decoded
 
 if TYPE_CHECKING:
     from pipeline.batching.cost import AffineCost

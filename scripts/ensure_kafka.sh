@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Make sure Apache Kafka's server jars (the version pinned in consumers/kafka_dist.py) are
+# Make sure Apache Kafka's server jars (the version pinned in consumers/brokers/kafka.py) are
 # in the local cache, so the integration tests can start real Kafka brokers without
 # downloading anything. Fetched once with Maven from Maven Central into
 # ~/.cache/tidebatch/kafka-<version>/libs ($TIDEBATCH_KAFKA_HOME overrides it);
@@ -21,4 +21,4 @@ if ! command -v mvn >/dev/null 2>&1; then
   $SUDO apt-get update -qq && $SUDO apt-get install -y -qq --no-install-recommends maven >/dev/null
 fi
 # One line either way: where the jars are, or why they could not be fetched.
-exec .venv/bin/python -m consumers.kafka_dist fetch
+exec .venv/bin/python -m consumers.brokers.kafka fetch

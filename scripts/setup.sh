@@ -30,6 +30,6 @@ echo "setup: installing tidebatch and its dependencies into .venv"
 .venv/bin/python -c "from models.text.model import ensure_text_model; ensure_text_model()"
 .venv/bin/python - <<'PY'
 import onnxruntime as ort
-from consumers.embedded_broker import default_binary
+from consumers.brokers.embedded import default_binary
 print(f"setup: ok — onnxruntime {ort.__version__}, embedded broker {default_binary()}")
 PY

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import orjson
 
-from consumers.codecs import ctr_binary
-from consumers.codecs.base import Codec, Decoded, DecodeError, decode_all
+from pipeline.codecs import ctr_binary
+from pipeline.codecs.base import Codec, Decoded, DecodeError, decode_all
 
 Headers = dict[str, bytes]
 Message = tuple[bytes | None, Headers]
@@ -58,11 +58,11 @@ class Target:
 
 
 def targets(seed: int, per_codec: int = 8) -> list[Target]:
-    """Every codec in consumers/codecs (and the CTR id codec), each with valid sample
+    """Every codec in pipeline/codecs (and the CTR id codec), each with valid sample
     requests from the load generators (PIPELINES[name].make_samples)."""
-    from consumers.codecs.camera import CameraCodec
-    from consumers.codecs.ctr import CtrCodec
-    from consumers.codecs.text import TextCodec
+    from pipeline.codecs.camera import CameraCodec
+    from pipeline.codecs.ctr import CtrCodec
+    from pipeline.codecs.text import TextCodec
     from pipeline.pipelines import PIPELINES
     from pipeline.redisio.codec import CtrIdCodec
 

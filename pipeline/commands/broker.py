@@ -6,7 +6,7 @@
 Prints one line with its address and log file, creates the requested topics, and runs
 until SIGINT or SIGTERM, then stops the broker and exits 0. The default engine is the
 embedded Tansu broker (in memory); `--engine kafka` runs Apache Kafka from Maven Central
-jars (consumers/kafka_dist.py, docs/BROKERS.md). Either way the data is gone when it stops.
+jars (consumers/brokers/kafka.py, docs/BROKERS.md). Either way the data is gone when it stops.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from consumers.embedded_broker import LocalBroker
+    from consumers.brokers.embedded import LocalBroker
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 def run(args: argparse.Namespace) -> int:
     # Imported here so `tidebatch --help` stays fast and never needs confluent-kafka.
     from consumers.admin import normalize_topics
-    from consumers.embedded_broker import BrokerError
+    from consumers.brokers.embedded import BrokerError
 
     topics = normalize_topics(args.topic)  # bad specs fail before anything starts
     if args.engine != "kafka" and args.nodes != 1:
@@ -101,14 +101,14 @@ def run(args: argparse.Namespace) -> int:
 def _make_broker(args: argparse.Namespace) -> tuple[LocalBroker, str]:
     """The broker to run and how to name it in messages."""
     if args.engine == "kafka":
-        from consumers.kafka_dist import KAFKA_VERSION, KafkaBroker
+        from consumers.brokers.kafka import KAFKA_VERSION, KafkaBroker
 
         # --log-file names the first node's log; each node logs in its own folder.
         workdir = Path(args.log_file).parent if args.log_file else None
         kafka = KafkaBroker(nodes=args.nodes, port=args.port, workdir=workdir)
         nodes = f", {args.nodes} nodes" if args.nodes > 1 else ""
         return kafka, f"Apache Kafka {KAFKA_VERSION} (KRaft{nodes})"
-    from consumers.embedded_broker import EmbeddedBroker
+    from consumers.brokers.embedded import EmbeddedBroker
 
     return EmbeddedBroker(port=args.port, log_path=args.log_file), "embedded Kafka broker (Tansu)"
 

@@ -124,12 +124,12 @@ def produce(
 
 
 def _binary_ctr(pipeline: str, make: Callable[[int], Sample]) -> Callable[[int], Sample]:
-    """The same requests in the binary form (consumers/codecs/ctr_binary.py)."""
+    """The same requests in the binary form (pipeline/codecs/ctr_binary.py)."""
     if pipeline != "ctr":
         raise UserError(f"--encoding binary applies to the ctr pipeline, not {pipeline!r}")
     import orjson
 
-    from consumers.codecs.ctr_binary import encode
+    from pipeline.codecs.ctr_binary import encode
 
     def make_binary(i: int) -> Sample:
         key, value, headers = make(i)

@@ -14,9 +14,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from consumers.codecs.base import Decoded
-from consumers.codecs.ctr import MAX_REQUEST_ID_CHARS
 from models.ctr import features as F
+from pipeline.codecs.base import Decoded
+from pipeline.codecs.ctr_fields import MAX_REQUEST_ID_CHARS
 from pipeline.etl.inputs import REQUIRED, Features, InputError, Reject
 
 _NUMBER = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$"

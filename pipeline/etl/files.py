@@ -15,9 +15,9 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
-from consumers.codecs.base import Decoded, DecodeError
-from consumers.codecs.ctr import CtrCodec
 from models.ctr import features as F
+from pipeline.codecs.base import Decoded, DecodeError
+from pipeline.codecs.ctr import CtrCodec
 from pipeline.etl.features import check_schema, features_from_requests, featurize_flat
 from pipeline.etl.inputs import OPTIONAL, REQUIRED, Chunk, Features, InputError, Reject
 

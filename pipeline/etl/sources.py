@@ -49,7 +49,7 @@ def file_sources(job: EtlJob) -> tuple[list[Source], list[dict[str, Any]]]:
 
 
 def topic_sources(job: EtlJob, saved: list[dict[str, Any]] | None) -> tuple[list[Source], list[dict[str, Any]]]:
-    from consumers.codecs.ctr import CtrCodec
+    from pipeline.codecs.ctr import CtrCodec
     from pipeline.etl.topic import PartitionRange, read_partition_chunks, resolve_ranges
 
     assert job.topic is not None and job.bootstrap_servers is not None

@@ -23,9 +23,9 @@ from typing import Any
 
 from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
 
-from consumers.codecs.base import Decoded, DecodeError
-from consumers.codecs.ctr import CtrCodec
 from consumers.profiles import consumer_config
+from pipeline.codecs.base import Decoded, DecodeError
+from pipeline.codecs.ctr import CtrCodec
 from pipeline.errors import UserError
 from pipeline.etl.features import features_from_requests
 from pipeline.etl.inputs import Chunk, Reject

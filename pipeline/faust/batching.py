@@ -63,7 +63,7 @@ def adaptive_batches(
     rows/priority/bucket/deadline_ms are functions of the event's value -- or of what
     ``prepare(event)`` returned when ``prepare`` is given (e.g. a codec's decode: then
     the defaults read ``.rows``, ``.priority``, ``.bucket`` and ``.deadline_ms`` of
-    the prepared object, which is what ``consumers.codecs`` Decoded carries). An event
+    the prepared object, which is what ``pipeline.codecs`` Decoded carries). An event
     whose prepare() raises is passed to the body in ``batch.rejected``.
 
     ``cost_model`` seeds what a batch costs (e.g. from a warm-up profile); it then

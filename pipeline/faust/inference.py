@@ -28,11 +28,11 @@ from typing import Any
 
 import orjson
 
-from consumers.codecs.base import Decoded
 from consumers.dead_letter import dead_letter_copy, late_copy, record_bytes
 from consumers.records import SourceRecord, headers_to_dict
 from pipeline.batching.cost import AffineCost, CostModel
 from pipeline.clock import wall_ms
+from pipeline.codecs.base import Decoded
 from pipeline.faust.batch import FaustBatch
 from pipeline.pipelines import get_pipeline
 from pipeline.runtime.session import InferenceSession

@@ -6,7 +6,7 @@ frame's position on the path, lit by a day/night cycle driven by the simulated t
 `t`, with a little sensor noise, JPEG-encoded. Frames are a pure function of
 (seed, camera_index, frame_index, t), so a run can be replayed byte for byte.
 
-The message layout is the one consumers/codecs/camera.py documents: key = camera id
+The message layout is the one pipeline/codecs/camera.py documents: key = camera id
 (one camera's frames stay in one partition, in order), value = JPEG bytes, headers
 camera_id, frame_id, capture_ts_ms.
 """

@@ -1,4 +1,4 @@
-"""Text request generator for the text embedding model (consumers/codecs/text.py).
+"""Text request generator for the text embedding model (pipeline/codecs/text.py).
 
 Length mix (word pieces incl. [CLS]/[SEP], measured with the model's tokenizer on
 20,000 requests of seed 1: min / median / max):

@@ -67,7 +67,7 @@ def accept_id_requests(codec: Any, pipeline: str) -> Any:
     codec (inline requests decode identically; id-only requests decode too), the
     codec unchanged elsewhere (with a warning: feature lookup is CTR only). Chosen by
     pipeline/worker/compose.py before the warm-up profile runs the codec."""
-    from consumers.codecs.ctr import CtrCodec
+    from pipeline.codecs.ctr import CtrCodec
     from pipeline.redisio.codec import CtrIdCodec
 
     if isinstance(codec, CtrIdCodec):

@@ -15,8 +15,9 @@ feature: an absent feature inside an inline object means "missing", as in CtrCod
 
 The parts that come from the store start as the codec's own "missing" encoding (dense
 NaN, cat = the field's reserved missing id); FeatureLookupHook (features.py) fills them
-in before inference, one Redis round trip per batch. The inline parts are featurised
-by CtrCodec's own helpers, so both paths are the same code.
+in before inference, one Redis round trip per batch. The inline parts are read and
+featurised by CtrCodec's own helpers (pipeline/codecs/ctr_fields.py, ctr_features.py),
+so both paths are the same code.
 
 The worker gets this codec when `redis.features.enabled`: the composition root
 (pipeline/worker/compose.py, with pipeline/redisio/attach.py) puts it in place of the
@@ -31,20 +32,18 @@ from typing import Any
 
 import numpy as np
 
-from consumers.codecs.base import Decoded, DecodeError
-from consumers.codecs.ctr import (
-    CtrCodec,
-    CtrPayload,
-    _cat,
-    _dense,
-    _item_ids,
-    _items_list,
-    _meta,
-    _parse_json,
-    _request_id,
-    _type_name,
-)
 from models.ctr import features as F
+from pipeline.codecs.base import Decoded, DecodeError
+from pipeline.codecs.ctr import CtrCodec, CtrPayload
+from pipeline.codecs.ctr_features import featurise_cat, featurise_dense
+from pipeline.codecs.ctr_fields import (
+    items_list,
+    parse_json,
+    read_item_ids,
+    read_meta,
+    read_request_id,
+    type_name,
+)
 
 N_USER_DENSE = len(F.CONTEXT_DENSE)  # dense columns [0, 6) come from the user / context
 N_USER_CAT = len(F.CONTEXT_CAT)  # cat columns [0, 13) likewise
@@ -68,19 +67,19 @@ class CtrIdCodec(CtrCodec):
         try:
             return super().decode(value, headers)
         except DecodeError:
-            doc = _parse_json(value)
+            doc = parse_json(value)
             if not _wants_store(doc):
                 raise
-        assert value is not None  # _parse_json refused None
+        assert value is not None  # parse_json refused None
         return self._decode_ids(doc, value)
 
     def _decode_ids(self, doc: dict[str, Any], raw: bytes) -> Decoded:
-        request_id = _request_id(doc)
-        priority, deadline_ms, tenant = _meta(doc, raw)
+        request_id = read_request_id(doc)
+        priority, deadline_ms, tenant = read_meta(doc, raw)
         user_id = doc.get("user_id")
         context = doc.get("context")
         if context is not None and type(context) is not dict:
-            raise DecodeError(f"context: expected object or null, got {_type_name(context)}")
+            raise DecodeError(f"context: expected object or null, got {type_name(context)}")
         if context is None and not user_id:
             raise DecodeError("user_id: required when 'context' is absent (user features come from the feature store)")
         items = self._items(doc)
@@ -90,15 +89,15 @@ class CtrIdCodec(CtrCodec):
         cat[:] = F.MISSING_IDS
         if context is not None:
             # one all-missing item row: the context columns are what we keep
-            dense[:, :N_USER_DENSE] = _dense(context, [{}])[0, :N_USER_DENSE]
-            cat[:, :N_USER_CAT] = _cat(context, [{}])[0, :N_USER_CAT]
+            dense[:, :N_USER_DENSE] = featurise_dense(context, [{}])[0, :N_USER_DENSE]
+            cat[:, :N_USER_CAT] = featurise_cat(context, [{}])[0, :N_USER_CAT]
         store_items = type(items[0]) is str
         if store_items:
             item_ids = items
         else:
-            item_ids = _item_ids(items)
-            dense[:, N_USER_DENSE:] = _dense({}, items)[:, N_USER_DENSE:]
-            cat[:, N_USER_CAT:] = _cat({}, items)[:, N_USER_CAT:]
+            item_ids = read_item_ids(items)
+            dense[:, N_USER_DENSE:] = featurise_dense({}, items)[:, N_USER_DENSE:]
+            cat[:, N_USER_CAT:] = featurise_cat({}, items)[:, N_USER_CAT:]
         payload = CtrIdPayload(
             dense,
             cat,
@@ -120,14 +119,14 @@ class CtrIdCodec(CtrCodec):
 
     def _items(self, doc: dict[str, Any]) -> list[Any]:
         """The items list of an id request: all id strings or all inline objects."""
-        items = _items_list(doc, self.max_items)
+        items = items_list(doc, self.max_items)
         first = type(items[0])
         if first not in (str, dict):
-            raise DecodeError(f"items[0]: expected item id string or object, got {_type_name(items[0])}")
+            raise DecodeError(f"items[0]: expected item id string or object, got {type_name(items[0])}")
         for i, item in enumerate(items):
             if type(item) is not first:
                 want = "item id string" if first is str else "object"
-                raise DecodeError(f"items[{i}]: expected {want} like items[0], got {_type_name(item)}")
+                raise DecodeError(f"items[{i}]: expected {want} like items[0], got {type_name(item)}")
             if first is str and not item:
                 raise DecodeError(f"items[{i}]: expected non-empty item id, got ''")
         return items

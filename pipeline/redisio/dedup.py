@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from consumers.codecs.base import Decoded
 from consumers.records import SourceRecord
+from pipeline.codecs.base import Decoded
 from pipeline.redisio.link import RedisLink
 from pipeline.redisio.metrics import RedisMetrics
 

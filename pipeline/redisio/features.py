@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from consumers.codecs.base import Decoded
 from consumers.records import SourceRecord
 from models.ctr import features as F
+from pipeline.codecs.base import Decoded
 from pipeline.redisio.codec import N_USER_CAT, N_USER_DENSE, CtrIdPayload
 from pipeline.redisio.link import RedisLink
 from pipeline.redisio.metrics import RedisMetrics

@@ -23,8 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from consumers.codecs.base import Decoded
 from consumers.records import SourceRecord, TopicPartition
+from pipeline.codecs.base import Decoded
 
 
 @dataclass(slots=True)

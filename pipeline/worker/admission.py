@@ -18,11 +18,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from consumers.codecs.base import Codec, Decoded, DecodeError, decode_all
 from consumers.dead_letter import record_bytes
 from consumers.records import SourceRecord
 from pipeline.batching.request import Request
 from pipeline.clock import ClockAnchor
+from pipeline.codecs.base import Codec, Decoded, DecodeError, decode_all
 
 
 @dataclass(slots=True)

@@ -1,7 +1,7 @@
 """Integration fixtures: a real broker started once per session, fresh topics per
 test, unique consumer groups.
 
-`broker` is Apache Kafka (consumers/kafka_dist.py, one node, profile "kafka") unless
+`broker` is Apache Kafka (consumers/brokers/kafka.py, one node, profile "kafka") unless
 TIDEBATCH_TEST_BROKER=embedded picks the embedded Tansu broker (profile "embedded")
 for the whole run. A test module that must hold on both (the CTR end-to-end and the
 bad-input tests, so the embedded default stays honest) says
@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from consumers.embedded_broker import EmbeddedBroker, LocalBroker
-from consumers.kafka_dist import KafkaBroker
+from consumers.brokers.embedded import EmbeddedBroker, LocalBroker
+from consumers.brokers.kafka import KafkaBroker
 from tests.integration.pipeline_helpers import register_broker
 
 _HERE = Path(__file__).resolve().parent

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import orjson
 from confluent_kafka import Consumer, Producer
 
-from consumers.embedded_broker import LocalBroker, free_port
+from consumers.brokers.embedded import LocalBroker, free_port
 from consumers.profiles import consumer_config, producer_config
 from pipeline.config import WorkerConfig, load_config
 from pipeline.ops.http import OpsServer

@@ -20,7 +20,7 @@ from typing import Any
 
 import redis
 
-from consumers.embedded_broker import free_port
+from consumers.brokers.embedded import free_port
 
 START_TIMEOUT_S = 20.0
 

@@ -14,12 +14,12 @@ import orjson
 import pytest
 from confluent_kafka import Producer
 
-from consumers.codecs.camera import CameraCodec
 from consumers.dead_letter import H_ERROR, H_OFFSET, H_PARTITION, H_STAGE, H_TOPIC
 from consumers.profiles import large_message_overrides, producer_config
 from consumers.records import SourceRecord
 from models.camera import MODEL_PATH, SAMPLES_DIR
 from pipeline.clock import FakeClock
+from pipeline.codecs.camera import CameraCodec
 from pipeline.loadgen.camera import CameraFrameFactory
 from pipeline.pipelines import get_pipeline
 from pipeline.worker import Worker

@@ -31,7 +31,7 @@ import orjson
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-from consumers.kafka_dist import KafkaBroker
+from consumers.brokers.kafka import KafkaBroker
 from consumers.profiles import KAFKA, consumer_config, producer_config
 from pipeline.pipelines import get_pipeline
 from tests.integration import opsutil

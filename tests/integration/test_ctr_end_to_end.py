@@ -11,9 +11,9 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from consumers.codecs.ctr import CtrCodec
 from consumers.dead_letter import H_ERROR, H_OFFSET, H_PARTITION, H_TOPIC
 from models.registry import load_spec
+from pipeline.codecs.ctr import CtrCodec
 from pipeline.loadgen.ctr import CtrRequestFactory
 from tests.integration.conftest import BOTH_BROKERS
 from tests.integration.pipeline_helpers import (
@@ -221,12 +221,12 @@ def test_sigterm_finishes_in_flight_commits_and_exits_zero(
 def test_binary_and_json_requests_share_a_topic_and_score_the_same(
     broker, topic_factory, unique_group_id, reference_session
 ) -> None:
-    """The binary form (consumers/codecs/ctr_binary.py) interleaved with JSON on one
+    """The binary form (pipeline/codecs/ctr_binary.py) interleaved with JSON on one
     topic: each request scored once, binary scores equal to the JSON request's
     unbatched scores, and a corrupted binary request dead-lettered."""
     import orjson
 
-    from consumers.codecs.ctr_binary import encode
+    from pipeline.codecs.ctr_binary import encode
 
     n = 400
     inp = topic_factory("ctr-bin", partitions=2)

@@ -21,7 +21,7 @@ import pytest
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
 from consumers.admin import AdminError, delete_topics, ensure_topics, existing_topics
-from consumers.embedded_broker import BrokerError, EmbeddedBroker
+from consumers.brokers.embedded import BrokerError, EmbeddedBroker
 from consumers.profiles import (
     EMBEDDED,
     consumer_config,
@@ -159,7 +159,7 @@ def test_start_stop_closes_port_and_leaves_no_process(tmp_path: Path) -> None:
 
 def test_killed_parent_leaves_no_orphan_broker() -> None:
     assert_killed_parent_leaves_no_orphan(
-        "from consumers.embedded_broker import EmbeddedBroker\n"
+        "from consumers.brokers.embedded import EmbeddedBroker\n"
         "b = EmbeddedBroker().start()\n"
         "print(b.pid, flush=True)\n"
     )

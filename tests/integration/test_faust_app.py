@@ -23,9 +23,9 @@ import onnxruntime as ort
 import orjson
 import pytest
 
-from consumers.codecs.ctr import CtrCodec
-from consumers.embedded_broker import free_port
+from consumers.brokers.embedded import free_port
 from models.registry import load_spec
+from pipeline.codecs.ctr import CtrCodec
 from pipeline.loadgen.ctr import CtrRequestFactory
 from tests.integration.pipeline_helpers import (
     REPO,

@@ -1,4 +1,4 @@
-"""Apache Kafka (consumers/kafka_dist.py) and the "kafka" client profile against it: the
+"""Apache Kafka (consumers/brokers/kafka.py) and the "kafka" client profile against it: the
 first tests that run tidebatch on the real broker instead of Tansu (issue 16)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec
 
-from consumers.kafka_dist import KafkaBroker, KafkaBrokerError, ensure_jars
+from consumers.brokers.kafka import KafkaBroker, KafkaBrokerError, ensure_jars
 from consumers.profiles import KAFKA, consumer_config, producer_config
 from pipeline.loadgen.ctr import CtrRequestFactory
 from tests.integration.pipeline_helpers import (
@@ -90,7 +90,7 @@ def test_start_stop_closes_ports_keeps_logs_and_leaves_no_process(tmp_path: Path
 
 def test_killed_parent_leaves_no_orphan_jvm() -> None:
     assert_killed_parent_leaves_no_orphan(
-        "from consumers.kafka_dist import KafkaBroker\n"
+        "from consumers.brokers.kafka import KafkaBroker\n"
         "k = KafkaBroker().start()\n"
         "print(k.nodes[0].proc.pid, flush=True)\n",
         start_timeout=120,
@@ -108,7 +108,7 @@ def test_port_taken_is_a_one_line_error(tmp_path: Path) -> None:
 
 
 def test_a_broker_that_cannot_start_says_why_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from consumers import kafka_dist
+    from consumers.brokers import kafka as kafka_dist
 
     monkeypatch.setitem(kafka_dist.LOCAL_SETTINGS, "log.segment.bytes", "lots")
     with pytest.raises(KafkaBrokerError) as caught:
@@ -138,7 +138,7 @@ def test_two_processes_racing_to_fetch_the_jars_fetch_them_once(tmp_path: Path) 
     lock, the other waits and uses the result. Artifacts come from ~/.m2 after the first
     fetch, so this costs Maven's start-up, not a download."""
     env = {**subprocess_env(), "TIDEBATCH_KAFKA_HOME": str(tmp_path / "home")}
-    cmd = [sys.executable, "-m", "consumers.kafka_dist", "fetch"]
+    cmd = [sys.executable, "-m", "consumers.brokers.kafka", "fetch"]
     procs = [
         subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for _ in range(2)

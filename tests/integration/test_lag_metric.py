@@ -9,9 +9,9 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from consumers.codecs.base import Decoded
 from consumers.records import SourceRecord
 from pipeline.batching.backpressure import Intake
+from pipeline.codecs.base import Decoded
 from pipeline.ops import stats as S
 from tests.integration.opsutil import (
     http_get,

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from consumers.embedded_broker import free_port
+from consumers.brokers.embedded import free_port
 from pipeline.commands import status
 from pipeline.commands.produce import produce
 from tests.integration.opsutil import (

@@ -59,7 +59,7 @@ _EVENT = re.compile(r"\b(assigned|revoked) (\[.*\])\s*$")
 MODES: dict[str, dict[str, Any]] = {
     "cooperative": {"args": (), "env": {"TIDEBATCH_SESSION_TIMEOUT_MS": "6000"}, "static": False},
     # Session timeout and heartbeats are the broker's (group.consumer.*: 6 s / 1 s in
-    # the local harness, consumers/kafka_dist.py).
+    # the local harness, consumers/brokers/kafka.py).
     "consumer": {"args": ("--group-protocol", "consumer"), "env": {}, "static": False},
     "static": {"args": (), "env": {"TIDEBATCH_SESSION_TIMEOUT_MS": "10000"}, "static": True},
     # KIP-848 + static membership: the session timeout is a group config on the broker

@@ -12,8 +12,8 @@ import orjson
 import pytest
 from prometheus_client import CollectorRegistry
 
-from consumers.codecs.ctr import CtrCodec
 from models.registry import load_spec
+from pipeline.codecs.ctr import CtrCodec
 from pipeline.loadgen.ctr import CtrRequestFactory
 from pipeline.redisio.codec import CtrIdCodec, CtrIdPayload
 from pipeline.redisio.config import RedisConfig

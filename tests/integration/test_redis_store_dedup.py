@@ -7,8 +7,8 @@ import orjson
 import pytest
 from prometheus_client import CollectorRegistry
 
-from consumers.codecs.base import Decoded
 from consumers.records import SourceRecord
+from pipeline.codecs.base import Decoded
 from pipeline.redisio.config import RedisConfig
 from pipeline.redisio.dedup import DedupHook
 from pipeline.redisio.link import RedisLink

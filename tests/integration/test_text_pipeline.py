@@ -12,9 +12,9 @@ import onnxruntime as ort
 import orjson
 import pytest
 
-from consumers.codecs.text import TextCodec
 from consumers.dead_letter import H_ERROR, H_OFFSET, H_STAGE, H_TOPIC
 from models.text.model import EMBEDDING_DIM, ensure_text_model
+from pipeline.codecs.text import TextCodec
 from pipeline.loadgen.text import TextRequestFactory
 from tests.integration.pipeline_helpers import (
     REPO,

@@ -16,18 +16,17 @@ import orjson
 import pytest
 from PIL import Image
 
-from consumers.codecs.base import Decoded, DecodeError
-from consumers.codecs.camera import (
+from models.camera import MODEL_PATH, SAMPLES_DIR, SPEC_PATH
+from pipeline.codecs.base import Decoded, DecodeError
+from pipeline.codecs.camera import (
     DEFAULT_BUCKETS,
     INPUT_NAME,
     OUTPUT_NAMES,
     CameraCodec,
     CameraFrame,
-    choose_bucket,
     nms,
-    probe_image,
 )
-from models.camera import MODEL_PATH, SAMPLES_DIR, SPEC_PATH
+from pipeline.codecs.camera_image import choose_bucket, probe_image
 from pipeline.loadgen.camera import CameraFrameFactory, png_header_only
 
 HEADERS = {"camera_id": b"cam-7", "frame_id": b"42", "capture_ts_ms": b"1700000000123"}

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from consumers.codecs.base import DecodeError
-from consumers.codecs.camera import CameraCodec
+from pipeline.codecs.base import DecodeError
+from pipeline.codecs.camera import CameraCodec
 from pipeline.loadgen.camera import (
     INVALID_KINDS,
     CameraFrameFactory,

@@ -7,7 +7,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from consumers.codecs.text import TextCodec
+from pipeline.codecs.text import TextCodec
 from pipeline.config import load_config
 from pipeline.errors import UserError
 from pipeline.loadgen.camera import camera_schedule, parse_resolutions, rate_at

@@ -1,4 +1,4 @@
-"""The binary form of CTR requests (consumers/codecs/ctr_binary.py): the same features
+"""The binary form of CTR requests (pipeline/codecs/ctr_binary.py): the same features
 as the JSON form, bit for bit, and precise reasons for everything malformed."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import numpy as np
 import orjson
 import pytest
 
-from consumers.codecs import ctr_binary as B
-from consumers.codecs.base import DecodeError
-from consumers.codecs.ctr import CtrCodec
+from pipeline.codecs import ctr_binary as B
+from pipeline.codecs.base import DecodeError
+from pipeline.codecs.ctr import CtrCodec
 from pipeline.loadgen.ctr import CtrRequestFactory
 
 pytestmark = pytest.mark.filterwarnings("error")

@@ -9,9 +9,9 @@ import numpy as np
 import orjson
 import pytest
 
-from consumers.codecs.base import Decoded, DecodeError
-from consumers.codecs.ctr import CtrCodec, CtrPayload
 from models.ctr import features as F
+from pipeline.codecs.base import Decoded, DecodeError
+from pipeline.codecs.ctr import CtrCodec, CtrPayload
 from pipeline.loadgen.ctr import INVALID_KINDS, CtrRequestFactory
 
 pytestmark = pytest.mark.filterwarnings("error")  # e.g. numpy overflow in a cast

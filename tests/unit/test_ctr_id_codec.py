@@ -8,9 +8,9 @@ import numpy as np
 import orjson
 import pytest
 
-from consumers.codecs.base import DecodeError
-from consumers.codecs.ctr import CtrCodec, CtrPayload
 from models.ctr import features as F
+from pipeline.codecs.base import DecodeError
+from pipeline.codecs.ctr import CtrCodec, CtrPayload
 from pipeline.loadgen.ctr import CtrRequestFactory
 from pipeline.redisio.codec import CtrIdCodec, CtrIdPayload
 from pipeline.redisio.config import RedisConfig, redacted_url, validate_redis

@@ -10,10 +10,10 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from consumers.codecs.ctr import CtrCodec
 from models import registry
 from models.ctr import features as F
 from models.registry import ModelSpec, load_spec
+from pipeline.codecs.ctr import CtrCodec
 from pipeline.errors import UserError
 from pipeline.loadgen.ctr import CtrRequestFactory
 

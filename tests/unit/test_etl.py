@@ -19,8 +19,8 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from consumers.codecs.ctr import CtrCodec
 from models.registry import load_spec
+from pipeline.codecs.ctr import CtrCodec
 from pipeline.errors import UserError
 from pipeline.etl.checkpoint import Checkpoint
 from pipeline.etl.features import featurize_flat

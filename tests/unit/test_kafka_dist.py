@@ -1,4 +1,4 @@
-"""consumers/kafka_dist.py without starting a JVM: the broker settings agree with
+"""consumers/brokers/kafka.py without starting a JVM: the broker settings agree with
 docker-compose.yml (issue 16 part 6), the generated server.properties, the pin, and the
 one-line errors."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from consumers import kafka_dist
-from consumers.kafka_dist import (
+from consumers.brokers import kafka as kafka_dist
+from consumers.brokers.kafka import (
     CLUSTER_SETTINGS,
     KAFKA_VERSION,
     LOCAL_SETTINGS,

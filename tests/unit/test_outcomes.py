@@ -145,8 +145,8 @@ def test_refused_requests_leave_no_reference_cycles() -> None:
     tracebacks (pipeline/worker/admission.py, drop_traceback)."""
     import gc
 
-    from consumers.codecs.base import decode_all
-    from consumers.codecs.ctr import CtrCodec
+    from pipeline.codecs.base import decode_all
+    from pipeline.codecs.ctr import CtrCodec
     from pipeline.worker.admission import drop_traceback
 
     messages = [(b"{" + b"x" * 10_000, {}), (b'{"request_id": 3}', {}), (b"\xff", {})]

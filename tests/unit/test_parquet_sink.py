@@ -15,10 +15,10 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from consumers.codecs.base import Decoded
-from consumers.codecs.ctr import CtrPayload
 from consumers.records import SourceRecord
 from pipeline.clock import FakeClock
+from pipeline.codecs.base import Decoded
+from pipeline.codecs.ctr import CtrPayload
 from pipeline.config import load_config
 from pipeline.errors import UserError
 from pipeline.sinks import ScoredRow, notify

@@ -8,9 +8,9 @@ import numpy as np
 import orjson
 import pytest
 
-from consumers.codecs.base import Decoded, DecodeError
-from consumers.codecs.text import TextCodec, collate_padded_to_longest, padded_token_ratio
 from models.text.model import MAX_LENGTH, load_tokenizer
+from pipeline.codecs.base import Decoded, DecodeError
+from pipeline.codecs.text import TextCodec, collate_padded_to_longest, padded_token_ratio
 from pipeline.loadgen.text import INVALID_KINDS, TextRequestFactory
 
 CLS, SEP = 101, 102

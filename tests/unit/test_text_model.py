@@ -14,9 +14,9 @@ import onnxruntime as ort
 import orjson
 import pytest
 
-from consumers.codecs.text import TextCodec, collate_padded_to_longest
 from models.text import build
 from models.text.model import SPEC_PATH, ensure_text_model
+from pipeline.codecs.text import TextCodec, collate_padded_to_longest
 from pipeline.errors import UserError
 
 # Texts of very different lengths: 4 tokens up to truncated at 256.

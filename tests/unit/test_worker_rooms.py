@@ -10,10 +10,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from consumers.codecs.base import Decoded, DecodeError
 from consumers.offsets import OffsetTracker
 from consumers.records import SourceRecord
 from pipeline.batching.request import Batch, Request
+from pipeline.codecs.base import Decoded, DecodeError
 from pipeline.metrics import WorkerMetrics
 from pipeline.pipelines import ModelInfo
 from pipeline.scoring import BatchTiming, ScoringStep, result_document

@@ -39,8 +39,8 @@ from typing import Any, NamedTuple, TypeGuard
 import numpy as np
 import orjson
 
-from consumers.codecs.base import DecodeError
 from models.ctr import features as F
+from pipeline.codecs.base import DecodeError
 
 MAGIC = b"TBC1"
 _PREFIX = struct.Struct("<4sI")

@@ -168,7 +168,7 @@ def _terminate(proc: subprocess.Popen[bytes], timeout: float) -> int:
 
 
 class LocalBroker:
-    """What EmbeddedBroker and kafka_dist.KafkaBroker share, so tests and the CLI can take
+    """What EmbeddedBroker and KafkaBroker (kafka.py) share, so tests and the CLI can take
     either: a context manager around start()/stop(), and topic administration through
     consumers/admin.py on `bootstrap_servers`."""
 

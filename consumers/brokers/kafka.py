@@ -7,9 +7,9 @@ child JVMs on loopback ports (KRaft, every node broker and controller at once).
     with KafkaBroker(nodes=3) as cluster:             # RF 3, min.insync.replicas 2
         cluster.kill(cluster.leader_of("requests", 0)); ...; cluster.restart(node)
 
-The same interface as EmbeddedBroker (consumers/embedded_broker.py), so tests and the
+The same interface as EmbeddedBroker (consumers/brokers/embedded.py), so tests and the
 `tidebatch broker --engine kafka` command can use either. The jars are fetched once with
-`mvn dependency:copy-dependencies` (consumers/kafka_jars/pom.xml) into
+`mvn dependency:copy-dependencies` (consumers/brokers/kafka_jars/pom.xml) into
 ~/.cache/tidebatch/kafka-<version>/libs, or $TIDEBATCH_KAFKA_HOME/libs.
 
 Broker settings live in one table, SHARED_SETTINGS below: docker-compose.yml gives the
@@ -38,7 +38,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ClusterMetadata
 
 from consumers import admin
-from consumers.embedded_broker import (
+from consumers.brokers.embedded import (
     HOST,
     BrokerError,
     LocalBroker,
@@ -674,12 +674,12 @@ class KafkaBroker(LocalBroker):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m consumers.kafka_dist fetch`: fetch the pinned jars, print where they are
+    """`python -m consumers.brokers.kafka fetch`: fetch the pinned jars, print where they are
     (scripts/ensure_kafka.sh). One line on failure, exit 1."""
     import argparse
     import sys
 
-    parser = argparse.ArgumentParser(prog="python -m consumers.kafka_dist")
+    parser = argparse.ArgumentParser(prog="python -m consumers.brokers.kafka")
     parser.add_argument("action", choices=["fetch"])
     parser.parse_args(argv)
     try:

@@ -32,13 +32,14 @@ the frame without shrinking it by more than `min_scale`, else the largest (shrun
 fit). Frames are never enlarged. The image sits at the top-left of the bucket and the
 rest is 0: the model's input is raw 0..255 RGB, so 0 is black, and the image keeps the
 same border context at its top and left edges as an unpadded run.
+
+This module holds the codec: its limits, the batch, the detections (decode of the
+model's outputs, NMS). camera_headers.py reads the headers; camera_image.py probes the
+image's header, chooses its bucket and decodes it into the bucket.
 """
 
 from __future__ import annotations
 
-import io
-import re
-import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -46,8 +47,9 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from consumers.codecs.base import Decoded, DecodeError
-from consumers.codecs.jsonnum import INT64_MAX, show_int
+from pipeline.codecs.base import Decoded, DecodeError
+from pipeline.codecs.camera_headers import parse_headers
+from pipeline.codecs.camera_image import bucket_key, choose_bucket, decode_letterboxed, probe_image
 
 INPUT_NAME = "input"
 OUTPUT_NAMES = ("heatmap", "scale", "offset", "landmarks")
@@ -67,20 +69,6 @@ DEFAULT_MAX_BYTES = 8 * 1024 * 1024
 # holds 4K UHD (3840x2160) and DCI 4K frames, the largest camera streams we expect,
 # and every frame above 1280x736 (the largest bucket) is shrunk anyway.
 DEFAULT_MAX_PIXELS = 4096 * 2160
-# Where a reason may quote a decoder's message, it is cut to this many characters.
-_MAX_QUOTED_CHARS = 160
-# An object repr in a decoder's message ("<_io.BytesIO object at 0x7f...>") means
-# nothing to a producer and makes every reason unique; it becomes "the image".
-_OBJECT_REPR = re.compile(r"<[^<>]*? at 0x[0-9a-fA-F]+>")
-_DIGITS = re.compile(r"[0-9]+")  # ASCII only: str.isdigit() and int() take other scripts too
-_BLANKS = " \t"
-
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-JPEG_SOI = b"\xff\xd8"
-# Start-of-frame markers carry the dimensions; C4 (DHT), C8 (JPG), CC (DAC) are not SOFs.
-_JPEG_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
-# Markers with no length field.
-_JPEG_STANDALONE = frozenset({0x01, *range(0xD0, 0xD8)})
 
 
 @dataclass(slots=True)
@@ -97,75 +85,6 @@ class CameraFrame:
     scale_y: float
     offset_x: float = 0.0  # where the original image's top-left sits in the bucket
     offset_y: float = 0.0
-
-
-def bucket_key(size: tuple[int, int]) -> str:
-    """Bucket label, e.g. "640x480" (width x height); short and fit for a metric label."""
-    return f"{size[0]}x{size[1]}"
-
-
-def choose_bucket(
-    width: int, height: int, buckets: Sequence[tuple[int, int]], min_scale: float = 0.75
-) -> tuple[tuple[int, int], float]:
-    """Return (bucket (w, h), scale) for a frame: the first bucket (smallest first) that
-    holds it shrunk by no more than min_scale; else the largest. scale <= 1 always."""
-    ordered = sorted(buckets, key=lambda b: b[0] * b[1])
-    for bw, bh in ordered:
-        fit = min(bw / width, bh / height)
-        if fit >= min_scale:
-            return (bw, bh), min(fit, 1.0)
-    bw, bh = ordered[-1]
-    return (bw, bh), min(bw / width, bh / height, 1.0)
-
-
-def probe_image(value: bytes) -> tuple[str, int, int]:
-    """Format and (width, height) from the file header alone, allocating nothing, so a
-    decompression bomb is refused before any pixel is decoded."""
-    if value.startswith(PNG_SIGNATURE):
-        # IHDR is always the first chunk: length(4) "IHDR"(4) width(4) height(4).
-        if len(value) < 24 or value[12:16] != b"IHDR":
-            raise DecodeError("corrupt PNG: no IHDR header chunk")
-        width, height = struct.unpack(">II", value[16:24])
-        return "PNG", width, height
-    if value.startswith(JPEG_SOI):
-        width, height = _jpeg_dimensions(value)
-        return "JPEG", width, height
-    raise DecodeError(f"unsupported image format (first bytes {value[:8].hex()}): send JPEG or PNG")
-
-
-def _jpeg_dimensions(value: bytes) -> tuple[int, int]:
-    """Walk the JPEG marker segments up to the first start-of-frame."""
-    i, n = 2, len(value)
-    while i < n:
-        if value[i] != 0xFF:
-            raise DecodeError(f"corrupt JPEG: expected a marker at byte {i}")
-        while i < n and value[i] == 0xFF:  # fill bytes may precede a marker
-            i += 1
-        if i >= n:
-            break
-        marker = value[i]
-        i += 1
-        if marker in _JPEG_STANDALONE:
-            continue
-        if marker in (0xD9, 0xDA):  # end of image / start of scan before any frame header
-            raise DecodeError("corrupt JPEG: no frame header (SOF) before the image data")
-        if i + 2 > n:
-            break
-        (length,) = struct.unpack(">H", value[i : i + 2])
-        if marker in _JPEG_SOF:
-            if i + 7 > n:
-                break
-            height, width = struct.unpack(">HH", value[i + 3 : i + 7])
-            return width, height
-        i += length
-    raise DecodeError("corrupt JPEG: truncated before the frame header (SOF)")
-
-
-def _one_line(exc: BaseException) -> str:
-    """A decoder's message as part of a reason: first line, no object address, bounded."""
-    lines = _OBJECT_REPR.sub("the image", str(exc)).strip().splitlines()
-    text = lines[0] if lines else type(exc).__name__
-    return text if len(text) <= _MAX_QUOTED_CHARS else text[: _MAX_QUOTED_CHARS - 3] + "..."
 
 
 class CameraCodec:
@@ -208,11 +127,11 @@ class CameraCodec:
     def decode(self, value: bytes | None, headers: Mapping[str, bytes] | None) -> Decoded:
         self._check_size(value)
         assert value is not None  # _check_size refused None
-        meta = _parse_headers(headers or {})
+        meta = parse_headers(headers or {})
         fmt, width, height = probe_image(value)
         self._check_dimensions(width, height)
         (bw, bh), scale = choose_bucket(width, height, self.buckets, self.min_scale)
-        image, sx, sy = _decode_letterboxed(value, fmt, width, height, scale, (bw, bh))
+        image, sx, sy = decode_letterboxed(value, fmt, width, height, scale, (bw, bh))
         payload = CameraFrame(
             camera_id=meta["camera_id"],
             frame_id=meta["frame_id"],
@@ -378,95 +297,3 @@ def nms(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float, max_keep: i
             break
         suppressed |= iou[i] >= iou_threshold
     return order[np.asarray(keep, dtype=np.intp)]
-
-
-# -------------------------------------------------------------------- helpers
-def _decode_letterboxed(
-    value: bytes, fmt: str, width: int, height: int, scale: float, bucket: tuple[int, int]
-) -> tuple[np.ndarray, float, float]:
-    """Decode, resize by `scale`, paste at the top-left of a zeroed bucket canvas.
-    Returns (canvas, scale_x, scale_y) with the exact per-axis scales after rounding."""
-    nw = max(1, min(bucket[0], round(width * scale)))
-    nh = max(1, min(bucket[1], round(height * scale)))
-    try:
-        with Image.open(io.BytesIO(value), formats=[fmt]) as im:
-            if im.size != (width, height):
-                raise DecodeError(f"corrupt {fmt}: header says {width}x{height}, decoder {im.size[0]}x{im.size[1]}")
-            # For a JPEG shrunk 2x or more, libjpeg decodes at 1/2..1/8 scale directly
-            # (much cheaper); `box` is the full image in the reduced image's coordinates.
-            box = im.draft("RGB", (nw, nh)) if fmt == "JPEG" and (nw, nh) != (width, height) else None
-            rgb = im.convert("RGB")  # decodes; grey, palette, RGBA and CMYK all end as RGB
-            if (nw, nh) != rgb.size or box is not None:
-                rgb = rgb.resize((nw, nh), Image.Resampling.BILINEAR, box=box[1] if box else None)
-            pixels = np.asarray(rgb)
-    except DecodeError:
-        raise
-    # DecompressionBombWarning only arrives as an exception where warnings are errors;
-    # max_pixels keeps accepted frames under Pillow's limit, this is the backstop.
-    except (
-        OSError, SyntaxError, ValueError, EOFError, struct.error,
-        Image.DecompressionBombError, Image.DecompressionBombWarning,
-    ) as exc:
-        raise DecodeError(f"corrupt {fmt}: {_one_line(exc)}") from None
-    canvas = np.zeros((bucket[1], bucket[0], 3), dtype=np.uint8)
-    canvas[:nh, :nw] = pixels
-    return canvas, nw / width, nh / height
-
-
-def _header_text(headers: Mapping[str, bytes], name: str) -> str | None:
-    raw = headers.get(name)
-    if raw is None:
-        return None
-    if isinstance(raw, str):
-        text = raw
-    else:
-        try:
-            text = bytes(raw).decode("utf-8")
-        except UnicodeDecodeError:
-            raise DecodeError(f"header {name!r} is not valid UTF-8") from None
-    return text.strip(_BLANKS)
-
-
-def _header_int(
-    headers: Mapping[str, bytes], name: str, lo: int, hi: int, what: str, saturate: bool = False
-) -> int | None:
-    """An integer header in lo..hi (hi <= INT64_MAX, so the value serialises anywhere).
-    Above hi: refused as out of range, or hi itself where ``saturate`` (a deadline that
-    long never tightens anything)."""
-    text = _header_text(headers, name)
-    if text is None or text == "":
-        return None
-    if not _DIGITS.fullmatch(text):
-        shown = text if len(text) <= 40 else text[:37] + "..."
-        raise DecodeError(f"header {name!r}: expected {what}, got {shown!r}")
-    significant = text.lstrip("0") or "0"
-    # Compare by length first: int() of thousands of digits is slow and, past 4300,
-    # refused by Python itself.
-    number = int(significant) if len(significant) <= 19 else INT64_MAX + 1
-    if number > hi and saturate:
-        return hi
-    if not lo <= number <= hi:
-        raise DecodeError(f"header {name!r}: {show_int(significant)} is out of range, expected {what}")
-    return number
-
-
-def _required_text(headers: Mapping[str, bytes], name: str) -> str:
-    text = _header_text(headers, name)
-    if text is None:
-        raise DecodeError(f"missing required header {name!r}")
-    if not text:
-        raise DecodeError(f"header {name!r} is empty")
-    return text
-
-
-def _parse_headers(headers: Mapping[str, bytes]) -> dict[str, Any]:
-    priority = _header_int(headers, "priority", 0, 9, "an integer 0..9")
-    return {
-        "camera_id": _required_text(headers, "camera_id"),
-        "frame_id": _required_text(headers, "frame_id"),
-        "capture_ts_ms": _header_int(
-            headers, "capture_ts_ms", 0, INT64_MAX, "an integer 0..2^63-1 (ms since the epoch)"
-        ),
-        "priority": 0 if priority is None else priority,
-        "deadline_ms": _header_int(headers, "deadline_ms", 1, INT64_MAX, "a positive integer (ms)", saturate=True),
-    }

@@ -67,9 +67,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from consumers.codecs import jsonnum
-from consumers.codecs.base import Decoded, DecodeError
 from models.text.model import EMBEDDING_DIM, MAX_LENGTH, PAD_ID, load_tokenizer
+from pipeline.codecs import jsonnum
+from pipeline.codecs.base import Decoded, DecodeError
 
 DEFAULT_BUCKET_EDGES: tuple[int, ...] = (16, 32, 64, 128, 256)
 DEFAULT_MAX_CHARS = 100_000

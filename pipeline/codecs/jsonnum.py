@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from consumers.codecs.base import DecodeError
+from pipeline.codecs.base import DecodeError
 
 DEPTH_LIMIT = 1024  # orjson's own limit; documented as ours
 DEPTH_REASON = f"JSON nested deeper than {DEPTH_LIMIT} levels (documented limit)"
