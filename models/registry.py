@@ -1,10 +1,21 @@
 """Shipped models: each lives in models/<name>/ with a spec.json next to its ONNX file.
 
 ``load_spec("ctr")`` reads models/ctr/spec.json. The name is the directory, not the
-model's own ``name`` field (which is e.g. "ctr_deepfm")."""
+model's own ``name`` field (which is e.g. "ctr_deepfm"). Every spec.json has, at least:
+
+- ``name``, ``version``: the model's own, written into every result document;
+- ``file``: the ONNX file's name, in the model's folder;
+- ``inputs``, ``outputs``: lists of ``{"name", "dtype", "shape", ...}`` in feed order;
+- ``ensure`` (optional): ``"module:function"`` that builds a missing ONNX file on
+  demand (``function(path) -> path``; the text model is built from a weights package,
+  not committed) and raises UserError when it cannot.
+
+The rest (licence, source, preprocessing, hashing, ...) is the model's own
+documentation, kept in ``raw``."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 from dataclasses import dataclass
@@ -42,7 +53,7 @@ def load_spec(name: str) -> ModelSpec:
         raise UserError(f"unknown model {name!r}; shipped models: {shipped}")
     try:
         raw = json.loads(spec_path.read_text())
-        onnx_path = (spec_path.parent / raw["onnx"]).resolve()
+        onnx_path = (spec_path.parent / raw["file"]).resolve()
         spec = ModelSpec(
             name=str(raw["name"]),
             version=str(raw["version"]),
@@ -54,6 +65,9 @@ def load_spec(name: str) -> ModelSpec:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         detail = f"missing key {exc}" if isinstance(exc, KeyError) else str(exc).splitlines()[0]
         raise UserError(f"model {name!r}: cannot read {spec_path}: {detail}") from None
+    if not onnx_path.is_file() and raw.get("ensure"):
+        module, _, function = str(raw["ensure"]).partition(":")
+        getattr(importlib.import_module(module), function)(onnx_path)
     if not onnx_path.is_file():
         raise UserError(
             f"model {name!r}: ONNX file {onnx_path} is missing; "

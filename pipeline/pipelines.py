@@ -3,23 +3,15 @@ how to make sample requests (for the warm-up profile and the load generator)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from models.registry import ModelSpec, load_spec
 from pipeline.codecs.base import Codec
 from pipeline.errors import UserError
 
 Sample = tuple[bytes | None, bytes, list[tuple[str, bytes]]]  # key, value, headers
-
-
-@dataclass(frozen=True, slots=True)
-class ModelInfo:
-    name: str
-    version: str
-    onnx_path: Path
 
 
 @dataclass(frozen=True)
@@ -28,7 +20,7 @@ class PipelineSpec:
     input_topic: str
     output_topic: str
     make_codec: Callable[[Any], Codec]  # (WorkerConfig) -> Codec
-    load_model: Callable[[], ModelInfo]
+    load_model: Callable[[], ModelSpec]  # models/registry.py: one spec format for every model
     make_samples: Callable[[int], Callable[[int], Sample]]  # seed -> (i -> valid request)
     # Requests per warm-up profile call: a camera frame costs ~60 ms, a CTR request ~0.3.
     warmup_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 24)
@@ -71,11 +63,8 @@ def _ctr_codec(cfg: Any) -> Codec:
     return CtrCodec(max_items=cfg.max_items)
 
 
-def _ctr_model() -> ModelInfo:
-    from models.registry import load_spec
-
-    spec = load_spec("ctr")
-    return ModelInfo(spec.name, spec.version, spec.onnx_path)
+def _ctr_model() -> ModelSpec:
+    return load_spec("ctr")
 
 
 def _ctr_samples(seed: int) -> Callable[[int], Sample]:
@@ -97,13 +86,8 @@ def _camera_codec(cfg: Any) -> Codec:
     return _with_codec_options(CameraCodec, cfg)
 
 
-def _camera_model() -> ModelInfo:
-    from models.camera import MODEL_PATH, SPEC_PATH
-
-    spec = json.loads(SPEC_PATH.read_text())
-    if not MODEL_PATH.is_file():
-        raise UserError(f"camera model {MODEL_PATH} is missing; rebuild it with `python -m models.camera.build`")
-    return ModelInfo(str(spec["name"]), str(spec["version"]), MODEL_PATH)
+def _camera_model() -> ModelSpec:
+    return load_spec("camera")
 
 
 def _camera_samples(seed: int) -> Callable[[int], Sample]:
@@ -126,11 +110,8 @@ def _text_codec(cfg: Any) -> Codec:
     return _with_codec_options(TextCodec, cfg)
 
 
-def _text_model() -> ModelInfo:
-    from models.text.model import ensure_text_model, load_spec
-
-    spec = load_spec()
-    return ModelInfo(str(spec["name"]), str(spec["version"]), ensure_text_model())
+def _text_model() -> ModelSpec:
+    return load_spec("text")  # built from its weights package on first use ("ensure")
 
 
 def _text_samples(seed: int) -> Callable[[int], Sample]:

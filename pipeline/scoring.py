@@ -23,9 +23,10 @@ from pipeline.clock import wall_ms
 from pipeline.codecs.base import Codec, Decoded
 
 if TYPE_CHECKING:
+    from models.registry import ModelSpec
     from pipeline.batching.cost import AffineCost
     from pipeline.hooks import WorkerHook
-    from pipeline.pipelines import ModelInfo, PipelineSpec
+    from pipeline.pipelines import PipelineSpec
     from pipeline.runtime.model_process import ProcessSession
     from pipeline.runtime.session import InferenceSession
 
@@ -59,7 +60,7 @@ class ScoringStep:
 
     def __init__(
         self,
-        model: ModelInfo,
+        model: ModelSpec,
         codec: Codec,
         session: InferenceSession | ProcessSession,
         hooks: Sequence[WorkerHook] = (),
@@ -118,7 +119,7 @@ class ScoringStep:
 
 
 def result_document(
-    model: ModelInfo,
+    model: ModelSpec,
     decoded: Decoded,
     rec: SourceRecord,
     result: dict[str, Any],

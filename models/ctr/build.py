@@ -327,7 +327,7 @@ def write_spec(path: Path, onnx_path: Path, click: ClickModel, metrics: dict) ->
     spec = {
         "name": MODEL_NAME,
         "version": MODEL_VERSION,
-        "onnx": onnx_path.name,
+        "file": onnx_path.name,
         "sha256": sha256(onnx_path),
         "onnx_opset": OPSET,
         "onnx_ir_version": IR_VERSION,

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from consumers.records import Producer
+from models.registry import ModelSpec
 from pipeline.batching.backpressure import Backpressure
 from pipeline.batching.batcher import Batcher
 from pipeline.batching.concurrent import BatchQueue
@@ -32,7 +33,7 @@ from pipeline.hooks import WorkerHook
 from pipeline.kafka_backend import make_producer
 from pipeline.metrics import WorkerMetrics
 from pipeline.outcomes import Topics
-from pipeline.pipelines import ModelInfo, PipelineSpec, get_pipeline
+from pipeline.pipelines import PipelineSpec, get_pipeline
 from pipeline.runtime.model_process import ProcessSession
 from pipeline.runtime.session import InferenceSession
 from pipeline.scoring import ScoringStep
@@ -53,7 +54,7 @@ class WorkerParts:
 
     cfg: WorkerConfig
     pipeline: PipelineSpec
-    model: ModelInfo
+    model: ModelSpec
     input_topic: str
     topics: Topics  # what the worker writes
     group_id: str

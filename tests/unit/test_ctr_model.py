@@ -125,7 +125,7 @@ def test_missing_onnx_and_broken_spec(tmp_path, monkeypatch):
     monkeypatch.setattr(registry, "MODELS_DIR", tmp_path)
     (tmp_path / "m1").mkdir()
     (tmp_path / "m1" / "spec.json").write_text(
-        json.dumps({"name": "m1", "version": "1", "onnx": "m1.onnx", "inputs": [], "outputs": []})
+        json.dumps({"name": "m1", "version": "1", "file": "m1.onnx", "inputs": [], "outputs": []})
     )
     text = one_line_user_error("m1")
     assert text.startswith("model 'm1': ONNX file ") and "m1.onnx is missing" in text
@@ -133,7 +133,7 @@ def test_missing_onnx_and_broken_spec(tmp_path, monkeypatch):
     (tmp_path / "m2" / "spec.json").write_text("{not json")
     assert one_line_user_error("m2").startswith("model 'm2': cannot read ")
     (tmp_path / "m3").mkdir()
-    (tmp_path / "m3" / "spec.json").write_text(json.dumps({"name": "m3", "onnx": "m3.onnx"}))
+    (tmp_path / "m3" / "spec.json").write_text(json.dumps({"name": "m3", "file": "m3.onnx"}))
     assert one_line_user_error("m3").endswith("missing key 'version'")
     assert registry.shipped_models() == ["m1", "m2", "m3"]
     assert one_line_user_error("ctr") == "unknown model 'ctr'; shipped models: m1, m2, m3"

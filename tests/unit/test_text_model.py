@@ -68,7 +68,7 @@ def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def test_graph_has_the_documented_interface(session: ort.InferenceSession) -> None:
     spec = json.loads(SPEC_PATH.read_text())
     inputs = {i.name: (i.type, i.shape) for i in session.get_inputs()}
-    assert inputs == {name: ("tensor(int64)", ["batch", "sequence"]) for name in spec["inputs"]}
+    assert inputs == {i["name"]: ("tensor(int64)", ["batch", "sequence"]) for i in spec["inputs"]}
     (out,) = session.get_outputs()
     assert (out.name, out.type, out.shape) == ("embedding", "tensor(float)", ["batch", 384])
 

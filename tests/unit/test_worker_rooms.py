@@ -5,6 +5,7 @@ are passed in, nothing sleeps."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -12,10 +13,10 @@ import pytest
 
 from consumers.offsets import OffsetTracker
 from consumers.records import SourceRecord
+from models.registry import ModelSpec
 from pipeline.batching.request import Batch, Request
 from pipeline.codecs.base import Decoded, DecodeError
 from pipeline.metrics import WorkerMetrics
-from pipeline.pipelines import ModelInfo
 from pipeline.scoring import BatchTiming, ScoringStep, result_document
 from pipeline.worker.admission import Admission, InFlight
 from pipeline.worker.executors import Done, Executors, Finished
@@ -23,7 +24,7 @@ from pipeline.worker.publisher import Publisher
 from pipeline.worker.stats import WorkerStats
 
 WALL = 1_700_000_000_000
-MODEL = ModelInfo("toy", "1", "unused.onnx")
+MODEL = ModelSpec("toy", "1", Path("unused.onnx"), [], [], {})
 
 
 # ----------------------------------------------------------------------------- fakes
