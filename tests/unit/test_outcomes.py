@@ -179,10 +179,14 @@ def test_a_result_s_publish_stage_runs_from_ready_to_kafka_s_ack(monkeypatch) ->
     h = Harness(lambda *_: None)
     monkeypatch.setattr(outcomes_module, "wall_ms", lambda: 1_000_250)
     h.outcomes.result(_rec(), b"{}", ready_wall_ms=1_000_000)
+    assert _stage_count(h.metrics, "publish") == (0.0, 0.0)  # noted, observed in bulk:
+    h.outcomes.observe_stages()
     assert _stage_count(h.metrics, "publish") == (1.0, 0.25)
     # Without a ready time (nothing to measure from) and on a refusal, nothing is observed.
     h.outcomes.result(_rec(8), b"{}")
     refused = Harness(lambda topic, _v, _n: REFUSED if topic == "out" else None)
     refused.outcomes.result(_rec(), b"{}", ready_wall_ms=1_000_000)
+    h.outcomes.observe_stages()
+    refused.outcomes.observe_stages()
     assert _stage_count(h.metrics, "publish") == (1.0, 0.25)
     assert _stage_count(refused.metrics, "publish") == (0.0, 0.0)
