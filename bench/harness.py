@@ -90,6 +90,22 @@ def cpu_shares(bootstrap: str, worker_pid: int) -> Iterator[dict[str, float]]:
     shares["broker"] = (sum(cpu_seconds(p) for p in brokers) - broker0) / wall if brokers else float("nan")
 
 
+def stages(proc: subprocess.Popen, pipeline: str = "ctr") -> dict[str, dict[str, float | None]]:
+    """Where the worker's scored requests spent their time so far (its
+    tidebatch_stage_seconds: to_worker, queue, model, publish; p50/p99/mean ms)."""
+    from pipeline.demo import scrape_text
+    from pipeline.ops.stats import from_text, stage_breakdown
+
+    return stage_breakdown(None, from_text(scrape_text(proc.metrics_url)), pipeline)  # type: ignore[attr-defined]
+
+
+def stages_text(breakdown: dict[str, dict[str, float | None]]) -> str:
+    """'stage p99 ms: to_worker 9, queue 42, model 23, publish 28'."""
+    return "stage p99 ms: " + ", ".join(
+        f"{k} {v['p99_ms']:.0f}" if v.get("p99_ms") is not None else f"{k} -" for k, v in breakdown.items()
+    )
+
+
 def cpu_text(shares: dict[str, float]) -> str:
     """'cores: generator 0.31, worker 0.95, broker 0.40' (cores, not percent)."""
     return "cores: " + ", ".join(f"{k} {v:.2f}" for k, v in shares.items())

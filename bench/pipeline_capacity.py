@@ -61,6 +61,8 @@ from bench.harness import (  # noqa: E402
     produce_now,
     profile_of,
     read_results,
+    stages,
+    stages_text,
     table,
     wait_outcomes,
     worker_process,
@@ -149,9 +151,11 @@ def latency(
         with cpu_shares(bootstrap, proc.pid) as cores:
             sent = open_loop(bootstrap, inp, pool, rate, seconds, run)
         res = read_results(bootstrap, out, sent, timeout=120, run=run)
+        breakdown = stages(proc)
     drop_topics(bootstrap, inp, out)
     p50, p99 = res.percentiles()
-    return {"rate": rate, "sent": sent, "results": len(res.docs), "p50_ms": p50, "p99_ms": p99, "cpu_cores": cores}
+    return {"rate": rate, "sent": sent, "results": len(res.docs), "p50_ms": p50, "p99_ms": p99, "cpu_cores": cores,
+            "stages": breakdown}
 
 
 def _tag(runtime_env: dict | None) -> str:
@@ -317,7 +321,7 @@ def run_report(engine: str, args: argparse.Namespace) -> dict:
     for label, policy, env in latency_cases(policies):
         r = report["latency"][label] = fresh(engine, latency, pool, policy, rate, args.latency_seconds, env)
         print(f"[{engine}] latency, {label} @ {rate:.0f} req/s: p50 {r['p50_ms']:.1f} ms p99 {r['p99_ms']:.1f} ms; "
-              f"{cpu_text(r['cpu_cores'])}", flush=True)
+              f"{cpu_text(r['cpu_cores'])}; {stages_text(r['stages'])}", flush=True)
     report["model_peak_runs"].append(_peak())
     report["model_peak"] = max(report["model_peak_runs"], key=lambda p: p["rows_per_s"])
     if args.soak:

@@ -46,6 +46,8 @@ from bench.harness import (  # noqa: E402
     preload,
     read_request_ids,
     read_results,
+    stages,
+    stages_text,
     table,
     wait_outcomes,
     worker_process,
@@ -87,7 +89,8 @@ def run_scenario(bs: str, pool: RequestPool, name: str, rate_fn, seconds: float,
         while len(results.docs) + len(routed) < sent and time.monotonic() < deadline:
             results = read_results(bs, out, sent - len(routed), timeout=10, run=run)
             routed = read_request_ids(bs, f"{inp}.late", run, idle_timeout=1.0)
-    return {**summarise(results, routed, sent, t0_ms, seconds), "cpu_cores": cores}
+        breakdown = stages(proc)
+    return {**summarise(results, routed, sent, t0_ms, seconds), "cpu_cores": cores, "stages": breakdown}
 
 
 def summarise(results, routed: set[str], sent: int, t0_ms: float, seconds: float) -> dict:
@@ -193,7 +196,7 @@ def run_report(engine: str, args: argparse.Namespace, pool: RequestPool) -> dict
                 steady[p][load] = r
                 print(f"[{engine}] {p:13s} {int(load * 100):3d}%: p50 {r['p50_ms']:7.1f} p99 {r['p99_ms']:8.1f} ms "
                       f"miss {100 * r['slo_miss_rate']:5.1f}% batch {r['mean_batch_rows']:6.1f}; "
-                      f"{cpu_text(r['cpu_cores'])}", flush=True)
+                      f"{cpu_text(r['cpu_cores'])}; {stages_text(r['stages'])}", flush=True)
             period = 4.0
 
             def onoff(t: float, period: float = period) -> float:
@@ -267,6 +270,10 @@ def main() -> int:
     return 0
 
 
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:.0f}"
+
+
 def _cell(r: dict) -> str:
     return f"{r['p50_ms']:.0f} / {r['p99_ms']:.0f} ({100 * r['slo_miss_rate']:.0f}%)"
 
@@ -285,6 +292,10 @@ def side_by_side(reports: dict[str, dict], policies: list[str]) -> str:
         rows.append([f"{p}, burst / 120% goodput (x capacity)",
                      *(f"{reports[e]['overload'][p]['burst']['burst_goodput_x_capacity']:.2f} / "
                        f"{reports[e]['overload'][p]['overload']['goodput_x_capacity']:.2f}" for e in engines)])
+    for p in policies:
+        rows.append([f"{p}, 50%: stage p99 ms to_worker / queue / model / publish",
+                     *(" / ".join(_ms(reports[e]["steady"][p]["0.5"]["stages"][k]["p99_ms"])
+                                 for k in ("to_worker", "queue", "model", "publish")) for e in engines)])
     for p in policies:
         rows.append([f"{p}, 50%: cores generator / worker / broker",
                      *("{generator:.2f} / {worker:.2f} / {broker:.2f}".format(**reports[e]["steady"][p]["0.5"]["cpu_cores"])

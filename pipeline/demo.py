@@ -25,6 +25,7 @@ from consumers.admin import ensure_topics
 from consumers.brokers.embedded import EmbeddedBroker, free_port
 from consumers.profiles import consumer_config, producer_config
 from pipeline.errors import UserError
+from pipeline.ops.stats import from_text, stage_breakdown
 from pipeline.outcomes import Topics
 from pipeline.pipelines import get_pipeline
 
@@ -83,12 +84,16 @@ class ResultCollector:
         return float(np.percentile(np.array(self.latencies_ms), q))
 
 
-def scrape(url: str) -> dict[str, float]:
+def scrape_text(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=2) as resp:
+        return resp.read().decode()
+
+
+def scrape(url: str, text: str | None = None) -> dict[str, float]:
     """Prometheus text → {sample name{labels}: value} (just what the demo reads)."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    with urllib.request.urlopen(url, timeout=2) as resp:
-        text = resp.read().decode()
+    text = scrape_text(url) if text is None else text
     out: dict[str, float] = {}
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
@@ -195,7 +200,8 @@ def run_demo(
             wall = time.monotonic() - t0
             if not json_output:
                 print(file=status)
-            final_metrics = scrape(metrics_url)
+            final_text = scrape_text(metrics_url)
+            final_metrics = scrape(metrics_url, final_text)
         finally:
             if worker.poll() is None:
                 worker.send_signal(signal.SIGTERM)
@@ -226,6 +232,9 @@ def run_demo(
         "provider": _provider(final_metrics),
         "worker_exit_code": worker.returncode,
         "duration_s": round(wall, 1),
+        # Where the time went, from the worker's tidebatch_stage_seconds (its histogram
+        # buckets: quantiles are bucket-interpolated, the means exact).
+        "stages": stage_breakdown(None, from_text(final_text), "ctr"),
         "where": {
             "summary": str(out_dir / "summary.json"),
             "sample_results": str(out_dir / "sample_results.json"),
@@ -285,6 +294,12 @@ def _wait_ready(worker: subprocess.Popen, metrics_url: str, log: Path, timeout: 
     raise UserError(f"the worker did not get partitions within {timeout:.0f} s; see {log}")
 
 
+def _stage_text(d: dict) -> str:
+    if not d.get("requests"):
+        return "-"
+    return f"p50 {d['p50_ms']} ms, p99 {d['p99_ms']} ms, mean {d['mean_ms']} ms"
+
+
 def format_summary(s: dict) -> str:
     rows = [
         ("requests sent", f"{s['requests_sent']} (+{s['invalid_sent']} invalid)"),
@@ -297,6 +312,9 @@ def format_summary(s: dict) -> str:
         ("policy / provider", f"{s['policy']} / {s['provider']}"),
         ("worker exit code", f"{s['worker_exit_code']}"),
     ]
+    # Where the end-to-end time went, right under it (docs/OPERATIONS.md "Where the time goes").
+    at = next(i for i, (k, _) in enumerate(rows) if k == "end-to-end latency") + 1
+    rows[at:at] = [(f"  {stage}", _stage_text(d)) for stage, d in s.get("stages", {}).items()]
     width = max(len(k) for k, _ in rows)
     lines = ["", "tidebatch demo — CTR scoring on the embedded broker", "-" * 60]
     lines += [f"{k.ljust(width)}  {v}" for k, v in rows]

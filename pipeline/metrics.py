@@ -14,6 +14,9 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 OUTCOMES = ("ok", "late", "dlq", "routed_late", "duplicate")
+# Where a scored request's time goes, in order; they add up to Kafka timestamp →
+# result acknowledged (docs/OPERATIONS.md, "Where the time goes").
+STAGES = ("to_worker", "queue", "model", "publish")
 
 # Rows per batch: powers of two up to the largest batch anyone configures.
 _ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
@@ -89,6 +92,13 @@ class BatchingMetrics:
             "tidebatch_end_to_end_latency_seconds",
             "Request Kafka timestamp to result produced",
             ["pipeline"], buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        self.stage = Histogram(
+            "tidebatch_stage_seconds",
+            "A scored request's time by stage: to_worker (Kafka timestamp to consumed), "
+            "queue (consumed, decoded and queued until its batch started), model (its "
+            "batch's model time), publish (results ready to the result acknowledged)",
+            ["pipeline", "stage"], buckets=_LATENCY_BUCKETS, registry=r,
         )
 
     def outcome(self, topic: str, outcome: str, n: int = 1) -> None:

@@ -18,11 +18,14 @@ from dataclasses import asdict, dataclass
 
 from prometheus_client.registry import CollectorRegistry
 
+from pipeline.metrics import STAGES
+
 Labels = tuple[tuple[str, str], ...]  # sorted (name, value) pairs
 Samples = dict[str, dict[Labels, float]]  # sample name -> labels -> value
 
 RECORDS = "tidebatch_records_total"
 E2E = "tidebatch_end_to_end_latency_seconds"
+STAGE = "tidebatch_stage_seconds"
 BATCH_ROWS = "tidebatch_batch_rows"
 QUEUE_ROWS = "tidebatch_queue_rows"
 PIPELINE_LAG = "tidebatch_pipeline_lag_messages"
@@ -174,6 +177,37 @@ def _bucket_deltas(old: Samples | None, new: Samples, name: str, pipeline: str) 
         prev = before.get(labels, 0.0)
         per_le[le] = per_le.get(le, 0.0) + (v - prev if v >= prev else v)
     return list(per_le.items())
+
+
+def stage_breakdown(old: Samples | None, new: Samples, pipeline: str) -> dict[str, dict[str, float | None]]:
+    """Where a scored request's time went between two snapshots (`old` None: since the
+    worker started), by stage of tidebatch_stage_seconds in pipeline order: p50, p99
+    and mean in ms, and how many requests each covers."""
+    out: dict[str, dict[str, float | None]] = {}
+    for stage in STAGES:
+        def this(labels: dict[str, str], stage: str = stage) -> bool:
+            return labels.get("stage") == stage
+
+        count = _delta(old, new, STAGE + "_count", pipeline, this)
+        total = _delta(old, new, STAGE + "_sum", pipeline, this)
+        per_le: dict[float, float] = {}
+        before = _series(old, STAGE + "_bucket", pipeline) if old is not None else {}
+        for labels, v in _series(new, STAGE + "_bucket", pipeline).items():
+            d = dict(labels)
+            if d.get("stage") != stage:
+                continue
+            prev = before.get(labels, 0.0)
+            le = float(d["le"])
+            per_le[le] = per_le.get(le, 0.0) + (v - prev if v >= prev else v)
+        buckets = list(per_le.items())
+        p50, p99 = histogram_quantile(0.50, buckets), histogram_quantile(0.99, buckets)
+        out[stage] = {
+            "requests": count,
+            "p50_ms": None if p50 is None else round(p50 * 1000.0, 2),
+            "p99_ms": None if p99 is None else round(p99 * 1000.0, 2),
+            "mean_ms": round(total / count * 1000.0, 2) if count else None,
+        }
+    return out
 
 
 def window_stats(old: Samples | None, new: Samples, seconds: float) -> dict[str, PipelineStats]:

@@ -266,6 +266,7 @@ class Worker:
                     self.producer.poll(_HOLD_WAIT)
                     self.last_poll_ok = time.monotonic()
                 self._route_late()
+                self.outcomes.observe_stages()
                 for sink in self.sinks:
                     sink.poll()
                 now = time.monotonic()
@@ -319,6 +320,7 @@ class Worker:
         for sink in self.sinks:
             sink.flush()
         self.producer.flush(max(min(self._drain_left(), 5.0), 0.5))
+        self.outcomes.observe_stages()
         if commit:
             self.partitions.commit()
         if self.source is not None:

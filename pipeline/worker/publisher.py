@@ -82,6 +82,7 @@ class Publisher:
         # Per-request metrics, bound once: labels() costs a lock and a dict lookup.
         self._queue_wait_hist = metrics.queue_wait.labels(pipeline)
         self._e2e_hist = metrics.e2e.labels(pipeline)
+        self._stage = {name: metrics.stage.labels(pipeline, name) for name in ("to_worker", "queue", "model")}
         self._finished: queue.Queue[Done | None] = queue.Queue(maxsize=PUBLISH_BACKLOG)
         self.thread: threading.Thread | None = None
 
@@ -164,6 +165,7 @@ class Publisher:
         rows: list[ScoredRow] = []
         queue_waits: list[float] = []
         e2e: list[float] = []
+        to_worker: list[float] = []
         done_wall = timing.done_wall
         for inf, doc, publish in zip(infs, docs, keep, strict=True):
             rec = inf.rec
@@ -182,12 +184,17 @@ class Publisher:
             if self.sinks:
                 self.tracker.add_acks(rec.tp, rec.offset, len(self.sinks))
                 rows.append(ScoredRow(rec, inf.decoded, doc, lambda rec=rec: self.tracker.ack(rec.tp, rec.offset)))
-            self.outcomes.result(rec, refused)
+            self.outcomes.result(rec, refused, done_wall)
             queue_waits.append(max(timing.started_wall - inf.consumed_wall_ms, 0) / 1000.0)
             if rec.timestamp_ms is not None:
                 e2e.append(max(done_wall - rec.timestamp_ms, 0) / 1000.0)
+                to_worker.append(max(inf.consumed_wall_ms - rec.timestamp_ms, 0) / 1000.0)
         observe_many(self._queue_wait_hist, queue_waits)
         observe_many(self._e2e_hist, e2e)
+        # Where the time went (docs/OPERATIONS.md, "Where the time goes").
+        observe_many(self._stage["to_worker"], to_worker)
+        observe_many(self._stage["queue"], queue_waits)
+        observe_many(self._stage["model"], [timing.seconds] * len(queue_waits))
         if rows:
             try:
                 for sink in self.sinks:

@@ -150,7 +150,7 @@ def _check_rules_evaluate(prom: str) -> None:
 
 def _check_grafana_queries(prom: str) -> None:
     must_have_data = {"Throughput", "End-to-end latency p50 / p99 vs SLO", "Mean batch size",
-                      "Queue depth", "Consumer lag", "Partitions per worker"}
+                      "Queue depth", "Consumer lag", "Partitions per worker", "Where the time goes: p99 by stage"}
     with_data: set[str] = set()
     for title, expr in grafana_queries():
         promql = expr.replace("$__rate_interval", "10s").replace('"$pipeline"', '".*"')

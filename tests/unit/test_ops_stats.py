@@ -304,3 +304,23 @@ def test_histogram_observe_many_counts_like_observe_one_by_one() -> None:
         return {(s.name, s.labels.get("le")): s.value for s in h.collect()[0].samples if s.name != "h_created"}
 
     assert samples(many) == pytest.approx(samples(one))  # the sum's rounding may differ
+
+
+def test_stage_breakdown_gives_each_stage_its_quantiles_and_mean() -> None:
+    from pipeline.metrics import WorkerMetrics
+    from pipeline.ops.stats import from_registry, stage_breakdown
+
+    m = WorkerMetrics("ctr", "adaptive")
+    for _ in range(99):
+        m.stage.labels("ctr", "queue").observe(0.004)
+    m.stage.labels("ctr", "queue").observe(0.9)
+    m.stage.labels("ctr", "model").observe(0.002)
+    before = from_registry(m.registry)
+    m.stage.labels("ctr", "model").observe(0.002)
+    got = stage_breakdown(None, from_registry(m.registry), "ctr")
+    assert list(got) == ["to_worker", "queue", "model", "publish"]
+    assert got["queue"]["requests"] == 100 and got["queue"]["mean_ms"] == round((99 * 4 + 900) / 100, 2)
+    assert 2.5 < got["queue"]["p50_ms"] <= 5.0 and got["queue"]["p99_ms"] <= 5.0  # bucket-interpolated
+    assert got["to_worker"] == {"requests": 0, "p50_ms": None, "p99_ms": None, "mean_ms": None}
+    # Between two snapshots: only what happened in between.
+    assert stage_breakdown(before, from_registry(m.registry), "ctr")["model"]["requests"] == 1

@@ -164,3 +164,29 @@ def test_refused_requests_leave_no_reference_cycles() -> None:
         assert gc.collect() > 0
     finally:
         gc.enable()
+
+
+def _stage_count(metrics: WorkerMetrics, stage: str) -> tuple[float, float]:
+    """(count, sum) of tidebatch_stage_seconds for one stage."""
+    samples = {s.name: s.value for fam in metrics.registry.collect() for s in fam.samples
+               if s.name.startswith("tidebatch_stage_seconds") and s.labels.get("stage") == stage}
+    return samples.get("tidebatch_stage_seconds_count", 0.0), samples.get("tidebatch_stage_seconds_sum", 0.0)
+
+
+def test_a_result_s_publish_stage_runs_from_ready_to_kafka_s_ack(monkeypatch) -> None:
+    import pipeline.outcomes as outcomes_module
+
+    h = Harness(lambda *_: None)
+    monkeypatch.setattr(outcomes_module, "wall_ms", lambda: 1_000_250)
+    h.outcomes.result(_rec(), b"{}", ready_wall_ms=1_000_000)
+    assert _stage_count(h.metrics, "publish") == (0.0, 0.0)  # noted, observed in bulk:
+    h.outcomes.observe_stages()
+    assert _stage_count(h.metrics, "publish") == (1.0, 0.25)
+    # Without a ready time (nothing to measure from) and on a refusal, nothing is observed.
+    h.outcomes.result(_rec(8), b"{}")
+    refused = Harness(lambda topic, _v, _n: REFUSED if topic == "out" else None)
+    refused.outcomes.result(_rec(), b"{}", ready_wall_ms=1_000_000)
+    h.outcomes.observe_stages()
+    refused.outcomes.observe_stages()
+    assert _stage_count(h.metrics, "publish") == (1.0, 0.25)
+    assert _stage_count(refused.metrics, "publish") == (0.0, 0.0)

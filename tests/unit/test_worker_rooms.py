@@ -68,6 +68,7 @@ class FakeOutcomes:
         self.dead: list[tuple[int, str, str]] = []
         self.routed: list[tuple[int, float]] = []
         self.results: list[tuple[int, bytes]] = []
+        self.ready: list[int | None] = []
         self.limit = limit
 
     def dead_letter(self, rec: SourceRecord, reason: str, stage: str) -> None:
@@ -76,8 +77,9 @@ class FakeOutcomes:
     def late(self, routed: Sequence[tuple[SourceRecord, float]], now_wall: int) -> None:
         self.routed += [(rec.offset, deadline) for rec, deadline in routed]
 
-    def result(self, rec: SourceRecord, value: bytes) -> None:
+    def result(self, rec: SourceRecord, value: bytes, ready_wall_ms: int | None = None) -> None:
         self.results.append((rec.offset, value))
+        self.ready.append(ready_wall_ms)
 
     def result_too_large(self, rec: SourceRecord, value: bytes) -> str | None:
         return f"result is {len(value)} bytes" if len(value) > self.limit else None
@@ -210,11 +212,12 @@ class DropSecond:
         return [i != 1 for i in range(len(docs))]
 
 
-def publisher(outcomes: FakeOutcomes, tracker: OffsetTracker, hooks: list, stats: WorkerStats) -> Publisher:
+def publisher(outcomes: FakeOutcomes, tracker: OffsetTracker, hooks: list, stats: WorkerStats,
+              metrics: WorkerMetrics | None = None) -> Publisher:
     step = ScoringStep(MODEL, ToyCodec(), ToySession(), hooks)  # type: ignore[arg-type]
     failures: list[str] = []
-    return Publisher(step, outcomes, tracker, [], WorkerMetrics("toy", "adaptive"), "toy", "adaptive",  # type: ignore[arg-type]
-                     stats, lambda: None, failures.append)
+    return Publisher(step, outcomes, tracker, [], metrics or WorkerMetrics("toy", "adaptive"), "toy",  # type: ignore[arg-type]
+                     "adaptive", stats, lambda: None, failures.append)
 
 
 def finished(batch: Batch, results: list[dict]) -> Finished:
@@ -259,6 +262,27 @@ def test_a_publisher_bug_before_any_outcome_dead_letters_the_whole_part() -> Non
     assert outcomes.results == []
     assert [(o, s) for o, _, s in outcomes.dead] == [(0, "publish"), (1, "publish")]
     assert all(r.startswith("internal error: AssertionError") for _, r, _ in outcomes.dead)
+
+
+def test_the_publisher_observes_where_each_request_s_time_went() -> None:
+    """tidebatch_stage_seconds: to_worker (Kafka timestamp → consumed), queue (consumed →
+    batch started), model (the batch's model time), per published request; the publish
+    stage starts at the ready time handed to outcomes.result (pipeline/outcomes.py)."""
+    outcomes, metrics = FakeOutcomes(), WorkerMetrics("toy", "adaptive")
+    pub = publisher(outcomes, OffsetTracker(), [], WorkerStats(), metrics)
+    batch = make_batch([b"r0", b"r1"])  # timestamps WALL, consumed at WALL
+    batch.requests[1].item.consumed_wall_ms = WALL + 40  # this one reached the worker 40 ms late
+    pub.publish(batch.requests, [{"score": 0.0}, {"score": 1.0}], BatchTiming(2, 0.004, WALL + 50, WALL + 55))
+
+    def stage(name: str) -> tuple[float, float]:
+        got = {s.name: s.value for fam in metrics.registry.collect() for s in fam.samples
+               if s.name.startswith("tidebatch_stage_seconds") and s.labels.get("stage") == name}
+        return got["tidebatch_stage_seconds_count"], round(got["tidebatch_stage_seconds_sum"], 6)
+
+    assert stage("to_worker") == (2, 0.040)
+    assert stage("queue") == (2, 0.060)  # 50 ms and 10 ms
+    assert stage("model") == (2, 0.008)
+    assert outcomes.ready == [WALL + 55, WALL + 55]
 
 
 # ----------------------------------------------------------------------------- scoring
