@@ -169,10 +169,18 @@ def histogram_quantile(q: float, buckets: Iterable[tuple[float, float]]) -> floa
     return prev_bound
 
 
-def _bucket_deltas(old: Samples | None, new: Samples, name: str, pipeline: str) -> list[tuple[float, float]]:
+def _bucket_deltas(
+    old: Samples | None,
+    new: Samples,
+    name: str,
+    pipeline: str,
+    keep: Callable[[dict[str, str]], bool] = lambda _labels: True,
+) -> list[tuple[float, float]]:
     per_le: dict[float, float] = {}
     before = _series(old, name + "_bucket", pipeline) if old is not None else {}
     for labels, v in _series(new, name + "_bucket", pipeline).items():
+        if not keep(dict(labels)):
+            continue
         le = float(dict(labels)["le"])
         prev = before.get(labels, 0.0)
         per_le[le] = per_le.get(le, 0.0) + (v - prev if v >= prev else v)
@@ -190,16 +198,7 @@ def stage_breakdown(old: Samples | None, new: Samples, pipeline: str) -> dict[st
 
         count = _delta(old, new, STAGE + "_count", pipeline, this)
         total = _delta(old, new, STAGE + "_sum", pipeline, this)
-        per_le: dict[float, float] = {}
-        before = _series(old, STAGE + "_bucket", pipeline) if old is not None else {}
-        for labels, v in _series(new, STAGE + "_bucket", pipeline).items():
-            d = dict(labels)
-            if d.get("stage") != stage:
-                continue
-            prev = before.get(labels, 0.0)
-            le = float(d["le"])
-            per_le[le] = per_le.get(le, 0.0) + (v - prev if v >= prev else v)
-        buckets = list(per_le.items())
+        buckets = _bucket_deltas(old, new, STAGE, pipeline, this)
         p50, p99 = histogram_quantile(0.50, buckets), histogram_quantile(0.99, buckets)
         out[stage] = {
             "requests": count,

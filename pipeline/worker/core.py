@@ -23,7 +23,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from consumers.offsets import OffsetTracker
 from consumers.records import Source, SourceRecord, TopicPartition
@@ -146,11 +145,6 @@ class Worker:
         )
         self.started = threading.Event()  # model loaded, source subscribed
         self.last_poll_ok: float | None = None
-
-    @property
-    def codec(self) -> Any:
-        """The codec requests are decoded with (the scoring step's)."""
-        return self.step.codec
 
     # ------------------------------------------------------------------ start-up
     def _limits(self, described: dict[str, int]) -> Limits:

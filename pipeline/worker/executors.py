@@ -146,7 +146,8 @@ class Executors:
             except Exception as exc:  # never lose a batch to a bug: dead-letter it
                 log.exception("batch failed")
                 covered = {id(req) for part in parts for req in part.batch.requests}
-                self.dead_letter_internal([r for r in batch.requests if id(r) not in covered], exc, "inference")
+                rest = [r for r in batch.requests if id(r) not in covered]
+                dead_letter_internal(self.dead_letter, rest, exc, "inference")
             # Exactly once per dispatched batch, even empty: the publisher waits for
             # every sequence number in turn. False: no publisher to take it any more.
             if not self.hand_over(Done(batch.seq, parts)):
@@ -173,16 +174,12 @@ class Executors:
         self.queue.done(batch, seconds)
         parts.append(Finished(batch, results, batch.rows, seconds, started_wall))
 
-    def dead_letter_internal(self, requests: list[Request], exc: Exception, stage: str) -> None:
-        """A bug of ours, not bad input: the requests still get an outcome (the DLQ,
-        with the error), so none is lost and the worker keeps going."""
-        dead_letter_internal(self.dead_letter, requests, exc, stage)
-
 
 def dead_letter_internal(
     dead_letter: Callable[..., None], requests: list[Request], exc: Exception, stage: str
 ) -> None:
-    """Dead-letter requests a bug of ours failed, with the error as the reason."""
+    """A bug of ours, not bad input: the requests still get an outcome (the DLQ, with
+    the error as the reason), so none is lost and the worker keeps going."""
     reason = f"internal error: {type(exc).__name__}: {exc}"
     for req in requests:
         inf: InFlight = req.item
