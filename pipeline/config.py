@@ -148,6 +148,18 @@ class WorkerConfig:
     dlq_topic: str | None = None  # default: <input_topic>.dlq
     late_topic: str | None = None  # default: <input_topic>.late
     commit_interval_ms: int = 200
+    # "at_least_once": offsets are committed after their outcomes are acked, so a crash
+    # replays (and re-scores) what was not committed yet. "exactly_once": outcome records
+    # and input offsets are committed in one Kafka transaction (docs/DELIVERY.md); Apache
+    # Kafka and the confluent client only.
+    delivery: str = "at_least_once"
+    # exactly_once: how often the open transaction commits (results become visible to
+    # read_committed readers then), its transactional.id (default: from
+    # group_instance_id, else random per process: see docs/DELIVERY.md), and the
+    # broker's timeout for a transaction its producer stopped finishing.
+    transaction_interval_ms: int = 100
+    transactional_id: str | None = None
+    transaction_timeout_ms: int = 10_000
     # SIGTERM: how long the worker finishes queued and in-flight work before it
     # leaves the rest uncommitted (replayed by the partitions' next owner) and exits.
     drain_timeout_s: float = 30.0
@@ -347,6 +359,7 @@ def validate(cfg: WorkerConfig) -> None:
         raise bad("commit_interval_ms", "must be >= 1")
     if cfg.drain_timeout_s <= 0:
         raise bad("drain_timeout_s", "must be > 0")
+    validate_delivery(cfg, bad)
     lim = cfg.limits
     if lim.max_request_bytes is not None and lim.max_request_bytes < 1024:
         raise bad("limits.max_request_bytes", "must be >= 1024")
@@ -358,6 +371,33 @@ def validate(cfg: WorkerConfig) -> None:
         raise bad("metrics.port", "must be a TCP port (0 picks a free one)")
     validate_redis(cfg.redis, bad)
     validate_sinks(cfg.sinks, bad)
+
+
+DELIVERY_MODES = ("at_least_once", "exactly_once")
+
+
+def validate_delivery(cfg: WorkerConfig, bad: typing.Callable[[str, str], UserError]) -> None:
+    """The delivery keys (docs/DELIVERY.md), each refusal naming the key and why."""
+    if cfg.delivery not in DELIVERY_MODES:
+        raise bad("delivery", f"{cfg.delivery!r} is not one of {', '.join(DELIVERY_MODES)}")
+    if cfg.transaction_interval_ms < 1:
+        raise bad("transaction_interval_ms", "must be >= 1")
+    if cfg.transaction_timeout_ms < 1000:
+        raise bad("transaction_timeout_ms", "must be >= 1000")
+    if cfg.transaction_timeout_ms <= 2 * cfg.transaction_interval_ms:
+        raise bad("transaction_timeout_ms", "must be more than twice transaction_interval_ms")
+    if cfg.transactional_id is not None and not 0 < len(cfg.transactional_id) <= 249:
+        raise bad("transactional_id", "must be 1..249 characters")
+    if cfg.delivery != "exactly_once":
+        return
+    if cfg.broker_profile == "embedded":
+        raise bad(
+            "delivery",
+            "exactly_once needs Apache Kafka: the embedded broker (Tansu) shows aborted transactions "
+            "to read_committed readers (docs/BROKERS.md); use --broker kafka",
+        )
+    if cfg.client != "confluent":
+        raise bad("delivery", "exactly_once needs client confluent (kafka-python's transactions are not used here)")
 
 
 GROUP_PROTOCOLS = ("classic", "consumer")

@@ -17,11 +17,26 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--partitions", type=int, default=2)
     p.add_argument("--out", default="out/demo", help="where logs and the summary go")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    p.add_argument(
+        "--delivery", default="at_least_once", choices=("at_least_once", "exactly_once"),
+        help="exactly_once is refused here: the embedded broker cannot do it (docs/DELIVERY.md)",
+    )
     p.set_defaults(func=run)
+
+
+EMBEDDED_NO_EXACTLY_ONCE = (
+    "--delivery exactly_once needs Apache Kafka: the embedded broker (Tansu) shows aborted "
+    "transactions to read_committed readers; run `tidebatch run --delivery exactly_once` "
+    "against a Kafka cluster instead (docs/DELIVERY.md)"
+)
 
 
 def run(args: argparse.Namespace) -> int:
     from pipeline.demo import format_summary, run_demo
+    from pipeline.errors import UserError
+
+    if args.delivery == "exactly_once":
+        raise UserError(EMBEDDED_NO_EXACTLY_ONCE)
 
     summary = run_demo(
         duration=args.duration, rate=args.rate, policy=args.policy,

@@ -28,6 +28,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--output-topic")
     p.add_argument("--broker-profile", choices=("kafka", "embedded"))
     p.add_argument("--client", choices=("confluent", "kafka-python"))
+    p.add_argument(
+        "--delivery", choices=("at_least_once", "exactly_once"),
+        help="exactly_once: results and offsets in one Kafka transaction (docs/DELIVERY.md)",
+    )
     p.add_argument("--metrics-port", type=int, help="0 picks a free port")
     p.add_argument("--slo-ms", type=float)
     p.set_defaults(func=run)
@@ -44,6 +48,7 @@ def flag_overrides(args: argparse.Namespace) -> dict:
         "output_topic": args.output_topic,
         "broker_profile": args.broker_profile,
         "client": args.client,
+        "delivery": args.delivery,
     }
     out: dict = {k: v for k, v in flat.items() if v is not None}
     batching = {"policy": args.policy, "slo_ms": args.slo_ms}
