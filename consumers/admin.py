@@ -18,6 +18,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from consumers.profiles import admin_config
 from pipeline.errors import UserError
 
 # Kafka's own rule for topic names (kafka.common.internals.Topic).
@@ -76,7 +77,7 @@ def normalize_topics(specs: TopicSpecs, partitions: int = 1) -> dict[str, int]:
 
 
 def _admin(bootstrap_servers: str, config: Mapping[str, Any] | None) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap_servers, **(config or {})})
+    return AdminClient(admin_config(bootstrap_servers, config))
 
 
 def _partition_counts(admin: AdminClient, timeout: float) -> dict[str, int]:

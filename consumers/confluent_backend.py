@@ -16,6 +16,8 @@ from collections.abc import Callable, Mapping
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 
+from consumers.client_logs import shared_log
+from consumers.kafka_failures import REFUSED_ACCESS, KafkaRefused, classify
 from consumers.records import (
     AckCallback,
     CommitCallback,
@@ -41,6 +43,7 @@ class ConfluentSource:
     ) -> None:
         self._commit_callbacks: deque[CommitCallback] = deque()
         self._consumer = Consumer({**config, "on_commit": self._committed})
+        self._bootstrap = str(config.get("bootstrap.servers", "?"))
         self._on_assign = on_assign
         self._on_revoke = on_revoke
         self._paused = False
@@ -82,7 +85,7 @@ class ConfluentSource:
                 # (UNRELEASED_INSTANCE_ID) -- so the worker must exit, not idle.
                 if err.fatal() or err.code() == KafkaError._FATAL:
                     raise KafkaException(err)
-                log.warning("consumer error: %s", err.str())
+                self._consumer_error(err)
                 continue
             ts_type, ts = m.timestamp()
             out.append(
@@ -97,6 +100,16 @@ class ConfluentSource:
                 )
             )
         return out
+
+    def _consumer_error(self, err: KafkaError) -> None:
+        """A missing ACL (topic or group authorization) stops the worker with one line:
+        the broker refuses every retry alike, and a worker idling on it looks like one
+        with nothing to do. Anything else is logged, rate-limited: librdkafka repeats
+        the same error on every metadata refresh."""
+        failure = classify(err.name(), err.str(), self._bootstrap)
+        if failure is not None and failure.kind in REFUSED_ACCESS:
+            raise KafkaRefused(failure.line)
+        shared_log().emit(logging.WARNING, f"consumer error: {err.str()}")
 
     def commit(self, offsets: Mapping[TopicPartition, int], on_done: CommitCallback | None = None) -> None:
         """Commit `offsets`. Without `on_done`: synchronously, raising on failure (revoke,

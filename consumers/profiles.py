@@ -16,7 +16,10 @@ settings but matter as much:
   can get stuck when two members leave together and a new one joins).
 
 confluent-kafka dicts use librdkafka property names; the kafka_python_* functions return
-keyword arguments for kafka-python's KafkaConsumer / KafkaProducer.
+keyword arguments for kafka-python's KafkaConsumer / KafkaProducer. Every confluent
+dict built here logs librdkafka's lines through Python logging, rate-limited
+(consumers/client_logs.py), so no client of the project prints librdkafka's raw
+`%3|...|FAIL|` lines.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from consumers.client_logs import FailureCallback, wired
 from pipeline.errors import UserError
 
 KAFKA = "kafka"
@@ -265,7 +269,7 @@ def consumer_config(
             base.pop(key, None)
     elif "group.remote.assignor" in (overrides or {}):
         raise UserError("group.remote.assignor only applies with group.protocol=consumer")
-    return _merge({"bootstrap.servers": bootstrap_servers, "group.id": group_id}, base, overrides)
+    return wired(_merge({"bootstrap.servers": bootstrap_servers, "group.id": group_id}, base, overrides))
 
 
 def producer_config(
@@ -275,12 +279,24 @@ def producer_config(
 ) -> dict[str, Any]:
     """confluent_kafka.Producer config; `overrides` win over the profile."""
     check_profile(profile)
-    return _merge(
-        {"bootstrap.servers": bootstrap_servers},
-        _PRODUCER_COMMON,
-        _PRODUCER_PROFILE[profile],
-        overrides,
+    return wired(
+        _merge(
+            {"bootstrap.servers": bootstrap_servers},
+            _PRODUCER_COMMON,
+            _PRODUCER_PROFILE[profile],
+            overrides,
+        )
     )
+
+
+def admin_config(
+    bootstrap_servers: str,
+    overrides: Mapping[str, Any] | None = None,
+    on_failure: FailureCallback | None = None,
+) -> dict[str, Any]:
+    """confluent_kafka.admin.AdminClient config (no broker-specific settings);
+    `on_failure` hears the failures its error events report (consumers/kafka_failures.py)."""
+    return wired(_merge({"bootstrap.servers": bootstrap_servers}, overrides), on_failure)
 
 
 def kafka_python_consumer_config(

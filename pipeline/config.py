@@ -165,6 +165,9 @@ class WorkerConfig:
     # leaves the rest uncommitted (replayed by the partitions' next owner) and exits.
     drain_timeout_s: float = 30.0
     create_topics: bool = True  # create missing topics at start (input with `partitions`)
+    # At start: how long to wait for a broker to answer before exiting 1 with one line
+    # (consumers/kafka_reachable.py); an authentication or TLS failure exits at once.
+    kafka_connect_timeout_s: float = 30.0
     partitions: int = 4  # for topics this worker creates
     max_items: int = 1000
     batching: BatchingConfig = field(default_factory=BatchingConfig)
@@ -360,6 +363,8 @@ def validate(cfg: WorkerConfig) -> None:
         raise bad("commit_interval_ms", "must be >= 1")
     if cfg.drain_timeout_s <= 0:
         raise bad("drain_timeout_s", "must be > 0")
+    if cfg.kafka_connect_timeout_s <= 0:
+        raise bad("kafka_connect_timeout_s", "must be > 0")
     validate_delivery(cfg, bad)
     lim = cfg.limits
     if lim.max_request_bytes is not None and lim.max_request_bytes < 1024:

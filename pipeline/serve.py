@@ -19,6 +19,12 @@ def serve(cfg: WorkerConfig) -> int:
     from pipeline.sinks.build import build_sinks
     from pipeline.worker import Worker, build_parts
 
+    if cfg.client == "confluent":
+        # Before anything else: a worker that cannot reach or get into Kafka exits 1
+        # with one line within kafka_connect_timeout_s, instead of retrying unready.
+        from consumers.kafka_reachable import require_kafka
+
+        require_kafka(cfg.bootstrap_servers, cfg.kafka_connect_timeout_s, cfg.kafka.consumer)
     if cfg.create_topics:
         prepare_topics(cfg)
     # Offline sinks: the `sinks` section (docs/ETL.md); Redis: the `redis` section

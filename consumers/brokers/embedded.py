@@ -37,6 +37,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from consumers import admin
+from consumers.profiles import admin_config
 from pipeline.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -217,7 +218,7 @@ class LocalBroker:
 
     def topics(self, timeout: float = 10.0) -> dict[str, int]:
         """{topic: partition count} as metadata shows now."""
-        client = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+        client = AdminClient(admin_config(self.bootstrap_servers))
         metadata = client.list_topics(timeout=timeout)
         return {name: len(t.partitions) for name, t in metadata.topics.items() if t.error is None}
 
@@ -394,7 +395,7 @@ class EmbeddedBroker(LocalBroker):
             time.sleep(_POLL_S)
 
     def _answers_metadata(self, deadline: float) -> bool:
-        client = AdminClient({"bootstrap.servers": f"{HOST}:{self._port}"})
+        client = AdminClient(admin_config(f"{HOST}:{self._port}"))
         try:
             # No topic argument: list_topics(topic=X) auto-creates X on Tansu.
             client.list_topics(timeout=min(max(deadline - time.monotonic(), 0.1), 2.0))

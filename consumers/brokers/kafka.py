@@ -48,6 +48,7 @@ from consumers.brokers.embedded import (
     free_port,
     port_in_use,
 )
+from consumers.profiles import admin_config
 
 # The pin. docker-compose.yml runs apache/kafka:<this> (checked by a unit test), so the
 # tests and the compose stack run the same broker.
@@ -562,7 +563,7 @@ class KafkaBroker(LocalBroker):
                 time.sleep(_POLL_S)
 
     def _metadata(self, timeout: float, bootstrap: str | None = None) -> ClusterMetadata:
-        client = AdminClient({"bootstrap.servers": bootstrap or self.bootstrap_servers})
+        client = AdminClient(admin_config(bootstrap or self.bootstrap_servers))
         try:
             return client.list_topics(timeout=max(timeout, 0.1))
         except KafkaException as exc:

@@ -28,6 +28,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--format", choices=FORMATS, help="input format (default: from the file name)")
     p.add_argument("--topic", help="score this topic instead of files")
     p.add_argument("--bootstrap-servers", metavar="HOST:PORT")
+    p.add_argument(
+        "--connect-timeout", type=float, default=30.0, metavar="SECONDS",
+        help="topic mode: exit 1 when no broker answers within this (default 30)",
+    )
     p.add_argument("--broker-profile", choices=("kafka", "embedded"))
     p.add_argument("--partitions", type=_int_list, metavar="0,1,...", help="default: all")
     p.add_argument("--from-offset", type=int, metavar="N", help="first offset (inclusive)")
@@ -121,6 +125,12 @@ def run(args: argparse.Namespace) -> int:
     from pipeline.etl.job import JobInterrupted, run_etl, summary_lines
 
     job = build_job(args)
+    if job.topic and job.bootstrap_servers:
+        from consumers.kafka_reachable import require_kafka
+
+        if args.connect_timeout <= 0:
+            raise UserError("--connect-timeout must be > 0")
+        require_kafka(job.bootstrap_servers, args.connect_timeout)  # one line, not a retry storm
     try:
         summary = run_etl(job)
     except JobInterrupted:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from confluent_kafka import Producer
 
 from consumers.admin import ensure_topics
+from consumers.kafka_reachable import DEFAULT_TIMEOUT_S, require_kafka
 from consumers.profiles import producer_config
 from pipeline.errors import UserError
 from pipeline.loadgen.pacing import poisson_schedule, run_open_loop
@@ -50,6 +51,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--broker-profile", default="kafka", choices=("kafka", "embedded"))
     p.add_argument("--quiet", action="store_true")
+    p.add_argument(
+        "--connect-timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+        help=f"exit 1 when no broker answers within this (default {DEFAULT_TIMEOUT_S:g})",
+    )
     p.set_defaults(func=run)
 
 
@@ -186,6 +191,9 @@ def run(args: argparse.Namespace) -> int:
     spec = get_pipeline(args.pipeline)
     topic = args.topic or spec.input_topic
     camera = _camera_load(args) if args.pipeline == "camera" else None
+    if args.connect_timeout <= 0:
+        raise UserError("--connect-timeout must be > 0")
+    require_kafka(args.bootstrap_servers, args.connect_timeout)
     ensure_topics(args.bootstrap_servers, {topic: args.partitions})
     t0 = time.monotonic()
     sent, _ = produce(

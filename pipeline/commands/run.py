@@ -34,6 +34,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--metrics-port", type=int, help="0 picks a free port")
     p.add_argument("--slo-ms", type=float)
+    p.add_argument(
+        "--kafka-connect-timeout", type=float, dest="kafka_connect_timeout_s", metavar="SECONDS",
+        help="exit 1 when no broker answers within this at start (default 30)",
+    )
     p.set_defaults(func=run)
 
 
@@ -49,6 +53,7 @@ def flag_overrides(args: argparse.Namespace) -> dict:
         "broker_profile": args.broker_profile,
         "client": args.client,
         "delivery": args.delivery,
+        "kafka_connect_timeout_s": args.kafka_connect_timeout_s,
     }
     out: dict = {k: v for k, v in flat.items() if v is not None}
     batching = {"policy": args.policy, "slo_ms": args.slo_ms}

@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from consumers.kafka_failures import KafkaRefused
 from consumers.offsets import OffsetTracker
 from consumers.records import Source, SourceRecord, TopicPartition
 from pipeline.batching.backpressure import Intake, IntakeDecision
@@ -287,6 +288,10 @@ class Worker:
                     self.partitions.update_lag()
                     next_lag = now + _LAG_INTERVAL
             return self._shutdown()
+        except KafkaRefused as exc:
+            # A missing ACL: the one line says which; a traceback would bury it.
+            self.fail(str(exc))
+            return self._shutdown(commit=True)
         except Exception as exc:
             log.exception("worker failed; offsets not committed past finished work")
             self.fail(f"source loop failed: {type(exc).__name__}: {exc}")

@@ -7,6 +7,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from consumers.confluent_backend import ConfluentSource
+from consumers.kafka_failures import KafkaRefused
 
 
 class _Message:
@@ -29,6 +30,7 @@ class _Consumer:
 def _source(*errors: KafkaError) -> ConfluentSource:
     source = ConfluentSource.__new__(ConfluentSource)  # no client, no connection
     source._consumer = _Consumer([_Message(e) for e in errors])
+    source._bootstrap = "kafka.example:9093"
     return source
 
 
@@ -44,3 +46,23 @@ def test_a_fatal_error_event_stops_the_source() -> None:
 def test_transient_errors_and_partition_eof_are_skipped() -> None:
     errors = (KafkaError(KafkaError._PARTITION_EOF), KafkaError(KafkaError._TRANSPORT, "broker down"))
     assert _source(*errors).poll_batch(10, 0.0) == []
+
+
+@pytest.mark.parametrize(
+    ("code", "text", "says"),
+    [
+        (
+            KafkaError.TOPIC_AUTHORIZATION_FAILED,
+            "Subscribed topic not available: ctr.requests: Broker: Topic authorization failed",
+            "topic authorization failed",
+        ),
+        (KafkaError.GROUP_AUTHORIZATION_FAILED, "JoinGroup failed: Broker: Group authorization failed", "group authorization"),
+    ],
+)
+def test_a_missing_acl_stops_the_source_with_one_line(code: int, text: str, says: str) -> None:
+    """The broker refuses every retry alike; a worker idling on it would look like one
+    with nothing to do."""
+    with pytest.raises(KafkaRefused) as caught:
+        _source(KafkaError(code, text)).poll_batch(10, 0.0)
+    line = str(caught.value)
+    assert says in line.lower() and "kafka.example:9093" in line and text in line

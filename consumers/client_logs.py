@@ -1,0 +1,180 @@
+"""librdkafka's own logs and error events, through Python logging and rate-limited.
+
+Left alone, librdkafka prints every failed connection attempt to stderr from its own
+threads (`%3|...|FAIL|...`): against an unreachable broker a worker printed 194 such
+lines in 11 s and `tidebatch produce` 473 in 25 s, burying the one line that said
+what was wrong. Every confluent-kafka client the project creates gets its config from
+consumers/profiles.py, which passes it through `wired()` here, so each one:
+
+- logs through the Python logger "librdkafka" (served by the client's poll(), in the
+  thread that polls), never straight to stderr;
+- says the common failures (consumers/kafka_failures.py) in one clear line, and
+  every other line as librdkafka wrote it, without the client's name, so the same
+  line from the consumer, the producer and the admin client counts as one;
+- repeats a line at most once per window (10 s): the repeats are summed up as
+  "<line> (repeated 37 times in the last 10 s)" when the window ends.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from consumers.kafka_failures import KafkaFailure, classify, detail
+
+LOGGER_NAME = "librdkafka"
+WINDOW_S = 10.0
+
+FailureCallback = Callable[[KafkaFailure], None]
+
+# Parts of a librdkafka line that change between otherwise identical repeats.
+_VARYING = re.compile(r"\(after \d+ms|\b\d+/\d+ brokers")
+
+
+def repeat_key(text: str) -> str:
+    """`text` with the parts that differ between repeats of the same event blanked."""
+    return _VARYING.sub(lambda m: "(after #ms" if m.group(0).startswith("(") else "#/# brokers", text)
+
+
+@dataclass
+class _Window:
+    start: float
+    repeats: int
+    payload: Any
+
+
+class RepeatLimiter:
+    """Lets the first occurrence of a key through, counts the repeats within
+    `window_s`, and reports them when the window ends (`due`). Pure: the caller passes
+    the time. A key whose window ended with repeats opens a new window at once, so a
+    storm gives one summary per window; one that ended quiet is forgotten."""
+
+    def __init__(self, window_s: float = WINDOW_S, max_keys: int = 1000) -> None:
+        self.window_s = window_s
+        # Bounds memory if librdkafka ever logs an endless variety of lines.
+        self._max_keys = max_keys
+        self._windows: dict[str, _Window] = {}
+
+    def offer(self, key: str, now: float, payload: Any = None) -> bool:
+        """True: log this occurrence now. False: counted, summed up by `due`."""
+        window = self._windows.get(key)
+        if window is not None and now - window.start < self.window_s:
+            window.repeats += 1
+            return False
+        if len(self._windows) >= self._max_keys:
+            self._windows.pop(next(iter(self._windows)))
+        self._windows[key] = _Window(now, 0, payload)
+        return True
+
+    def due(self, now: float) -> list[tuple[Any, int, float]]:
+        """(payload, repeats, seconds) for each window that has ended with repeats."""
+        out = []
+        for key, window in list(self._windows.items()):
+            elapsed = now - window.start
+            if elapsed < self.window_s:
+                continue
+            if window.repeats:
+                out.append((window.payload, window.repeats, elapsed))
+                self._windows[key] = _Window(now, 0, window.payload)
+            else:
+                del self._windows[key]
+        return out
+
+
+class KafkaLog:
+    """Where every wired client's lines go: one limiter for the whole process, so the
+    consumer's, the producer's and the admin client's copies of a line count once."""
+
+    def __init__(
+        self,
+        logger: logging.Logger | None = None,
+        window_s: float = WINDOW_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.logger = logger or logging.getLogger(LOGGER_NAME)
+        self._limiter = RepeatLimiter(window_s)
+        self._clock = clock
+        # Clients are polled from several threads (the worker's source thread, the
+        # main thread's admin calls).
+        self._lock = threading.Lock()
+
+    def emit(self, level: int, text: str, key: str | None = None) -> None:
+        with self._lock:
+            now = self._clock()
+            due = self._limiter.due(now)
+            fresh = self._limiter.offer(key or repeat_key(text), now, (level, text))
+        for (was_level, was_text), repeats, seconds in due:
+            self.logger.log(was_level, "%s (repeated %d times in the last %.0f s)", was_text, repeats, seconds)
+        if fresh:
+            self.logger.log(level, "%s", text)
+
+
+class ClientLog:
+    """One client's `logger` (confluent-kafka calls its `log`) and `error_cb`."""
+
+    def __init__(self, sink: KafkaLog, bootstrap: str, on_failure: FailureCallback | None = None) -> None:
+        self._sink = sink
+        self._bootstrap = bootstrap
+        self._on_failure = on_failure
+
+    def log(self, level: int, fmt: str, *args: Any) -> None:
+        """confluent-kafka's call: log(level, "%s [%s] %s", facility, client name, text)."""
+        if len(args) == 3:
+            facility, _client, message = args
+            plain = f"{facility}: {detail(str(message))}"
+            if level < logging.WARNING:  # never a failure; not worth reading its text
+                self._sink.emit(level, plain)
+                return
+            self._report(None, str(message), level, plain)
+        else:  # not the shape confluent-kafka 2.x uses; keep the line whatever it is
+            self._sink.emit(level, fmt % args if args else fmt)
+
+    def error(self, err: Any) -> None:
+        """error_cb: librdkafka's error events (a KafkaError)."""
+        level = logging.ERROR if err.fatal() else logging.WARNING
+        self._report(err.name(), err.str(), level, f"{err.name()}: {err.str()}")
+
+    def _report(self, code_name: str | None, message: str, level: int, plain: str) -> None:
+        failure = classify(code_name, message, self._bootstrap)
+        if failure is None:
+            self._sink.emit(level, plain)
+            return
+        # Still retrying: a warning. Whoever gives up says so in its own error line.
+        # One key per failure kind and address: all clients' reports of it count once.
+        self._sink.emit(logging.WARNING, failure.line, key=f"{failure.kind}@{self._bootstrap}")
+        if self._on_failure is not None:
+            self._on_failure(failure)
+
+
+_shared: KafkaLog | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_log() -> KafkaLog:
+    """The process's KafkaLog (made on first use, so it logs to "librdkafka" as
+    logging is configured by then)."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = KafkaLog()
+        return _shared
+
+
+def wired(
+    config: Mapping[str, Any],
+    on_failure: FailureCallback | None = None,
+    sink: KafkaLog | None = None,
+) -> dict[str, Any]:
+    """A copy of a confluent-kafka client config whose logs and error events go
+    through Python logging (a caller's own `logger` / `error_cb` win).
+    `on_failure` hears every classified failure (consumers/kafka_reachable.py)."""
+    conf = dict(config)
+    client = ClientLog(sink or shared_log(), str(conf.get("bootstrap.servers", "?")), on_failure)
+    conf.setdefault("logger", client)
+    conf.setdefault("error_cb", client.error)
+    return conf

@@ -1,0 +1,84 @@
+"""Before a command starts its Kafka clients: does a broker answer, and does it let
+us in? One line and a bounded wait instead of a retry storm.
+
+librdkafka retries an unreachable broker, a wrong password or an untrusted certificate
+for ever. A worker doing that sits alive and unready, and `tidebatch produce` waited
+25 s and gave no reason. So `tidebatch run`, `produce` and `etl --topic` first ask for
+cluster metadata here: they go on once a broker answers, stop at once on an
+authentication or TLS failure (retrying cannot fix either, and every retry is one more
+failed login on the broker), and stop after `timeout_s` when no broker answers.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+
+from consumers.kafka_failures import UNREACHABLE, KafkaFailure, failure_line
+from consumers.profiles import admin_config
+from pipeline.errors import UserError
+
+DEFAULT_TIMEOUT_S = 30.0
+# One metadata request at a time, so a broker coming up is noticed within this.
+_ATTEMPT_S = 1.0
+
+
+class KafkaUnavailable(UserError):
+    """No broker answered in time, or one refused us: its message is the one line."""
+
+
+def require_kafka(
+    bootstrap_servers: str,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    config: Mapping[str, Any] | None = None,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    make_admin: Callable[[dict[str, Any]], Any] = AdminClient,
+) -> None:
+    """Return once a broker at `bootstrap_servers` answers a metadata request; raise
+    KafkaUnavailable with the one line otherwise (see the module doc). `config`:
+    client settings (security) as the command's own clients get them."""
+    failures: list[KafkaFailure] = []
+    admin = make_admin(admin_config(bootstrap_servers, connection_settings(config), failures.append))
+    deadline = clock() + timeout_s
+    last = "no answer"
+    while True:
+        try:
+            # No topic argument: naming one would create it on the embedded broker.
+            admin.list_topics(timeout=max(min(_ATTEMPT_S, deadline - clock()), 0.1))
+            return
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else exc
+            last = err.str() if hasattr(err, "str") else str(err)
+        # Serves the error events (and logs) that say why: auth, TLS, refused.
+        admin.poll(0.2)
+        refused = next((f for f in failures if f.fatal_at_start), None)
+        if refused is not None:
+            raise KafkaUnavailable(refused.line)
+        if clock() >= deadline:
+            raise KafkaUnavailable(_give_up_line(bootstrap_servers, timeout_s, failures, last))
+
+
+# What decides whether a client gets in: address family, DNS, TLS and SASL. Taken
+# from a consumer's or producer's settings, the rest of which an admin client would
+# only warn about.
+_CONNECTION_PREFIXES = ("security.", "sasl.", "ssl.", "ssl_", "socket.", "broker.address.", "client.dns.")
+
+
+def connection_settings(config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The settings of `config` that decide how a client connects and logs in."""
+    return {k: v for k, v in (config or {}).items() if k.startswith(_CONNECTION_PREFIXES)}
+
+
+def _give_up_line(bootstrap: str, timeout_s: float, failures: list[KafkaFailure], last: str) -> str:
+    """The last thing librdkafka said about the broker, else the metadata error."""
+    unreachable = [f for f in failures if f.kind == UNREACHABLE]
+    # "Connect to ... failed: Connection refused" says more than "1/1 brokers are down".
+    seen = next((f for f in reversed(unreachable) if "brokers are down" not in f.line), None)
+    seen = seen or (unreachable[-1] if unreachable else None)
+    line = seen.line if seen is not None else failure_line(UNREACHABLE, bootstrap, last)
+    return f"{line}; gave up after {timeout_s:g} s"

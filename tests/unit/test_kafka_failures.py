@@ -1,0 +1,110 @@
+"""The common Kafka failures are told apart from librdkafka's error codes and log
+texts (the wording of librdkafka 2.x), each as one line naming the address."""
+
+from __future__ import annotations
+
+import pytest
+
+from consumers.kafka_failures import (
+    AUTHENTICATION,
+    GROUP_AUTHORIZATION,
+    TLS,
+    TOPIC_AUTHORIZATION,
+    UNREACHABLE,
+    classify,
+    detail,
+    kind_of,
+)
+
+ADDR = "kafka.example:9093"
+
+# (code name or None for a log line, librdkafka's text, the failure it is)
+CASES = [
+    ("_ALL_BROKERS_DOWN", "1/1 brokers are down", UNREACHABLE),
+    (
+        "_TRANSPORT",
+        "127.0.0.1:1/bootstrap: Connect to ipv4#127.0.0.1:1 failed: Connection refused (after 0ms in state CONNECT)",
+        UNREACHABLE,
+    ),
+    ("_RESOLVE", "nohost:9092/bootstrap: Failed to resolve 'nohost:9092': Name or service not known", UNREACHABLE),
+    (
+        None,
+        "[thrd:127.0.0.1:1/bootstrap]: 127.0.0.1:1/bootstrap: Connect to ipv4#127.0.0.1:1 failed: "
+        "Connection refused (after 0ms in state CONNECT)",
+        UNREACHABLE,
+    ),
+    (
+        "_AUTHENTICATION",
+        "sasl_ssl://kafka.example:9093/bootstrap: SASL authentication error: Authentication failed during "
+        "authentication due to invalid credentials with SASL mechanism SCRAM-SHA-512 (after 312ms in state AUTH_REQ)",
+        AUTHENTICATION,
+    ),
+    (
+        None,
+        "[thrd:sasl_ssl://kafka.example:9093/bootstrap]: sasl_ssl://kafka.example:9093/bootstrap: SASL "
+        "authentication error: Authentication failed during authentication due to invalid credentials",
+        AUTHENTICATION,
+    ),
+    ("SASL_AUTHENTICATION_FAILED", "Broker: SASL Authentication failed", AUTHENTICATION),
+    (
+        "_SSL",
+        "ssl://kafka.example:9093/bootstrap: SSL handshake failed: error:0A000086:SSL routines::certificate "
+        "verify failed: broker certificate could not be verified, verify that ssl.ca.location is correctly "
+        "configured (after 5ms in state SSL_HANDSHAKE)",
+        TLS,
+    ),
+    (
+        None,
+        "[thrd:ssl://kafka.example:9093/bootstrap]: ssl://kafka.example:9093/bootstrap: SSL handshake failed: "
+        "Disconnected: connecting to a PLAINTEXT broker listener? (after 2ms in state SSL_HANDSHAKE)",
+        TLS,
+    ),
+    ("TOPIC_AUTHORIZATION_FAILED", "Subscribed topic not available: ctr.requests: Broker: Topic authorization failed",
+     TOPIC_AUTHORIZATION),
+    (None, "Fetch from broker 1 failed: Broker: Topic authorization failed", TOPIC_AUTHORIZATION),
+    ("GROUP_AUTHORIZATION_FAILED", "JoinGroup failed: Broker: Group authorization failed", GROUP_AUTHORIZATION),
+]
+
+
+@pytest.mark.parametrize(("code", "text", "kind"), CASES)
+def test_each_common_failure_is_recognised(code: str | None, text: str, kind: str) -> None:
+    failure = classify(code, text, ADDR)
+    assert failure is not None and failure.kind == kind
+    assert ADDR in failure.line and "\n" not in failure.line
+    assert "[thrd:" not in failure.line  # librdkafka's thread prefix is noise to a reader
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Configuration property fetch.wait.max.ms is a consumer property and will be ignored by this producer",
+        "Broker: Not coordinator",
+        "Subscribed topic not available: ctr.requests: Broker: Unknown topic or partition",
+        "Timed out MetadataRequest in flight (after 60004ms, timeout #0)",
+    ],
+)
+def test_other_lines_are_not_classified(text: str) -> None:
+    assert classify(None, text, ADDR) is None
+
+
+def test_a_code_wins_over_the_text() -> None:
+    # A group error whose text mentions a connection is still a group error.
+    assert kind_of("GROUP_AUTHORIZATION_FAILED", "Connect to x failed") == GROUP_AUTHORIZATION
+
+
+def test_only_auth_and_tls_stop_a_client_at_once() -> None:
+    fatal = {kind for code, text, kind in CASES if classify(code, text, ADDR).fatal_at_start}  # type: ignore[union-attr]
+    assert fatal == {AUTHENTICATION, TLS}
+
+
+def test_lines_say_what_to_check() -> None:
+    auth = classify("_AUTHENTICATION", "SASL authentication error", ADDR)
+    tls = classify("_SSL", "SSL handshake failed", ADDR)
+    unreachable = classify("_TRANSPORT", "Connection refused", ADDR)
+    assert auth is not None and "sasl.password" in auth.line
+    assert tls is not None and "ssl.ca.location" in tls.line
+    assert unreachable is not None and unreachable.line.startswith(f"Kafka broker unreachable at {ADDR}")
+
+
+def test_detail_drops_the_thread_prefix() -> None:
+    assert detail("[thrd:a:1/bootstrap]: a:1/bootstrap: down") == "a:1/bootstrap: down"

@@ -1,0 +1,102 @@
+"""The start-up check of `tidebatch run`, `produce` and `etl --topic`: go on once a
+broker answers, stop at once when it refuses the login or the TLS handshake, stop
+after the bound when none answers. A fake admin client and a fake clock: no network,
+no sleeps."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from consumers.kafka_reachable import KafkaUnavailable, connection_settings, require_kafka
+from pipeline.clock import FakeClock
+from pipeline.errors import UserError
+
+ADDR = "127.0.0.1:1"
+REFUSED = f"{ADDR}/bootstrap: Connect to ipv4#{ADDR} failed: Connection refused (after 0ms in state CONNECT)"
+
+
+class FakeAdmin:
+    """Answers metadata after `answers_after` seconds (None: never); each poll
+    serves the error events librdkafka would have queued meanwhile."""
+
+    def __init__(self, clock: FakeClock, answers_after: float | None, events: list[KafkaError]) -> None:
+        self.clock = clock
+        self.answers_after = answers_after
+        self.events = events
+        self.config: dict[str, Any] = {}
+        self.attempts = 0
+
+    def __call__(self, config: dict[str, Any]) -> FakeAdmin:
+        self.config = config
+        return self
+
+    def list_topics(self, timeout: float) -> object:
+        self.attempts += 1
+        if self.answers_after is not None and self.clock.now() >= self.answers_after:
+            return object()
+        self.clock.advance(min(timeout, 0.05))  # refused at once, as a dead port does
+        raise KafkaException(KafkaError(KafkaError._TRANSPORT, "Failed to get metadata: Local: Broker transport failure"))
+
+    def poll(self, timeout: float) -> int:
+        self.clock.advance(timeout)
+        for event in self.events:
+            self.config["error_cb"](event)
+        return len(self.events)
+
+
+def check(admin: FakeAdmin, clock: FakeClock, timeout_s: float = 30.0, config: dict | None = None) -> None:
+    require_kafka(ADDR, timeout_s, config, clock=clock.now, make_admin=admin)
+
+
+def test_returns_once_a_broker_answers() -> None:
+    clock = FakeClock()
+    admin = FakeAdmin(clock, answers_after=3.0, events=[KafkaError(KafkaError._TRANSPORT, REFUSED)])
+    check(admin, clock)
+    assert 3.0 <= clock.now() < 4.0
+
+
+def test_unreachable_gives_up_after_the_bound_with_one_line_naming_the_address() -> None:
+    clock = FakeClock()
+    events = [KafkaError(KafkaError._TRANSPORT, REFUSED), KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down")]
+    admin = FakeAdmin(clock, answers_after=None, events=events)
+    with pytest.raises(KafkaUnavailable) as caught:
+        check(admin, clock, timeout_s=30.0)
+    assert 30.0 <= clock.now() < 31.0
+    line = str(caught.value)
+    assert isinstance(caught.value, UserError)  # the CLI prints it as one line, exit 2
+    assert line.startswith(f"Kafka broker unreachable at {ADDR}: ")
+    assert "Connection refused" in line and line.endswith("gave up after 30 s")
+    assert "\n" not in line
+
+
+def test_without_error_events_the_metadata_error_is_the_reason() -> None:
+    clock = FakeClock()
+    with pytest.raises(KafkaUnavailable, match=rf"unreachable at {ADDR}.*Broker transport failure.*after 5 s"):
+        check(FakeAdmin(clock, answers_after=None, events=[]), clock, timeout_s=5.0)
+
+
+@pytest.mark.parametrize(
+    ("event", "says"),
+    [
+        (KafkaError(KafkaError._AUTHENTICATION, "SASL authentication error: Authentication failed"), "authentication failed"),
+        (KafkaError(KafkaError._SSL, "SSL handshake failed: certificate verify failed"), "TLS handshake"),
+    ],
+)
+def test_a_refused_login_or_handshake_stops_at_once(event: KafkaError, says: str) -> None:
+    clock = FakeClock()
+    admin = FakeAdmin(clock, answers_after=None, events=[event])
+    with pytest.raises(KafkaUnavailable, match=says):
+        check(admin, clock)
+    assert clock.now() < 1.0 and admin.attempts == 1
+
+
+def test_only_connection_settings_reach_the_check() -> None:
+    clock = FakeClock()
+    admin = FakeAdmin(clock, answers_after=0.0, events=[])
+    check(admin, clock, config={"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+                                "ssl.ca.location": "/ca.pem", "fetch.wait.max.ms": 5, "group.protocol": "consumer"})
+    assert admin.config["security.protocol"] == "SASL_SSL" and "fetch.wait.max.ms" not in admin.config
+    assert connection_settings(None) == {}
