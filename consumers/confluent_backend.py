@@ -17,10 +17,11 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 
 from consumers.client_logs import shared_log
-from consumers.kafka_failures import REFUSED_ACCESS, KafkaRefused, classify
+from consumers.kafka_failures import REFUSED_ACCESS, classify
 from consumers.records import (
     AckCallback,
     CommitCallback,
+    KafkaRefused,
     SendError,
     SourceRecord,
     TopicPartition,

@@ -65,10 +65,6 @@ _THREAD_PREFIX = re.compile(r"^\[thrd:[^\]]*\]:\s*")
 REFUSED_ACCESS: frozenset[str] = frozenset({TOPIC_AUTHORIZATION, GROUP_AUTHORIZATION})
 
 
-class KafkaRefused(Exception):
-    """Kafka refused this client for good (an ACL missing): its message is the one line."""
-
-
 @dataclass(frozen=True)
 class KafkaFailure:
     kind: str  # one of the constants above

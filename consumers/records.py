@@ -99,6 +99,11 @@ class TransactionError(Exception):
         self.fatal = fatal
 
 
+class KafkaRefused(Exception):
+    """Kafka refuses this client for good (a topic or group ACL is missing,
+    consumers/kafka_failures.py): its message is the one line the worker stops with."""
+
+
 class TransactionalProducer(Protocol):
     """A Producer with a transactional.id (delivery exactly_once, pipeline/worker/transactions.py).
     Every method raises TransactionError on failure."""

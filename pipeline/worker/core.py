@@ -26,9 +26,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from consumers.kafka_failures import KafkaRefused
 from consumers.offsets import OffsetTracker
-from consumers.records import Source, SourceRecord, TopicPartition
+from consumers.records import KafkaRefused, Source, SourceRecord, TopicPartition
 from pipeline.batching.backpressure import Intake, IntakeDecision
 from pipeline.clock import Clock, wall_ms
 from pipeline.config import WorkerConfig
@@ -288,13 +287,9 @@ class Worker:
                     self.partitions.update_lag()
                     next_lag = now + _LAG_INTERVAL
             return self._shutdown()
-        except KafkaRefused as exc:
-            # A missing ACL: the one line says which; a traceback would bury it.
-            self.fail(str(exc))
-            return self._shutdown(commit=True)
-        except Exception as exc:
-            log.exception("worker failed; offsets not committed past finished work")
-            self.fail(f"source loop failed: {type(exc).__name__}: {exc}")
+        except Exception as exc:  # a missing ACL (KafkaRefused) is its one line, not a traceback
+            log.error("worker failed; offsets not committed past finished work", exc_info=not isinstance(exc, KafkaRefused))
+            self.fail(str(exc) if isinstance(exc, KafkaRefused) else f"source loop failed: {type(exc).__name__}: {exc}")
             return self._shutdown(commit=True)
 
     def _follow_backlog(self) -> None:

@@ -7,7 +7,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from consumers.confluent_backend import ConfluentSource
-from consumers.kafka_failures import KafkaRefused
+from consumers.records import KafkaRefused
 
 
 class _Message:
