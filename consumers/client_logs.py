@@ -156,8 +156,7 @@ _shared_lock = threading.Lock()
 
 
 def shared_log() -> KafkaLog:
-    """The process's KafkaLog (made on first use, so it logs to "librdkafka" as
-    logging is configured by then)."""
+    """The process's KafkaLog: one limiter for all its clients."""
     global _shared
     with _shared_lock:
         if _shared is None:

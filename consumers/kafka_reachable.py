@@ -66,7 +66,9 @@ def require_kafka(
 # What decides whether a client gets in: address family, DNS, TLS and SASL. Taken
 # from a consumer's or producer's settings, the rest of which an admin client would
 # only warn about.
-_CONNECTION_PREFIXES = ("security.", "sasl.", "ssl.", "ssl_", "socket.", "broker.address.", "client.dns.")
+_CONNECTION_PREFIXES = (
+    "security.", "sasl.", "ssl.", "ssl_", "oauth_cb", "socket.", "broker.address.", "client.dns.",
+)
 
 
 def connection_settings(config: Mapping[str, Any] | None) -> dict[str, Any]:
