@@ -14,7 +14,7 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from consumers.profiles import EMBEDDED, FAUST_FETCH_MAX_WAIT_MS, faust_app_settings
-from pipeline.config import DELIVERY_MODES
+from pipeline.kafka_keys import DELIVERY_MODES
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ def make_app(app_id: str, broker: str, *, profile: str = "kafka", **settings: An
     return app
 
 
-# tidebatch's `delivery` key (pipeline/config.py) -> Faust's processing_guarantee. Faust
+# tidebatch's `delivery` key (pipeline/kafka_keys.py) -> Faust's processing_guarantee. Faust
 # accepts both values; only at_least_once is given to it (processing_guarantee()).
 PROCESSING_GUARANTEE = {"at_least_once": "at_least_once", "exactly_once": "exactly_once"}
 

@@ -404,7 +404,8 @@ def _topic_partitions(port: int) -> dict[str, int]:
 # Apache Kafka, which hides them.
 REVISIT_EXACTLY_ONCE = (
     "Tansu now hides aborted transactions, exactly_once could be allowed on the embedded "
-    "broker — revisit pipeline/config.py validate_delivery and pipeline/commands/demo.py"
+    "broker — revisit validate_delivery (pipeline/kafka_keys.py, called by pipeline/config.py) "
+    "and pipeline/commands/demo.py"
 )
 
 
