@@ -5,7 +5,8 @@
 Run from the repository root (Faust imports the app module from the working directory).
 Every setting is an environment variable (TIDEBATCH_FAUST_<NAME>, defaults below);
 examples/faust_ctr/README.md explains them. Faust's own worker flags still apply
-(``--web-port``, ``--datadir``, ``-l``).
+(``--web-port``, ``--datadir``, ``-l``). ``TIDEBATCH_FAUST_DELIVERY`` takes tidebatch's
+``delivery`` values; only at_least_once runs (README.md, "Exactly-once").
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from functools import cache
 
 from mode import CrashingSupervisor, OneForOneSupervisor
 
-from pipeline.faust.app import add_metrics_page, make_app, serve_metrics
+from pipeline.faust.app import add_metrics_page, make_app, processing_guarantee, serve_metrics
 from pipeline.faust.batching import BatchMetrics, adaptive_batches
 from pipeline.faust.inference import BatchScorer
 
@@ -52,8 +53,18 @@ ON_ERROR = _env("ON_ERROR", "crash")
 # Fault injection for the at-least-once test: the first batch body raises once.
 FAIL_FIRST_BATCH = _env("FAIL_FIRST_BATCH", "") not in ("", "0", "false")
 
+# tidebatch's `delivery` key (at_least_once | exactly_once) -> Faust's processing_guarantee.
+DELIVERY = _env("DELIVERY", "at_least_once")
+try:
+    PROCESSING_GUARANTEE = processing_guarantee(DELIVERY, BROKER_PROFILE)
+except ValueError as exc:
+    raise SystemExit(str(exc)) from None
+
 # web_metrics_enabled: Faust's own /performance/ page (its sensors: events, lag, ...).
-app = make_app(APP_ID, BROKER, profile=BROKER_PROFILE, web_metrics_enabled=True)
+app = make_app(
+    APP_ID, BROKER, profile=BROKER_PROFILE, web_metrics_enabled=True,
+    processing_guarantee=PROCESSING_GUARANTEE,
+)
 _raw = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw"}
 requests_topic = app.topic(INPUT_TOPIC, **_raw)
 results_topic = app.topic(OUTPUT_TOPIC, **_raw)

@@ -13,7 +13,8 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from consumers.profiles import FAUST_FETCH_MAX_WAIT_MS, faust_app_settings
+from consumers.profiles import EMBEDDED, FAUST_FETCH_MAX_WAIT_MS, faust_app_settings
+from pipeline.kafka_keys import DELIVERY_MODES
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +29,36 @@ def make_app(app_id: str, broker: str, *, profile: str = "kafka", **settings: An
     app = faust.App(app_id, broker=broker, **faust_app_settings(profile, settings))
     use_broker_profile(app, profile)
     return app
+
+
+# tidebatch's `delivery` key (pipeline/kafka_keys.py) -> Faust's processing_guarantee. Faust
+# accepts both values; only at_least_once is given to it (processing_guarantee()).
+PROCESSING_GUARANTEE = {"at_least_once": "at_least_once", "exactly_once": "exactly_once"}
+
+EMBEDDED_NO_EXACTLY_ONCE = (
+    "TIDEBATCH_FAUST_DELIVERY=exactly_once needs Apache Kafka: the embedded broker (Tansu) "
+    "shows aborted transactions to read_committed readers (docs/BROKERS.md)"
+)
+FAUST_NO_EXACTLY_ONCE = (
+    "TIDEBATCH_FAUST_DELIVERY=exactly_once is refused: faust-streaming 0.15.3 sends this app's "
+    "results outside its transactions, so a crash still duplicates them "
+    "(examples/faust_ctr/README.md, 'Exactly-once'); use `tidebatch run --delivery exactly_once`"
+)
+
+
+def processing_guarantee(delivery: str, profile: str) -> str:
+    """Faust's ``processing_guarantee`` for tidebatch's ``delivery`` value. Raises
+    ValueError (one line) for an unknown value and for exactly_once: on the embedded
+    broker because Tansu's read_committed readers see aborted transactions, on Apache
+    Kafka because Faust's transactions do not cover what a tidebatch agent sends
+    (examples/faust_ctr/README.md, "Exactly-once")."""
+    if delivery not in DELIVERY_MODES:
+        raise ValueError(
+            f"TIDEBATCH_FAUST_DELIVERY={delivery!r} is not one of {', '.join(DELIVERY_MODES)}"
+        )
+    if delivery == "exactly_once":
+        raise ValueError(EMBEDDED_NO_EXACTLY_ONCE if profile == EMBEDDED else FAUST_NO_EXACTLY_ONCE)
+    return PROCESSING_GUARANTEE[delivery]
 
 
 def use_broker_profile(app: Any, profile: str) -> None:
