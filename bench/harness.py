@@ -74,20 +74,26 @@ def cpu_seconds(pid: int) -> float:
 
 
 @contextmanager
-def cpu_shares(bootstrap: str, worker_pid: int) -> Iterator[dict[str, float]]:
+def cpu_shares(bootstrap: str, worker_pid: int, others: dict[str, int] | None = None) -> Iterator[dict[str, float]]:
     """Cores used while the block runs, by the load generator (this process: the
     bench produces from it), the worker and the broker: on a 2-core machine the
-    three share the CPU, and a figure means little without the split. Filled on exit."""
+    three share the CPU, and a figure means little without the split. `others`: more
+    processes of the bench to account for, by name (e.g. a reader of the results).
+    Filled on exit."""
     brokers = _BROKER_PIDS.get(bootstrap, [])
+    others = others or {}
     wall0, gen0 = time.monotonic(), time.process_time()
     worker0 = cpu_seconds(worker_pid)
     broker0 = sum(cpu_seconds(p) for p in brokers)
+    others0 = {name: cpu_seconds(pid) for name, pid in others.items()}
     shares: dict[str, float] = {}
     yield shares
     wall = max(time.monotonic() - wall0, 1e-9)
     shares["generator"] = (time.process_time() - gen0) / wall
     shares["worker"] = (cpu_seconds(worker_pid) - worker0) / wall
     shares["broker"] = (sum(cpu_seconds(p) for p in brokers) - broker0) / wall if brokers else float("nan")
+    for name, pid in others.items():
+        shares[name] = (cpu_seconds(pid) - others0[name]) / wall
 
 
 def stages(proc: subprocess.Popen, pipeline: str = "ctr") -> dict[str, dict[str, float | None]]:
@@ -291,6 +297,8 @@ def worker_process(
     try:
         _wait_assigned(proc, port, log)
         proc.metrics_url = f"http://127.0.0.1:{port}/metrics"  # type: ignore[attr-defined]
+        proc.group_id = group  # type: ignore[attr-defined]
+        proc.log_path = log  # type: ignore[attr-defined]
         yield proc
     finally:
         if proc.poll() is None:
