@@ -182,6 +182,28 @@ def markers(bootstrap: str, topic: str, records: int) -> int:
     return sum(end_offsets(bootstrap, topic).values()) - records
 
 
+def transaction_stats(proc) -> dict:
+    """The worker's transaction metrics so far (pipeline/metrics.py): commits, their mean
+    time, aborts, and every transaction sample as it was scraped. Empty under
+    at-least-once."""
+    from pipeline.demo import _sum, scrape
+
+    try:
+        m = scrape(proc.metrics_url)
+    except OSError:
+        return {}
+    samples = {k: v for k, v in m.items() if "transaction" in k}
+    if not samples:
+        return {}
+    count = _sum(m, "tidebatch_transaction_commit_seconds_count")
+    total = _sum(m, "tidebatch_transaction_commit_seconds_sum")
+    return {
+        "commits": count, "mean_commit_ms": 1000.0 * total / count if count else float("nan"),
+        "aborted": sum(v for k, v in samples.items() if "abort" in k and not k.endswith("_created")),
+        "samples": samples,
+    }
+
+
 def saturation(bootstrap: str, pool: RequestPool, mode: Mode, n: int, policy: str) -> dict:
     inp, out = fresh_topics(bootstrap, f"bench-eos-sat-{mode.tag}")
     run = f"sat{uuid.uuid4().hex[:6]}"
@@ -195,6 +217,7 @@ def saturation(bootstrap: str, pool: RequestPool, mode: Mode, n: int, policy: st
         with cpu_shares(bootstrap, proc.pid) as cores:
             committed_ms = wait_committed(bootstrap, proc, inp, ends, timeout=600)
         res = read_results(bootstrap, out, n, timeout=600, run=run)  # read_committed: librdkafka's default
+        txn = transaction_stats(proc)
     txn_markers = markers(bootstrap, out, len(res.docs))
     drop_topics(bootstrap, inp, out)
     if len(res.docs) < n:
@@ -207,6 +230,7 @@ def saturation(bootstrap: str, pool: RequestPool, mode: Mode, n: int, policy: st
     return {**rates, "results": len(res.docs), "txn_markers": txn_markers,
             "offsets_committed_after_last_result_ms": committed_ms - float(res.result_ts_ms.max()),
             "mean_batch_rows_seen": float(np.mean([d["batch_rows"] for d in res.docs])), "cpu_cores": cores,
+            "transactions": txn,
             "no_transactions": mode.delivery == EOS and txn_markers <= 0}
 
 
@@ -310,12 +334,13 @@ def latency(bootstrap: str, pool: RequestPool, mode: Mode, rate: float, seconds:
                 sent = open_loop(bootstrap, inp, pool, rate, seconds, run)
             got = reader.finish(sent)
             breakdown = stages(proc)
+            txn = transaction_stats(proc)
     finally:
         if reader.proc.is_alive():
             reader.proc.kill()
     drop_topics(bootstrap, inp, out)
     return {"rate": rate, **latency_summary(got["read"], got["produced"], sent, got["duplicates"]),
-            "cpu_cores": cores, "stages": breakdown}
+            "cpu_cores": cores, "stages": breakdown, "transactions": txn}
 
 
 # ---------------------------------------------------------------------------- reports
@@ -352,6 +377,13 @@ def ratios(report: dict) -> list[dict]:
     return rows
 
 
+def _txn_text(r: dict) -> str:
+    t = r.get("transactions") or {}
+    if not t:
+        return ""
+    return f"; {t['commits']:.0f} commits, mean {t['mean_commit_ms']:.1f} ms, {t['aborted']:.0f} aborted"
+
+
 def _spread(values: list[float], fmt: str = "{:.0f}") -> str:
     return f" ({fmt.format(min(values))}-{fmt.format(max(values))})" if len(values) > 1 else ""
 
@@ -367,13 +399,14 @@ def figures_table(report: dict) -> str:
             f"{s['produced_requests_per_s']:.0f}",
             f"{s['final_commit_wait_ms']:.0f}",
             f"{s['txn_markers']}",
+            f"{s['transactions']['mean_commit_ms']:.1f}" if s.get("transactions") else "-",
             f"{lat['p50_ms']:.1f}" + _spread(lat["runs_p50_ms"]) if "p50_ms" in lat else "-",
             f"{lat['p99_ms']:.1f}" + _spread(lat["runs_p99_ms"]) if "p99_ms" in lat else "-",
             f"{lat['p50_produced_ms']:.1f} / {lat['p99_produced_ms']:.1f}" if "p50_ms" in lat else "-",
             f"{lat['duplicates_all_runs']} / {lat['missing_all_runs']} of {lat['sent_all_runs']}" if lat else "-",
             "{generator:.2f} / {worker:.2f} / {broker:.2f} / {reader:.2f}".format(**cores),
         ])
-    return table(["mode", "sat req/s", "produced req/s", "last commit ms", "txn markers", "p50 ms", "p99 ms",
+    return table(["mode", "sat req/s", "produced req/s", "final commit wait ms", "txn markers", "mean commit ms", "p50 ms", "p99 ms",
                   "ts-based p50/p99", "dup / missing (all runs)", "cores at latency load: gen / worker / broker / reader"], rows)
 
 
@@ -405,7 +438,7 @@ def run_report(args: argparse.Namespace) -> dict:
                 flag = "  NO TRANSACTION MARKERS: the worker did not use transactions" if r["no_transactions"] else ""
                 print(f"saturation, {mode.label}: {r['requests_per_s']:.0f} req/s readable "
                       f"({r['produced_requests_per_s']:.0f} produced, last commit +{r['final_commit_wait_ms']:.0f} ms, "
-                      f"{r['txn_markers']} markers); {cpu_text(r['cpu_cores'])}{flag}", flush=True)
+                      f"{r['txn_markers']} markers{_txn_text(r)}); {cpu_text(r['cpu_cores'])}{flag}", flush=True)
         report["saturation"] = {label: {**summarise(rs, SAT_KEYS),
                                         "no_transactions": any(r["no_transactions"] for r in rs)}
                                 for label, rs in sat_runs.items()}
@@ -421,7 +454,7 @@ def run_report(args: argparse.Namespace) -> dict:
                     continue
                 print(f"latency, {mode.label} @ {rate:.0f} req/s: p50 {r['p50_ms']:.1f} p99 {r['p99_ms']:.1f} ms as read "
                       f"(result timestamps: {r['p50_produced_ms']:.1f} / {r['p99_produced_ms']:.1f}); "
-                      f"dup {r['duplicates']} missing {r['missing']}; {cpu_text(r['cpu_cores'])}; "
+                      f"dup {r['duplicates']} missing {r['missing']}{_txn_text(r)}; {cpu_text(r['cpu_cores'])}; "
                       f"{stages_text(r['stages'])}", flush=True)
         report["latency"] = {label: {**summarise([r for r in rs if "p50_ms" in r], LAT_KEYS),
                                      "sent_all_runs": sum(r["sent"] for r in rs),
