@@ -182,10 +182,11 @@ def markers(bootstrap: str, topic: str, records: int) -> int:
     return sum(end_offsets(bootstrap, topic).values()) - records
 
 
-def transaction_stats(proc) -> dict:
+def transaction_stats(proc, seconds: float) -> dict:
     """The worker's transaction metrics so far (pipeline/metrics.py): commits, their mean
-    time, aborts, and every transaction sample as it was scraped. Empty under
-    at-least-once."""
+    time, aborts, every transaction sample as it was scraped, and the mean time between
+    commits over the `seconds` the worker had work (the setting is a lower bound: the
+    worker commits between turns of its source loop). Empty under at-least-once."""
     from pipeline.demo import _sum, scrape
 
     try:
@@ -200,6 +201,7 @@ def transaction_stats(proc) -> dict:
     return {
         "commits": count, "mean_commit_ms": 1000.0 * total / count if count else float("nan"),
         "aborted": sum(v for k, v in samples.items() if "abort" in k and not k.endswith("_created")),
+        "commit_period_ms": 1000.0 * seconds / count if count else float("nan"),
         "samples": samples,
     }
 
@@ -217,7 +219,8 @@ def saturation(bootstrap: str, pool: RequestPool, mode: Mode, n: int, policy: st
         with cpu_shares(bootstrap, proc.pid) as cores:
             committed_ms = wait_committed(bootstrap, proc, inp, ends, timeout=600)
         res = read_results(bootstrap, out, n, timeout=600, run=run)  # read_committed: librdkafka's default
-        txn = transaction_stats(proc)
+        drain_s = (max(committed_ms, float(res.result_ts_ms.max())) - float(res.result_ts_ms.min())) / 1000.0
+        txn = transaction_stats(proc, drain_s)
     txn_markers = markers(bootstrap, out, len(res.docs))
     drop_topics(bootstrap, inp, out)
     if len(res.docs) < n:
@@ -334,7 +337,7 @@ def latency(bootstrap: str, pool: RequestPool, mode: Mode, rate: float, seconds:
                 sent = open_loop(bootstrap, inp, pool, rate, seconds, run)
             got = reader.finish(sent)
             breakdown = stages(proc)
-            txn = transaction_stats(proc)
+            txn = transaction_stats(proc, seconds)
     finally:
         if reader.proc.is_alive():
             reader.proc.kill()
@@ -381,7 +384,14 @@ def _txn_text(r: dict) -> str:
     t = r.get("transactions") or {}
     if not t:
         return ""
-    return f"; {t['commits']:.0f} commits, mean {t['mean_commit_ms']:.1f} ms, {t['aborted']:.0f} aborted"
+    return (f"; {t['commits']:.0f} commits (one per {t['commit_period_ms']:.0f} ms), mean {t['mean_commit_ms']:.1f} ms, "
+            f"{t['aborted']:.0f} aborted")
+
+
+def _periods(sat: dict, lat: dict) -> str:
+    """Mean time between the worker's commits: during the drain / at the latency load."""
+    cells = [f"{r['transactions']['commit_period_ms']:.0f}" if r.get("transactions") else "-" for r in (sat, lat)]
+    return "-" if cells == ["-", "-"] else " / ".join(cells)
 
 
 def _spread(values: list[float], fmt: str = "{:.0f}") -> str:
@@ -400,13 +410,14 @@ def figures_table(report: dict) -> str:
             f"{s['final_commit_wait_ms']:.0f}",
             f"{s['txn_markers']}",
             f"{s['transactions']['mean_commit_ms']:.1f}" if s.get("transactions") else "-",
+            _periods(s, lat),
             f"{lat['p50_ms']:.1f}" + _spread(lat["runs_p50_ms"]) if "p50_ms" in lat else "-",
             f"{lat['p99_ms']:.1f}" + _spread(lat["runs_p99_ms"]) if "p99_ms" in lat else "-",
             f"{lat['p50_produced_ms']:.1f} / {lat['p99_produced_ms']:.1f}" if "p50_ms" in lat else "-",
             f"{lat['duplicates_all_runs']} / {lat['missing_all_runs']} of {lat['sent_all_runs']}" if lat else "-",
             "{generator:.2f} / {worker:.2f} / {broker:.2f} / {reader:.2f}".format(**cores),
         ])
-    return table(["mode", "sat req/s", "produced req/s", "final commit wait ms", "txn markers", "mean commit ms", "p50 ms", "p99 ms",
+    return table(["mode", "sat req/s", "produced req/s", "final commit wait ms", "txn markers", "mean commit ms", "commit every ms: sat / lat", "p50 ms", "p99 ms",
                   "ts-based p50/p99", "dup / missing (all runs)", "cores at latency load: gen / worker / broker / reader"], rows)
 
 
