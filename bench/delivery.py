@@ -22,7 +22,12 @@ topics and a fresh `tidebatch run` worker for every cell:
   The timestamp-based figures are in the JSON (`p50_produced_ms`, `p99_produced_ms`) for
   comparison. The reader also counts duplicates and missing results.
 - the cores used meanwhile by the generator (this process), the worker, the broker and
-  the reader (bench/harness.py cpu_shares).
+  the reader (bench/harness.py cpu_shares), and by anything else on the machine
+  ("others", from /proc/stat, plus what a VM's hypervisor stole): a run during which
+  others took more than a quarter of a core is marked "disturbed" in the table.
+- from the worker's metrics: its transaction commits, their mean time and how often
+  they actually happened (commits happen between turns of the worker's source loop,
+  so the interval is a lower bound).
 
     .venv/bin/python bench/delivery.py [--requests 20000] [--seconds 10] [--repeat 1]
         [--intervals 20,100,500] [--load 0.5] [--policy static]
@@ -75,6 +80,15 @@ ALO = "at_least_once"
 EOS = "exactly_once"
 POLL_S = 0.025  # committed-offsets poll: the resolution of an exactly-once drain's end
 TARGET = 0.8  # issue 18: exactly-once saturation >= 80 % of at-least-once's
+# A run during which processes other than the bench's own used this many cores (or the
+# hypervisor stole them) shared the machine: flagged, since on two cores its figures
+# say more about the neighbour than about the delivery mode.
+DISTURBED_CORES = 0.25
+
+
+def disturbed(run: dict) -> bool:
+    cores = run.get("cpu_cores", {})
+    return cores.get("others", 0.0) + cores.get("stolen", 0.0) > DISTURBED_CORES
 
 
 @dataclass(frozen=True)
@@ -216,7 +230,7 @@ def saturation(bootstrap: str, pool: RequestPool, mode: Mode, n: int, policy: st
         # The worker drains from its start; the window of cpu_shares starts when it has
         # partitions (~1 s into the drain) and ends at the commit of its last offsets.
         # No reader alongside: it would take CPU from the worker on two cores.
-        with cpu_shares(bootstrap, proc.pid) as cores:
+        with cpu_shares(bootstrap, proc.pid, machine=True) as cores:
             committed_ms = wait_committed(bootstrap, proc, inp, ends, timeout=600)
         res = read_results(bootstrap, out, n, timeout=600, run=run)  # read_committed: librdkafka's default
         drain_s = (max(committed_ms, float(res.result_ts_ms.max())) - float(res.result_ts_ms.min())) / 1000.0
@@ -322,6 +336,7 @@ def latency_summary(read_ms: list[float], produced_ms: list[float], sent: int, d
         "p50_ms": float(np.percentile(read, 50)), "p99_ms": float(np.percentile(read, 99)),
         "p50_produced_ms": float(np.percentile(produced, 50)), "p99_produced_ms": float(np.percentile(produced, 99)),
         "mean_commit_wait_ms": float(np.mean(read - produced)),
+        "p50_wait_ms": float(np.percentile(read - produced, 50)), "p99_wait_ms": float(np.percentile(read - produced, 99)),
     }
 
 
@@ -333,7 +348,7 @@ def latency(bootstrap: str, pool: RequestPool, mode: Mode, rate: float, seconds:
     env = {**policy_env(policy, backlog=False), **mode.env()}
     try:
         with worker_process(bootstrap, inp, out, policy, extra_env=env, log_name=f"delivery-lat-{mode.tag}") as proc:
-            with cpu_shares(bootstrap, proc.pid, {"reader": reader_pid}) as cores:
+            with cpu_shares(bootstrap, proc.pid, {"reader": reader_pid}, machine=True) as cores:
                 sent = open_loop(bootstrap, inp, pool, rate, seconds, run)
             got = reader.finish(sent)
             breakdown = stages(proc)
@@ -357,7 +372,8 @@ def summarise(runs: list[dict], keys: tuple[str, ...]) -> dict:
 
 
 SAT_KEYS = ("requests_per_s", "produced_requests_per_s", "rows_per_s", "produced_rows_per_s", "final_commit_wait_ms")
-LAT_KEYS = ("p99_ms", "p50_ms", "p50_produced_ms", "p99_produced_ms", "mean_commit_wait_ms")
+LAT_KEYS = ("p99_ms", "p50_ms", "p50_produced_ms", "p99_produced_ms", "mean_commit_wait_ms", "p50_wait_ms",
+            "p99_wait_ms")
 
 
 def ratios(report: dict) -> list[dict]:
@@ -375,6 +391,9 @@ def ratios(report: dict) -> list[dict]:
         if base_l and label in lat and "p50_ms" in lat[label]:
             row["p50"] = lat[label]["p50_ms"] / base_l["p50_ms"]
             row["p99"] = lat[label]["p99_ms"] / base_l["p99_ms"]
+            if "p50_wait_ms" in base_l:  # ms a result waits longer, once produced, to be readable
+                row["wait_p50_added_ms"] = lat[label]["p50_wait_ms"] - base_l["p50_wait_ms"]
+                row["wait_p99_added_ms"] = lat[label]["p99_wait_ms"] - base_l["p99_wait_ms"]
         row["meets_target"] = row["saturation"] >= TARGET
         rows.append(row)
     return rows
@@ -405,28 +424,36 @@ def figures_table(report: dict) -> str:
         cores = lat.get("cpu_cores") or {**s["cpu_cores"], "reader": float("nan")}
         rows.append([
             label + (" (NO TRANSACTIONS SEEN)" if s.get("no_transactions") else ""),
-            f"{s['requests_per_s']:.0f}" + _spread(s["runs_requests_per_s"]),
+            f"{s['requests_per_s']:.0f}" + _spread(s["runs_requests_per_s"]) + _marks(s),
             f"{s['produced_requests_per_s']:.0f}",
             f"{s['final_commit_wait_ms']:.0f}",
             f"{s['txn_markers']}",
             f"{s['transactions']['mean_commit_ms']:.1f}" if s.get("transactions") else "-",
             _periods(s, lat),
-            f"{lat['p50_ms']:.1f}" + _spread(lat["runs_p50_ms"]) if "p50_ms" in lat else "-",
+            f"{lat['p50_ms']:.1f}" + _spread(lat["runs_p50_ms"]) + _marks(lat) if "p50_ms" in lat else "-",
             f"{lat['p99_ms']:.1f}" + _spread(lat["runs_p99_ms"]) if "p99_ms" in lat else "-",
             f"{lat['p50_produced_ms']:.1f} / {lat['p99_produced_ms']:.1f}" if "p50_ms" in lat else "-",
+            f"{lat['p50_wait_ms']:.1f} / {lat['p99_wait_ms']:.1f}" if "p50_ms" in lat else "-",
             f"{lat['duplicates_all_runs']} / {lat['missing_all_runs']} of {lat['sent_all_runs']}" if lat else "-",
-            "{generator:.2f} / {worker:.2f} / {broker:.2f} / {reader:.2f}".format(**cores),
+            " / ".join(f"{cores.get(k, float('nan')):.2f}" for k in ("generator", "worker", "broker", "reader", "others")),
         ])
-    return table(["mode", "sat req/s", "produced req/s", "final commit wait ms", "txn markers", "mean commit ms", "commit every ms: sat / lat", "p50 ms", "p99 ms",
-                  "ts-based p50/p99", "dup / missing (all runs)", "cores at latency load: gen / worker / broker / reader"], rows)
+    return table(["mode", "sat req/s", "produced req/s", "final commit wait ms", "txn markers", "mean commit ms",
+                  "commit every ms: sat / lat", "p50 ms", "p99 ms", "ts-based p50/p99", "read-ts p50/p99",
+                  "dup / missing (all runs)", "cores at latency load: gen / worker / broker / reader / others"], rows)
+
+
+def _marks(cell: dict) -> str:
+    n = cell.get("disturbed_runs", 0)
+    return f" [{n} disturbed]" if n else ""
 
 
 def ratio_table(report: dict) -> str:
     rows = [[r["mode"], f"{r['saturation']:.2f}", f"{r['saturation_produced']:.2f}",
              f"{r['p50']:.2f}" if "p50" in r else "-", f"{r['p99']:.2f}" if "p99" in r else "-",
+             f"+{r['wait_p50_added_ms']:.0f} / +{r['wait_p99_added_ms']:.0f}" if "wait_p50_added_ms" in r else "-",
              "yes" if r["meets_target"] else "NO"] for r in report["ratios"]]
     return table(["exactly_once / at_least_once", "saturation", "sat. (produced)", "p50", "p99",
-                  f">= {TARGET:.0%} target"], rows)
+                  "read-ts wait added, p50 / p99 ms", f">= {TARGET:.0%} target"], rows)
 
 
 def run_report(args: argparse.Namespace) -> dict:
@@ -451,7 +478,8 @@ def run_report(args: argparse.Namespace) -> dict:
                       f"({r['produced_requests_per_s']:.0f} produced, last commit +{r['final_commit_wait_ms']:.0f} ms, "
                       f"{r['txn_markers']} markers{_txn_text(r)}); {cpu_text(r['cpu_cores'])}{flag}", flush=True)
         report["saturation"] = {label: {**summarise(rs, SAT_KEYS),
-                                        "no_transactions": any(r["no_transactions"] for r in rs)}
+                                        "no_transactions": any(r["no_transactions"] for r in rs),
+                                        "disturbed_runs": sum(disturbed(r) for r in rs)}
                                 for label, rs in sat_runs.items()}
         rate = args.load * report["saturation"][ALO]["requests_per_s"]
         report["latency_rate"] = rate
@@ -470,7 +498,8 @@ def run_report(args: argparse.Namespace) -> dict:
         report["latency"] = {label: {**summarise([r for r in rs if "p50_ms" in r], LAT_KEYS),
                                      "sent_all_runs": sum(r["sent"] for r in rs),
                                      "duplicates_all_runs": sum(r["duplicates"] for r in rs),
-                                     "missing_all_runs": sum(r["missing"] for r in rs)}
+                                     "missing_all_runs": sum(r["missing"] for r in rs),
+                                     "disturbed_runs": sum(disturbed(r) for r in rs)}
                              for label, rs in lat_runs.items() if any("p50_ms" in r for r in rs)}
     report["ratios"] = ratios(report)
     return report
@@ -498,7 +527,10 @@ def main() -> int:
           f"{args.repeat} run(s) per cell, median (range)")
     print("sat req/s: until the last result is readable read_committed (exactly_once: its last commit); "
           "produced: until the last result's timestamp.\nlatency: read time at a read_committed reader - "
-          "request CreateTime (ts-based: result timestamp - request CreateTime, hides the commit wait).")
+          "request CreateTime (ts-based: result timestamp - request CreateTime, hides the commit wait; "
+          "read-ts: the wait between a result's produce and its being readable).\n"
+          f"[n disturbed]: runs during which other work on the machine (or the hypervisor) took > "
+          f"{DISTURBED_CORES} core (cores: others).")
     print(figures_table(report))
     print()
     print(ratio_table(report))

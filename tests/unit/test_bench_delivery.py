@@ -5,7 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from bench.delivery import ALO, EOS, drain_rates, latency_summary, modes, ratios, rotated, summarise
+from bench.delivery import (
+    ALO,
+    EOS,
+    disturbed,
+    drain_rates,
+    latency_summary,
+    modes,
+    ratios,
+    rotated,
+    summarise,
+)
 
 
 def test_at_least_once_drain_ends_at_the_last_result() -> None:
@@ -67,3 +77,10 @@ def test_ratios_against_at_least_once() -> None:
 
 def test_each_round_starts_one_case_later() -> None:
     assert [rotated([1, 2, 3], k) for k in range(4)] == [[1, 2, 3], [2, 3, 1], [3, 1, 2], [1, 2, 3]]
+
+
+def test_a_run_sharing_the_machine_is_disturbed() -> None:
+    assert not disturbed({"cpu_cores": {"worker": 1.9, "others": 0.05, "stolen": 0.0}})
+    assert disturbed({"cpu_cores": {"worker": 0.9, "others": 0.6, "stolen": 0.0}})
+    assert disturbed({"cpu_cores": {"worker": 0.9, "others": 0.1, "stolen": 0.3}})
+    assert not disturbed({})
