@@ -521,6 +521,8 @@ def main() -> int:
     t0 = time.monotonic()
     report = run_report(args)
     report["wall_s"] = time.monotonic() - t0
+    path = OUT / "delivery.json"
+    path.write_text(json.dumps(report, indent=2, default=float))  # before the tables: a figure is never lost
     print(f"\n{report['machine']}; policy {args.policy}; {args.requests} requests per drain "
           f"({report['mean_rows_per_request']:.1f} rows each); latency at {report['latency_rate']:.0f} req/s "
           f"({100 * args.load:.0f} % of at-least-once saturation), {args.seconds:.0f} s per run; "
@@ -534,8 +536,6 @@ def main() -> int:
     print(figures_table(report))
     print()
     print(ratio_table(report))
-    path = OUT / "delivery.json"
-    path.write_text(json.dumps(report, indent=2, default=float))
     print(f"\njson: {path} ({report['wall_s']:.0f} s)")
     return 0
 
