@@ -73,21 +73,46 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
 
+def machine_cpu_seconds() -> tuple[float, float]:
+    """CPU seconds of the whole machine so far, every core (/proc/stat): busy (user,
+    nice, system, irq, softirq; guest is inside user) and stolen by the hypervisor."""
+    f = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]] + [0] * 8
+    hz = os.sysconf("SC_CLK_TCK")
+    return (f[0] + f[1] + f[2] + f[5] + f[6]) / hz, f[7] / hz
+
+
 @contextmanager
-def cpu_shares(bootstrap: str, worker_pid: int) -> Iterator[dict[str, float]]:
+def cpu_shares(
+    bootstrap: str, worker_pid: int, extra: dict[str, int] | None = None, *, machine: bool = False,
+) -> Iterator[dict[str, float]]:
     """Cores used while the block runs, by the load generator (this process: the
     bench produces from it), the worker and the broker: on a 2-core machine the
-    three share the CPU, and a figure means little without the split. Filled on exit."""
+    three share the CPU, and a figure means little without the split. `extra`: more
+    processes of the bench to account for, by name (e.g. a reader of the results).
+    machine=True adds "others": the rest of the machine's busy cores meanwhile (other
+    work on the machine, and kernel time no process was charged for), so a run that
+    shared the CPU with something else can be told apart, and "stolen" (by the
+    hypervisor of a VM). Filled on exit."""
     brokers = _BROKER_PIDS.get(bootstrap, [])
+    extra = extra or {}
     wall0, gen0 = time.monotonic(), time.process_time()
     worker0 = cpu_seconds(worker_pid)
     broker0 = sum(cpu_seconds(p) for p in brokers)
+    extra0 = {name: cpu_seconds(pid) for name, pid in extra.items()}
+    machine0 = machine_cpu_seconds() if machine else (0.0, 0.0)
     shares: dict[str, float] = {}
     yield shares
     wall = max(time.monotonic() - wall0, 1e-9)
     shares["generator"] = (time.process_time() - gen0) / wall
     shares["worker"] = (cpu_seconds(worker_pid) - worker0) / wall
     shares["broker"] = (sum(cpu_seconds(p) for p in brokers) - broker0) / wall if brokers else float("nan")
+    for name, pid in extra.items():
+        shares[name] = (cpu_seconds(pid) - extra0[name]) / wall
+    if machine:
+        busy, stolen = machine_cpu_seconds()
+        ours = sum(v for v in shares.values() if v == v)  # not NaN
+        shares["others"] = max((busy - machine0[0]) / wall - ours, 0.0)
+        shares["stolen"] = (stolen - machine0[1]) / wall
 
 
 def stages(proc: subprocess.Popen, pipeline: str = "ctr") -> dict[str, dict[str, float | None]]:
@@ -291,6 +316,8 @@ def worker_process(
     try:
         _wait_assigned(proc, port, log)
         proc.metrics_url = f"http://127.0.0.1:{port}/metrics"  # type: ignore[attr-defined]
+        proc.group_id = group  # type: ignore[attr-defined]
+        proc.log_path = log  # type: ignore[attr-defined]
         yield proc
     finally:
         if proc.poll() is None:
