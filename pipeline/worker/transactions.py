@@ -145,12 +145,13 @@ class Transactions:
         offsets = {tp: o for tp, o in self._order.released().items() if self._committed.get(tp) != o}
         if not offsets and not self._open and self._doomed is None:
             return True
+        began = time.monotonic()
         left = self.producer.flush(FLUSH_TIMEOUT_S)  # delivery reports: a failure dooms it
         for sink in self.sinks:
             sink.flush()
         waiting = self._not_ready(offsets, left)
         if self._doomed is None and waiting is None:
-            if self._commit(offsets):
+            if self._commit(offsets, began):
                 return True
         elif self._doomed is None and not letting_go:
             log.info("transaction not committed yet: %s", waiting)
@@ -168,12 +169,13 @@ class Transactions:
                 return f"{tp[0]}[{tp[1]}] rows before offset {offset} not durable in every sink yet"
         return None
 
-    def _commit(self, offsets: dict[TopicPartition, int]) -> bool:
+    def _commit(self, offsets: dict[TopicPartition, int], began: float) -> bool:
+        """Commit; `began`: when the flush before it started (the source loop stands
+        still from then on, which tidebatch_transaction_commit_seconds shows)."""
         source = self.source()
         metadata = source.group_metadata() if source is not None else None
         for attempt in range(1, COMMIT_ATTEMPTS + 1):
             try:
-                began = time.monotonic()
                 self.producer.commit_transaction(offsets, metadata, STEP_TIMEOUT_S)
                 self.metrics.transaction_seconds.labels(self.pipeline).observe(time.monotonic() - began)
             except TransactionError as exc:
