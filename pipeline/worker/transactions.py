@@ -37,6 +37,7 @@ from consumers.records import (
     TransactionError,
 )
 from consumers.release import OrderedRelease, Submitted
+from pipeline.errors import UserError
 from pipeline.metrics import WorkerMetrics
 from pipeline.sinks import ResultSink
 from pipeline.worker.stats import WorkerStats
@@ -92,8 +93,11 @@ class Transactions:
     def start(self) -> None:
         """Fence older producers with our transactional.id (their open transaction is
         aborted) and open the first transaction."""
-        self.producer.init_transactions(INIT_TIMEOUT_S)
-        self.producer.begin_transaction()
+        try:
+            self.producer.init_transactions(INIT_TIMEOUT_S)
+            self.producer.begin_transaction()
+        except TransactionError as exc:  # no transaction support, or no ACL for our transactional.id
+            raise UserError(f"delivery exactly_once: cannot start transactions: {exc.reason}") from exc
         self._next_commit = time.monotonic() + self.interval_s
 
     # ------------------------------------------------------------------ outcomes

@@ -215,3 +215,16 @@ def test_an_outcome_without_a_record_still_moves_the_offset(dropped: bool) -> No
     records, offsets = rig.producer.committed[-1]
     assert offsets == {("req", 0): 2}
     assert records == ([] if dropped else [("res", b"s1")])
+
+
+def test_a_producer_that_cannot_start_transactions_is_one_line() -> None:
+    from pipeline.errors import UserError
+
+    rig = Rig()
+
+    def refuse(timeout: float) -> None:
+        raise TransactionError("init_transactions: Broker: Transactional Id authorization failed", fatal=True)
+
+    rig.producer.init_transactions = refuse  # type: ignore[method-assign]
+    with pytest.raises(UserError, match="cannot start transactions: .*authorization failed"):
+        rig.txns.start()
