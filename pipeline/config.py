@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from consumers.client_settings import ROLES, env_key, redacted, settings_for
 from pipeline.errors import UserError
 from pipeline.kafka_keys import validate_delivery, validate_group
 from pipeline.redisio.config import RedisConfig, validate_redis
@@ -113,10 +114,21 @@ class MetricsConfig:
     port: int = 9400
 
 
-@dataclass
+@dataclass(repr=False)
 class KafkaOverrides:
+    """librdkafka settings: `common` for every client, then each role's own."""
+
+    common: dict[str, Any] = field(default_factory=dict)
     consumer: dict[str, Any] = field(default_factory=dict)
     producer: dict[str, Any] = field(default_factory=dict)
+    admin: dict[str, Any] = field(default_factory=dict)
+
+    def client(self, role: str) -> dict[str, Any]:
+        """What a consumer, producer or admin client gets (consumers/client_settings.py)."""
+        return settings_for(self, role)
+
+    def __repr__(self) -> str:  # a dumped config must not show a secret
+        return "KafkaOverrides(" + ", ".join(f"{r}={redacted(getattr(self, r))}" for r in ("common", *ROLES)) + ")"
 
 
 @dataclass
@@ -270,6 +282,8 @@ def env_overrides(environ: Mapping[str, str]) -> dict:
         if not name.startswith(ENV_PREFIX) or name == ENV_PREFIX or name.startswith(_NOT_WORKER_PREFIXES):
             continue
         path = [p.lower() for p in name[len(ENV_PREFIX):].split("__")]
+        if len(path) == 3 and path[0] == "kafka":  # librdkafka names have dots
+            path[2] = env_key(path[2])
         try:
             value = yaml.safe_load(raw) if raw != "" else None
         except yaml.YAMLError:

@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from consumers.kafka_python_settings import kafka_python_settings
 from consumers.profiles import (
     consumer_config,
     kafka_python_consumer_config,
@@ -69,7 +70,7 @@ def make_source(
         # producers' transactions too); librdkafka's default, made explicit.
         isolation = {"isolation.level": "read_committed"} if cfg.delivery == "exactly_once" else {}
         overrides = {
-            **(large.consumer if large else {}), **group_overrides(cfg, "confluent"), **isolation, **cfg.kafka.consumer
+            **(large.consumer if large else {}), **group_overrides(cfg, "confluent"), **isolation, **cfg.kafka.client("consumer")
         }
         conf = consumer_config(cfg.broker_profile, cfg.bootstrap_servers, group_id, overrides)
         return ConfluentSource(conf, topics, on_assign, on_revoke)
@@ -78,7 +79,8 @@ def make_source(
 
         large = _large(cfg)
         overrides = {
-            **(large.kafka_python_consumer if large else {}), **group_overrides(cfg, "kafka-python"), **cfg.kafka.consumer
+            **(large.kafka_python_consumer if large else {}), **group_overrides(cfg, "kafka-python"),
+            **kafka_python_settings(cfg.kafka.client("consumer")),
         }
         conf = kafka_python_consumer_config(cfg.broker_profile, cfg.bootstrap_servers, group_id, overrides)
         return KafkaPythonSource(conf, topics, on_assign, on_revoke)
@@ -111,7 +113,7 @@ def make_producer(cfg: WorkerConfig, group_id: str | None = None) -> Producer:
 
         large = _large(cfg)
         txn = _exactly_once(cfg, group_id or f"tidebatch-{cfg.pipeline}")
-        overrides = {**(large.producer if large else {}), **txn, **cfg.kafka.producer}
+        overrides = {**(large.producer if large else {}), **txn, **cfg.kafka.client("producer")}
         conf = producer_config(cfg.broker_profile, cfg.bootstrap_servers, overrides)
         if txn:
             log.info("transactional.id %s (delivery exactly_once)", conf["transactional.id"])
@@ -121,6 +123,8 @@ def make_producer(cfg: WorkerConfig, group_id: str | None = None) -> Producer:
         from consumers.kafka_python_backend import KafkaPythonProducer
 
         large = _large(cfg)
-        overrides = {**(large.kafka_python_producer if large else {}), **cfg.kafka.producer}
+        overrides = {
+            **(large.kafka_python_producer if large else {}), **kafka_python_settings(cfg.kafka.client("producer"))
+        }
         return KafkaPythonProducer(kafka_python_producer_config(cfg.broker_profile, cfg.bootstrap_servers, overrides))
     raise UserError(f"unknown Kafka client {cfg.client!r}; use confluent or kafka-python")

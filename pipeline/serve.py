@@ -24,7 +24,8 @@ def serve(cfg: WorkerConfig) -> int:
         # with one line within kafka_connect_timeout_s, instead of retrying unready.
         from consumers.kafka_reachable import require_kafka
 
-        require_kafka(cfg.bootstrap_servers, cfg.kafka_connect_timeout_s, cfg.kafka.consumer)
+        require_kafka(cfg.bootstrap_servers, cfg.kafka_connect_timeout_s, cfg.kafka.client("admin"))
+    log_kafka_settings(cfg)
     if cfg.create_topics:
         prepare_topics(cfg)
     # Offline sinks: the `sinks` section (docs/ETL.md); Redis: the `redis` section
@@ -49,6 +50,15 @@ def serve(cfg: WorkerConfig) -> int:
         parts.close_redis()
 
 
+def log_kafka_settings(cfg: WorkerConfig) -> None:
+    """The `kafka:` block as each client gets it, secrets shown as ***."""
+    from consumers.client_settings import ROLES, redacted
+
+    settings = {role: redacted(cfg.kafka.client(role)) for role in ROLES}
+    if any(settings.values()):
+        log.info("kafka client settings: %s", "; ".join(f"{r} {s}" for r, s in settings.items()))
+
+
 def prepare_topics(cfg: WorkerConfig) -> None:
     """Create the worker's topics that are missing (cfg.create_topics): input, output,
     dead-letter and late, with cfg.partitions each."""
@@ -60,13 +70,14 @@ def prepare_topics(cfg: WorkerConfig) -> None:
     inp = cfg.input_topic or spec.input_topic
     names = [inp, *Topics.for_input(inp, cfg.output_topic or spec.output_topic, cfg.dlq_topic, cfg.late_topic).all()]
 
-    present = existing_topics(cfg.bootstrap_servers)
+    admin = cfg.kafka.client("admin")
+    present = existing_topics(cfg.bootstrap_servers, admin_config=admin)
     missing = {n: cfg.partitions for n in names if n not in present}
     if missing:
         # Apache Kafka refuses values above the topic's max.message.bytes (~1 MB).
         limit = spec.max_message_bytes
         topic_config = {"max.message.bytes": str(limit + 65536)} if limit else None
-        ensure_topics(cfg.bootstrap_servers, missing, topic_config=topic_config)
+        ensure_topics(cfg.bootstrap_servers, missing, topic_config=topic_config, admin_config=admin)
         log.info("created topics %s", ", ".join(sorted(missing)))
 
 

@@ -8,6 +8,7 @@ import datetime as dt
 import os
 import sys
 
+from pipeline.commands.kafka_flags import add_x_flag, kafka_block
 from pipeline.errors import UserError
 from pipeline.etl.settings import EtlJob  # no pyarrow, unlike pipeline.etl.job (in run())
 
@@ -49,6 +50,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress on stderr")
     # Test hook: crash (exit 137, nothing flushed) after N chunks are checkpointed.
     p.add_argument("--kill-after-chunks", type=int, help=argparse.SUPPRESS)
+    add_x_flag(p)
     p.set_defaults(func=run)
 
 
@@ -85,6 +87,7 @@ def build_job(args: argparse.Namespace) -> EtlJob:
         topic=args.topic,
         bootstrap_servers=args.bootstrap_servers or defaults.get("bootstrap_servers"),
         broker_profile=args.broker_profile or defaults.get("broker_profile", "kafka"),
+        kafka=kafka_block(args, defaults.get("kafka")),
         partitions=args.partitions,
         from_offset=args.from_offset,
         to_offset=args.to_offset,
@@ -114,6 +117,7 @@ def _config_defaults(path: str | None) -> dict:
     return {
         "bootstrap_servers": cfg.bootstrap_servers,
         "broker_profile": cfg.broker_profile,
+        "kafka": cfg.kafka,
         "columns": list(pq.columns),
         "roll_interval_s": pq.roll_interval_s,
         "compression": pq.compression,
@@ -130,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
 
         if args.connect_timeout <= 0:
             raise UserError("--connect-timeout must be > 0")
-        require_kafka(job.bootstrap_servers, args.connect_timeout)  # one line, not a retry storm
+        require_kafka(job.bootstrap_servers, args.connect_timeout, job.kafka.client("admin"))  # one line, not a retry storm
     try:
         summary = run_etl(job)
     except JobInterrupted:

@@ -6,14 +6,16 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import Producer
 
 from consumers.admin import ensure_topics
 from consumers.kafka_reachable import DEFAULT_TIMEOUT_S, require_kafka
 from consumers.profiles import producer_config
+from pipeline.commands.kafka_flags import add_x_flag, kafka_block
 from pipeline.errors import UserError
 from pipeline.loadgen.pacing import poisson_schedule, run_open_loop
 from pipeline.pipelines import PIPELINES, Sample, get_pipeline
@@ -55,6 +57,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--connect-timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
         help=f"exit 1 when no broker answers within this (default {DEFAULT_TIMEOUT_S:g})",
     )
+    add_x_flag(p)
     p.set_defaults(func=run)
 
 
@@ -73,10 +76,12 @@ def produce(
     on_sent: Callable[[int], None] | None = None,
     camera: CameraLoad | None = None,
     encoding: str = "json",
+    kafka: Mapping[str, Any] | None = None,
 ) -> tuple[int, float]:
     """Send `count` requests at `rate`/s (Poisson), or, for the camera pipeline with
     `camera` given, `count` frames of camera.cameras cameras at their own frame rate;
-    returns (sent, seconds). Flushes at the end."""
+    returns (sent, seconds). Flushes at the end. `kafka`: the producer's settings
+    (KafkaOverrides.client("producer"))."""
     spec = get_pipeline(pipeline)
     topic = topic or spec.input_topic
     schedule: Iterator[float]
@@ -97,7 +102,7 @@ def produce(
     from consumers.profiles import large_message_overrides
 
     large = large_message_overrides(spec.max_message_bytes).producer if spec.max_message_bytes else None
-    producer = Producer(producer_config(profile, bootstrap, large))
+    producer = Producer(producer_config(profile, bootstrap, {**(large or {}), **(kafka or {})}))
     warm_up_producer(producer, topic)
     errors: list[str] = []
 
@@ -193,13 +198,14 @@ def run(args: argparse.Namespace) -> int:
     camera = _camera_load(args) if args.pipeline == "camera" else None
     if args.connect_timeout <= 0:
         raise UserError("--connect-timeout must be > 0")
-    require_kafka(args.bootstrap_servers, args.connect_timeout)
-    ensure_topics(args.bootstrap_servers, {topic: args.partitions})
+    kafka = kafka_block(args)
+    require_kafka(args.bootstrap_servers, args.connect_timeout, kafka.client("admin"))
+    ensure_topics(args.bootstrap_servers, {topic: args.partitions}, admin_config=kafka.client("admin"))
     t0 = time.monotonic()
     sent, _ = produce(
         args.bootstrap_servers, args.pipeline, args.rate or DEFAULT_RATE, args.count,
         topic=topic, seed=args.seed, profile=args.broker_profile, progress=not args.quiet, camera=camera,
-        encoding=args.encoding,
+        encoding=args.encoding, kafka=kafka.client("producer"),
     )
     elapsed = time.monotonic() - t0
     print(f"sent {sent} {args.pipeline} requests to {topic} in {elapsed:.1f} s ({sent / elapsed:.1f}/s)")

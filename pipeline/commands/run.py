@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import logging
 
+from consumers.client_settings import parse_x
 from pipeline.batching.policies import POLICY_NAMES
+from pipeline.commands.kafka_flags import add_x_flag
 from pipeline.config import load_config
 from pipeline.pipelines import PIPELINES
 
@@ -38,6 +40,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--kafka-connect-timeout", type=float, dest="kafka_connect_timeout_s", metavar="SECONDS",
         help="exit 1 when no broker answers within this at start (default 30)",
     )
+    add_x_flag(p)
     p.set_defaults(func=run)
 
 
@@ -62,6 +65,8 @@ def flag_overrides(args: argparse.Namespace) -> dict:
         out["batching"] = batching
     if args.metrics_port is not None:
         out["metrics"] = {"port": args.metrics_port}
+    if args.kafka_settings:
+        out["kafka"] = {"common": parse_x(args.kafka_settings)}
     return out
 
 

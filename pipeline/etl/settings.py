@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pipeline.config import KafkaOverrides
 from pipeline.errors import UserError
 
 
@@ -17,6 +18,7 @@ class EtlJob:
     topic: str | None = None  # topic mode
     bootstrap_servers: str | None = None
     broker_profile: str = "kafka"
+    kafka: KafkaOverrides = field(default_factory=KafkaOverrides, repr=False)  # may hold secrets
     partitions: list[int] | None = None
     from_offset: int | None = None
     to_offset: int | None = None

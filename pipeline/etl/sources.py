@@ -58,7 +58,7 @@ def topic_sources(job: EtlJob, saved: list[dict[str, Any]] | None) -> tuple[list
     else:
         ranges = resolve_ranges(
             job.bootstrap_servers, job.broker_profile, job.topic, job.partitions,
-            job.from_offset, job.to_offset, job.from_ms, job.to_ms,
+            job.from_offset, job.to_offset, job.from_ms, job.to_ms, settings=job.kafka.client("consumer"),
         )
     codec = CtrCodec(max_items=1_000_000)
     sources = []
@@ -66,7 +66,10 @@ def topic_sources(job: EtlJob, saved: list[dict[str, Any]] | None) -> tuple[list
 
         def chunks(start: int, rng: PartitionRange = rng) -> Iterator[Chunk]:
             assert job.bootstrap_servers is not None
-            return read_partition_chunks(job.bootstrap_servers, job.broker_profile, rng, job.chunk_records, start, codec)
+            return read_partition_chunks(
+                job.bootstrap_servers, job.broker_profile, rng, job.chunk_records, start, codec,
+                settings=job.kafka.client("consumer"),
+            )
 
         sources.append(Source(f"{rng.topic}+{rng.partition}", rng.topic, rng.partition,
                                float(max(rng.end - rng.start, 1)), chunks, rng.start))

@@ -17,7 +17,7 @@ this module):
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -48,8 +48,8 @@ class PartitionRange:
         return asdict(self)
 
 
-def _consumer(bootstrap: str, profile: str) -> Consumer:
-    conf = consumer_config(profile, bootstrap, "tidebatch-etl")  # never joins: assign() only
+def _consumer(bootstrap: str, profile: str, settings: Mapping[str, Any] | None) -> Consumer:
+    conf = consumer_config(profile, bootstrap, "tidebatch-etl", settings)  # never joins: assign() only
     conf["enable.partition.eof"] = True
     try:
         return Consumer(conf)
@@ -66,9 +66,12 @@ def resolve_ranges(
     to_offset: int | None,
     from_ms: int | None,
     to_ms: int | None,
+    *,
+    settings: Mapping[str, Any] | None = None,
 ) -> list[PartitionRange]:
-    """Fix the job's offset ranges once, at creation (a resumed job reuses them)."""
-    c = _consumer(bootstrap, profile)
+    """Fix the job's offset ranges once, at creation (a resumed job reuses them).
+    `settings`: the consumer's `kafka:` settings (KafkaOverrides.client)."""
+    c = _consumer(bootstrap, profile, settings)
     try:
         parts = _partitions(c, topic, partitions, bootstrap)
         lows, highs = _watermarks(c, topic, parts)
@@ -138,12 +141,14 @@ def read_partition_chunks(
     chunk_records: int,
     resume_at: int,
     codec: CtrCodec,
+    *,
+    settings: Mapping[str, Any] | None = None,
 ) -> Iterator[Chunk]:
     """Chunks of offsets [start + k*chunk_records, ...) from `resume_at` (a chunk
     boundary) to the range end; records outside the time window are left out."""
     if resume_at >= rng.end:
         return
-    c = _consumer(bootstrap, profile)
+    c = _consumer(bootstrap, profile, settings)
     try:
         c.assign([TopicPartition(rng.topic, rng.partition, resume_at)])
         index = (resume_at - rng.start) // chunk_records

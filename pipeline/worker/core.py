@@ -174,7 +174,7 @@ class Worker:
     def _read_topic_limits(self) -> None:
         from consumers.admin import topic_max_message_bytes
 
-        described = topic_max_message_bytes(self.cfg.bootstrap_servers, self.topics.all())
+        described = topic_max_message_bytes(self.cfg.bootstrap_servers, self.topics.all(), admin_config=self.cfg.kafka.client("admin"))
         self.outcomes.limits = self._limits(described)
         log.info(
             "size limits: requests up to %d bytes; records to %s",

@@ -1,0 +1,70 @@
+"""A configured Kafka secret never shows: not in what the worker or `produce` print,
+not in /api/stats, not on the dashboard. The secrets ride on a PLAINTEXT listener, where
+librdkafka ignores them, so every client still connects and the worker scores requests:
+the settings reached real clients and the run did everything it prints on."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.integration.opsutil import (
+    REPO,
+    ResultCollector,
+    http_get,
+    make_topics,
+    start_worker_process,
+    wait_for,
+    wait_ready,
+)
+
+# Distinct per source, so a leak says which path leaked.
+FROM_X = "XsecretViaFlag71"
+FROM_ENV = "XsecretViaEnv72"
+FROM_FILE = "XsecretViaFile73"
+FROM_PRODUCE = "XsecretViaProduce74"
+SECRETS = (FROM_X, FROM_ENV, FROM_FILE, FROM_PRODUCE)
+
+
+def _leaks(text: str) -> list[str]:
+    return [s for s in SECRETS if s in text]
+
+
+def test_no_configured_secret_is_printed_or_served(
+    kafka_broker, kafka_topic_factory, unique_group_id: str, tmp_path: Path
+) -> None:
+    topics = make_topics(kafka_topic_factory, 2)
+    secret_file = tmp_path / "admin-secret"
+    secret_file.write_text(FROM_FILE + "\n")
+    worker = start_worker_process(
+        kafka_broker, topics, unique_group_id, tmp_path, "worker",
+        args=("-X", "security.protocol=PLAINTEXT", "-X", f"ssl.key.password={FROM_X}"),
+        # The env var names a reference, resolved from KAFKA_TEST_PW: both paths at once.
+        TIDEBATCH_KAFKA__PRODUCER__SASL_PASSWORD="${KAFKA_TEST_PW}",
+        KAFKA_TEST_PW=FROM_ENV,
+        TIDEBATCH_KAFKA__ADMIN__SSL_KEYSTORE_PASSWORD=f"@file:{secret_file}",
+        TIDEBATCH_CREATE_TOPICS="true",  # the admin client runs, with its settings
+    )
+    results = ResultCollector(kafka_broker.bootstrap_servers, topics.output)
+    try:
+        wait_ready(worker.url, timeout=90)
+        produced = subprocess.run(
+            [sys.executable, "-m", "pipeline.cli", "produce", "ctr", "--bootstrap-servers",
+             kafka_broker.bootstrap_servers, "--topic", topics.input, "--partitions", "2", "--count", "200", "--rate", "2000",
+             "--quiet", "-X", f"sasl.password={FROM_PRODUCE}"],
+            cwd=REPO, capture_output=True, text=True, timeout=120,
+        )
+        assert produced.returncode == 0, produced.stdout + produced.stderr
+        wait_for(lambda: len(results.counts) >= 200, 90, "200 results")
+        served = {path: http_get(worker.url + path)[2] for path in ("/api/stats", "/", "/metrics")}
+    finally:
+        code = worker.stop()
+        results.close()
+    printed = worker.log_path.read_text(errors="replace")
+    assert "kafka client settings" in printed and "***" in printed, printed[-2000:]
+    assert code == 0, worker.log_tail()
+    assert not _leaks(printed), f"worker printed a secret: {_leaks(printed)}"
+    assert not _leaks(produced.stdout + produced.stderr)
+    for path, body in served.items():
+        assert not _leaks(body), f"{path} served a secret: {_leaks(body)}"
