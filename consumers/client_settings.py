@@ -94,5 +94,5 @@ def parse_x(items: Iterable[str] | None) -> dict[str, str]:
 def env_key(name: str) -> str:
     """A `kafka.<role>` key from an environment variable name: librdkafka names use
     dots, which a shell cannot export, so TIDEBATCH_KAFKA__COMMON__SASL_PASSWORD means
-    sasl.password (no librdkafka property settable from config has an underscore)."""
+    sasl.password (only librdkafka's callbacks, which no string sets, have underscores)."""
     return name.replace("_", ".")

@@ -43,7 +43,11 @@ def require_kafka(
     KafkaUnavailable with the one line otherwise (see the module doc). `config`:
     client settings (security) as the command's own clients get them."""
     failures: list[KafkaFailure] = []
-    admin = make_admin(admin_config(bootstrap_servers, connection_settings(config), failures.append))
+    try:
+        admin = make_admin(admin_config(bootstrap_servers, connection_settings(config), failures.append))
+    except KafkaException as exc:  # a setting librdkafka refuses: its one line, no traceback
+        err = exc.args[0] if exc.args else exc
+        raise KafkaUnavailable(f"Kafka client settings refused: {err.str() if hasattr(err, 'str') else err}") from None
     deadline = clock() + timeout_s
     last = "no answer"
     while True:

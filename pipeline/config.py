@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from consumers.client_settings import ROLES, env_key, redacted, settings_for
+from consumers.kafka_python_settings import kafka_python_settings
 from pipeline.errors import UserError
 from pipeline.kafka_keys import validate_delivery, validate_group
 from pipeline.redisio.config import RedisConfig, validate_redis
@@ -368,6 +369,9 @@ def validate(cfg: WorkerConfig) -> None:
         raise bad("runtime.intra_op_threads", "must be >= 1")
     if cfg.client not in ("confluent", "kafka-python"):
         raise bad("client", f"{cfg.client!r} is not one of confluent, kafka-python")
+    if cfg.client == "kafka-python":  # refuse what it cannot honour before connecting anywhere
+        for role in ("consumer", "producer"):
+            kafka_python_settings({**cfg.kafka.common, **getattr(cfg.kafka, role)})
     if cfg.broker_profile not in ("kafka", "embedded"):
         raise bad("broker_profile", f"{cfg.broker_profile!r} is not one of kafka, embedded")
     validate_group(cfg, bad)

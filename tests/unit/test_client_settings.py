@@ -135,7 +135,19 @@ def test_kafka_python_refuses_what_it_cannot_honour() -> None:
 def test_kafka_python_worker_refuses_at_build() -> None:
     from pipeline.kafka_backend import make_producer
 
-    cfg = load_config(overrides={"client": "kafka-python", "kafka": {"common": {"socket.keepalive.enable": True}}},
-                      environ={})
+    cfg = load_config(overrides={"kafka": {"common": {"socket.keepalive.enable": True}}}, environ={})
+    cfg.client = "kafka-python"  # past load's own check: the backend refuses too
     with pytest.raises(UserError, match="socket.keepalive.enable"):
         make_producer(cfg)
+
+
+def test_kafka_python_config_refused_at_load() -> None:
+    with pytest.raises(UserError, match="linger.ms is not supported by client kafka-python"):
+        load_config(overrides={"client": "kafka-python", "kafka": {"producer": {"linger.ms": 1}}}, environ={})
+
+
+def test_reachability_check_refuses_bad_settings_in_one_line() -> None:
+    from consumers.kafka_reachable import KafkaUnavailable, require_kafka
+
+    with pytest.raises(KafkaUnavailable, match="^Kafka client settings refused: .*security.protocol"):
+        require_kafka("127.0.0.1:1", 1, {"security.protocol": "BOGUS", "sasl.password": SECRET})
