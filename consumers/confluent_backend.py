@@ -22,6 +22,7 @@ from consumers.records import (
     SendError,
     SourceRecord,
     TopicPartition,
+    TransactionError,
     headers_to_dict,
 )
 
@@ -166,6 +167,9 @@ class ConfluentSource:
             out[(p.topic, p.partition)] = max(high - p.offset, 0)
         return out
 
+    def group_metadata(self) -> object:
+        return self._consumer.consumer_group_metadata()
+
     def close(self) -> None:
         self._consumer.close()
 
@@ -231,3 +235,56 @@ class ConfluentProducer:
 
     def __len__(self) -> int:
         return len(self._producer)
+
+
+def _transaction_error(step: str, exc: KafkaException) -> TransactionError:
+    """librdkafka's own classification of a failed transaction step: retriable (call it
+    again), txn_requires_abort (abort, then produce again), fatal (the producer is
+    fenced or broken for good)."""
+    err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+    if err is None:
+        return TransactionError(f"{step}: {exc}", fatal=True)
+    return TransactionError(
+        f"{step}: {err.str()}",
+        retriable=err.retriable(),
+        abortable=err.txn_requires_abort(),
+        fatal=err.fatal(),
+    )
+
+
+class ConfluentTransactionalProducer(ConfluentProducer):
+    """A ConfluentProducer with a transactional.id in its config: its records are
+    visible to read_committed readers only once commit_transaction() returns."""
+
+    def init_transactions(self, timeout: float) -> None:
+        """Fences older producers with this transactional.id and aborts their open
+        transaction (a killed predecessor's), so read_committed readers move on."""
+        try:
+            self._producer.init_transactions(timeout)
+        except KafkaException as exc:
+            raise _transaction_error("init_transactions", exc) from exc
+
+    def begin_transaction(self) -> None:
+        try:
+            self._producer.begin_transaction()
+        except KafkaException as exc:
+            raise _transaction_error("begin_transaction", exc) from exc
+
+    def commit_transaction(
+        self, offsets: Mapping[TopicPartition, int], group_metadata: object, timeout: float
+    ) -> None:
+        parts = [CkTopicPartition(t, p, o) for (t, p), o in offsets.items()]
+        try:
+            if parts:
+                self._producer.send_offsets_to_transaction(parts, group_metadata, timeout)
+            self._producer.commit_transaction(timeout)
+        except KafkaException as exc:
+            raise _transaction_error("commit_transaction", exc) from exc
+
+    def abort_transaction(self, timeout: float) -> None:
+        """Purges the records still queued (their delivery reports fail) and has the
+        coordinator write abort markers: read_committed readers skip every record."""
+        try:
+            self._producer.abort_transaction(timeout)
+        except KafkaException as exc:
+            raise _transaction_error("abort_transaction", exc) from exc

@@ -75,6 +75,47 @@ class Source(Protocol):
     def close(self) -> None: ...
 
 
+class TransactionalSource(Source, Protocol):
+    """A Source whose offsets can go into a producer's transaction (delivery exactly_once)."""
+
+    def group_metadata(self) -> object:
+        """The consumer group's metadata (generation, member id): the broker fences a
+        transaction whose offsets come from a member that lost its partitions (KIP-447)."""
+        ...
+
+
+class TransactionError(Exception):
+    """A transaction step failed (consumers/confluent_backend.py says how librdkafka
+    classifies it). `retriable`: the same step may be tried again; `abortable`: the
+    transaction must be aborted, and its records produced again in a new one; `fatal`:
+    this producer is done for (fenced by a newer instance with the same transactional.id,
+    say) and the worker must stop without committing."""
+
+    def __init__(self, reason: str, *, retriable: bool = False, abortable: bool = False, fatal: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retriable = retriable
+        self.abortable = abortable
+        self.fatal = fatal
+
+
+class TransactionalProducer(Protocol):
+    """A Producer with a transactional.id (delivery exactly_once, pipeline/worker/transactions.py).
+    Every method raises TransactionError on failure."""
+
+    def init_transactions(self, timeout: float) -> None: ...
+
+    def begin_transaction(self) -> None: ...
+
+    def commit_transaction(
+        self, offsets: Mapping[TopicPartition, int], group_metadata: object, timeout: float
+    ) -> None:
+        """Add the input offsets to the open transaction and commit it."""
+        ...
+
+    def abort_transaction(self, timeout: float) -> None: ...
+
+
 class Producer(Protocol):
     """A Kafka producer, whichever client serves it."""
 

@@ -3,6 +3,8 @@ confluent-kafka (librdkafka, the default) or kafka-python (pure Python)."""
 
 from __future__ import annotations
 
+import logging
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +19,8 @@ from consumers.records import Producer, Source, TopicPartition
 from pipeline.config import WorkerConfig
 from pipeline.errors import UserError
 from pipeline.pipelines import get_pipeline
+
+log = logging.getLogger(__name__)
 
 
 def _large(cfg: WorkerConfig) -> Any:
@@ -61,7 +65,12 @@ def make_source(
         from consumers.confluent_backend import ConfluentSource
 
         large = _large(cfg)
-        overrides = {**(large.consumer if large else {}), **group_overrides(cfg, "confluent"), **cfg.kafka.consumer}
+        # exactly_once: never read records of an aborted or open transaction (upstream
+        # producers' transactions too); librdkafka's default, made explicit.
+        isolation = {"isolation.level": "read_committed"} if cfg.delivery == "exactly_once" else {}
+        overrides = {
+            **(large.consumer if large else {}), **group_overrides(cfg, "confluent"), **isolation, **cfg.kafka.consumer
+        }
         conf = consumer_config(cfg.broker_profile, cfg.bootstrap_servers, group_id, overrides)
         return ConfluentSource(conf, topics, on_assign, on_revoke)
     if cfg.client == "kafka-python":
@@ -76,13 +85,38 @@ def make_source(
     raise UserError(f"unknown Kafka client {cfg.client!r}; use confluent or kafka-python")
 
 
-def make_producer(cfg: WorkerConfig) -> Producer:
+def transactional_id(cfg: WorkerConfig, group_id: str) -> str:
+    """delivery exactly_once: the configured id, else one from the static member id, so
+    a restarted worker fences its killed predecessor and aborts its open transaction at
+    once; else a random one (a killed worker's transaction then holds read_committed
+    readers of its partitions back until transaction_timeout_ms)."""
+    if cfg.transactional_id:
+        return cfg.transactional_id
+    instance = cfg.instance_id()
+    if instance:
+        return f"tidebatch.{group_id}.{instance}"
+    return f"tidebatch.{group_id}.{uuid.uuid4().hex[:12]}"
+
+
+def _exactly_once(cfg: WorkerConfig, group_id: str) -> dict[str, Any]:
+    if cfg.delivery != "exactly_once":
+        return {}
+    return {"transactional.id": transactional_id(cfg, group_id), "transaction.timeout.ms": cfg.transaction_timeout_ms}
+
+
+def make_producer(cfg: WorkerConfig, group_id: str | None = None) -> Producer:
+    """group_id: the worker's group, for the transactional.id with delivery exactly_once."""
     if cfg.client == "confluent":
-        from consumers.confluent_backend import ConfluentProducer
+        from consumers.confluent_backend import ConfluentProducer, ConfluentTransactionalProducer
 
         large = _large(cfg)
-        overrides = {**(large.producer if large else {}), **cfg.kafka.producer}
-        return ConfluentProducer(producer_config(cfg.broker_profile, cfg.bootstrap_servers, overrides))
+        txn = _exactly_once(cfg, group_id or f"tidebatch-{cfg.pipeline}")
+        overrides = {**(large.producer if large else {}), **txn, **cfg.kafka.producer}
+        conf = producer_config(cfg.broker_profile, cfg.bootstrap_servers, overrides)
+        if txn:
+            log.info("transactional.id %s (delivery exactly_once)", conf["transactional.id"])
+            return ConfluentTransactionalProducer(conf)
+        return ConfluentProducer(conf)
     if cfg.client == "kafka-python":
         from consumers.kafka_python_backend import KafkaPythonProducer
 

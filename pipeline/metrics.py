@@ -152,6 +152,12 @@ class WorkerMetrics(BatchingMetrics):
             "tidebatch_delivery_errors_total", "Produce attempts that Kafka did not acknowledge",
             ["pipeline", "topic"], registry=r,
         )
+        # delivery exactly_once (pipeline/worker/transactions.py): how long a commit
+        # (offsets + EndTxn) holds the source loop; aborts count as commits{result="aborted"}.
+        self.transaction_seconds = Histogram(
+            "tidebatch_transaction_commit_seconds", "Time to commit a transaction (offsets and EndTxn)",
+            ["pipeline"], buckets=(0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10), registry=r,
+        )
         self.model_restarts = Counter(
             "tidebatch_model_process_restarts_total",
             "Times the model process died and was started again (runtime.model_process)",

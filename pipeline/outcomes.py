@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from consumers.dead_letter import Copy, dead_letter_copy, late_copy, one_line, record_bytes
 from consumers.records import Producer, SendError, SourceRecord
@@ -32,6 +32,9 @@ from pipeline.clock import wall_ms
 from pipeline.limits import Limits
 from pipeline.metrics import observe_many
 from pipeline.sinks import ResultSink, notify
+
+if TYPE_CHECKING:
+    from pipeline.worker.transactions import Transactions
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +75,11 @@ class Outcomes:
         on_undeliverable: str = "skip",
         count: Callable[[str, int], None] = lambda _name, _n: None,
         fail: Callable[[str], None],
+        transactions: Transactions | None = None,
     ) -> None:
+        """transactions: delivery exactly_once (pipeline/worker/transactions.py): every
+        outcome record goes through it, in offset order, and a failed delivery aborts
+        the transaction instead of being retried here."""
         self.producer = producer
         self._ack = ack
         self.topics = topics
@@ -83,6 +90,7 @@ class Outcomes:
         self.on_undeliverable = on_undeliverable
         self._count = count
         self._fail = fail
+        self._transactions = transactions
         # Results ready → acknowledged by Kafka: the last stage of tidebatch_stage_seconds,
         # kept in ms by the delivery callbacks and observed in bulk by observe_stages():
         # one histogram observe per result on the source thread cost ~2 % at saturation.
@@ -115,6 +123,13 @@ class Outcomes:
         if self._publish_ms:
             done, self._publish_ms = self._publish_ms, []
             observe_many(self._publish_stage, [max(ms, 0) / 1000.0 for ms in done])
+
+    def settle(self, rec: SourceRecord) -> None:
+        """The request's outcome has no record (a dropped replay, an undeliverable dead
+        letter): its offset is done."""
+        self._ack(rec)
+        if self._transactions is not None:
+            self._transactions.deliver(rec, None)
 
     # ------------------------------------------------------------------ dead letters
     def dead_letter(self, rec: SourceRecord, reason: str, stage: str, *, rows_written: bool = False) -> None:
@@ -151,7 +166,7 @@ class Outcomes:
         )
         self.metrics.outcome(rec.topic, "undeliverable")
         self._count("undeliverable", 1)
-        self._ack(rec)
+        self.settle(rec)
 
     # ------------------------------------------------------------------ late records
     def late(self, late: Sequence[tuple[SourceRecord, float]], now_wall_ms: int) -> None:
@@ -196,10 +211,16 @@ class Outcomes:
             self.metrics.delivery_errors.labels(self.pipeline, topic).inc()
             if err.refused:
                 refused(err)
+            elif self._transactions is not None:
+                # Not retried here: the abort produces the transaction's records again.
+                self._transactions.doomed(f"delivery to {topic} failed: {err.reason}")
             elif attempt < MAX_SEND_ATTEMPTS:
                 log.warning("delivery to %s failed (attempt %d): %s; retrying", topic, attempt, err.reason)
                 self._send(topic, key, value, headers, rec, refused, attempt + 1, ready_wall_ms)
             else:
                 self._fail(f"cannot deliver to {topic}: {err.reason}")
 
-        self.producer.send(topic, key, value, headers, on_ack)
+        if self._transactions is None:
+            self.producer.send(topic, key, value, headers, on_ack)
+        else:
+            self._transactions.deliver(rec, lambda: self.producer.send(topic, key, value, headers, on_ack))

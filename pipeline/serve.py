@@ -4,15 +4,20 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from pipeline.config import WorkerConfig
+
+if TYPE_CHECKING:
+    from pipeline.worker import Worker
 
 log = logging.getLogger(__name__)
 
 
 def serve(cfg: WorkerConfig) -> int:
     from pipeline.sinks.build import build_sinks
-    from pipeline.worker import Worker, build_parts, install_signal_handlers
+    from pipeline.worker import Worker, build_parts
 
     if cfg.create_topics:
         prepare_topics(cfg)
@@ -57,3 +62,16 @@ def prepare_topics(cfg: WorkerConfig) -> None:
         topic_config = {"max.message.bytes": str(limit + 65536)} if limit else None
         ensure_topics(cfg.bootstrap_servers, missing, topic_config=topic_config)
         log.info("created topics %s", ", ".join(sorted(missing)))
+
+
+def install_signal_handlers(worker: Worker, on_signal: Callable[[], None] | None = None) -> None:
+    """SIGTERM/SIGINT: stop consuming, finish in-flight batches, commit, exit 0."""
+    import signal
+
+    def handler(signum: int, _frame: object) -> None:
+        worker.stop(f"signal {signal.Signals(signum).name}")
+        if on_signal:
+            on_signal()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)

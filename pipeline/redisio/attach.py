@@ -29,8 +29,9 @@ class RedisParts:
         self.link.close()
 
 
-def build_redis(rc: RedisConfig, registry: CollectorRegistry) -> RedisParts | None:
-    """None when no Redis feature is enabled (then nothing connects)."""
+def build_redis(rc: RedisConfig, registry: CollectorRegistry, *, exactly_once: bool = False) -> RedisParts | None:
+    """None when no Redis feature is enabled (then nothing connects). exactly_once: the
+    worker's delivery mode, which changes what a redelivery means to dedup (dedup.py)."""
     if not rc.used:
         return None
     from pipeline.redisio.dedup import DedupHook
@@ -45,7 +46,8 @@ def build_redis(rc: RedisConfig, registry: CollectorRegistry) -> RedisParts | No
         parts.hooks.append(FeatureLookupHook(link, metrics, rc.key_prefix, rc.features.lookup))
     if rc.dedup.enabled:
         parts.hooks.append(
-            DedupHook(link, metrics, key_prefix=rc.key_prefix, ttl_s=rc.dedup.ttl_s, action=rc.dedup.action)
+            DedupHook(link, metrics, key_prefix=rc.key_prefix, ttl_s=rc.dedup.ttl_s, action=rc.dedup.action,
+                      exactly_once=exactly_once)
         )
     if rc.store.enabled:
         parts.sinks.append(

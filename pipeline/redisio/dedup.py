@@ -12,7 +12,9 @@ after_inference sends `SET key position NX GET PX ttl` for every result of the b
 - this record's own position: a *redelivery* of the very record that claimed the id
   (crash or rebalance before its offset was committed). Its first result may never
   have reached Kafka, so it is published, flagged "duplicate": true, whatever the
-  action: dropping it could lose the only result of the request.
+  action: dropping it could lose the only result of the request. With delivery
+  exactly_once (docs/DELIVERY.md) the record is only replayed when its first result's
+  transaction did not commit, so no reader ever saw that one: published unflagged.
 Redis unavailable: results are published unchecked (fail-open: better a duplicate
 than a lost result), counted in `tidebatch_redis_dedup_skipped_total`.
 """
@@ -45,6 +47,7 @@ class DedupHook:
         key_prefix: str = "tb:",
         ttl_s: float = 86_400.0,
         action: str = "flag",
+        exactly_once: bool = False,
     ) -> None:
         if action not in ("flag", "drop"):
             raise ValueError(f"dedup action must be flag or drop, got {action!r}")
@@ -53,6 +56,7 @@ class DedupHook:
         self.prefix = key_prefix
         self.ttl_ms = max(int(ttl_s * 1000), 1)
         self.drop = action == "drop"
+        self.exactly_once = exactly_once
 
     def before_inference(self, decoded: Sequence[Decoded]) -> None:
         pass
@@ -79,7 +83,7 @@ class DedupHook:
             if isinstance(first, Exception):  # an error reply: fail open for this one
                 self.metrics.errors.labels("dedup").inc()
                 continue
-            if first is None:
+            if first is None or (self.exactly_once and first == mine[i]):
                 continue
             docs[i]["duplicate"] = True
             if self.drop and first != mine[i]:

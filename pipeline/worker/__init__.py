@@ -6,14 +6,15 @@
 - executors.py: executor threads scoring batches (pipeline/scoring.py);
 - publisher.py: result documents, results and sink rows, in dispatch order;
 - partitions.py: offset commits, lag, rebalance callbacks;
+- transactions.py: delivery exactly_once, outcomes and offsets in one Kafka transaction;
 - stats.py: the counters.
 """
 
 from pipeline.worker.admission import InFlight
 from pipeline.worker.compose import WorkerParts, batching_params, build_parts
-from pipeline.worker.core import Worker, install_signal_handlers
+from pipeline.worker.core import Worker
 from pipeline.worker.stats import WorkerStats
 
 __all__ = [
-    "InFlight", "Worker", "WorkerParts", "WorkerStats", "batching_params", "build_parts", "install_signal_handlers",
+    "InFlight", "Worker", "WorkerParts", "WorkerStats", "batching_params", "build_parts",
 ]

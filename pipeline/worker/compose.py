@@ -120,7 +120,7 @@ def build_parts(
         if redis:
             from pipeline.redisio.attach import accept_id_requests, build_redis
 
-            redis_parts = build_redis(cfg.redis, metrics.registry)
+            redis_parts = build_redis(cfg.redis, metrics.registry, exactly_once=cfg.delivery == "exactly_once")
             if redis_parts is not None:
                 if cfg.redis.features.enabled:
                     codec = accept_id_requests(codec, cfg.pipeline)
@@ -133,7 +133,8 @@ def build_parts(
                              params.get("max_batch_rows", pipeline.max_batch_rows))
         b = cfg.batching
         backpressure = Backpressure(b.queue_high_rows, b.queue_low_rows, poll_records=POLL_RECORDS)
-        producer = make_producer(cfg)
+        group_id = cfg.group_id or f"tidebatch-{cfg.pipeline}"
+        producer = make_producer(cfg, group_id)
     except BaseException:
         # Nobody will run or shut down a worker from these parts: a model process must
         # not outlive them, nor a Redis link.
@@ -142,7 +143,7 @@ def build_parts(
             redis_parts.close()
         raise
     return WorkerParts(
-        cfg, pipeline, model, input_topic, topics, cfg.group_id or f"tidebatch-{cfg.pipeline}", metrics, session, step,
+        cfg, pipeline, model, input_topic, topics, group_id, metrics, session, step,
         policy, queue, backpressure, executors, producer, sinks, redis_parts,
     )
 

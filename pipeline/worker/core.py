@@ -13,8 +13,10 @@ batched, scored and published, and commits what is done. Its rooms (pipeline/wor
 - outcomes (pipeline/outcomes.py) send results, dead letters and late records with
   retries, and ack each offset when its outcome is durable.
 
-Delivery: at-least-once. Each consumed offset is tracked; it is done when every sink
-has acknowledged its outcome; each partition commits its contiguous done watermark.
+Delivery: at-least-once by default. Each consumed offset is tracked; it is done when
+every sink has acknowledged its outcome; each partition commits its contiguous done
+watermark. With delivery exactly_once the outcome records and the offsets go into one
+Kafka transaction instead (transactions.py).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from pipeline.worker.executors import Executors
 from pipeline.worker.partitions import Partitions
 from pipeline.worker.publisher import Publisher
 from pipeline.worker.stats import WorkerStats
+from pipeline.worker.transactions import Transactions
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +111,10 @@ class Worker:
         self._fatal: str | None = None
         self._drain_deadline: float | None = None  # monotonic; set when shutdown starts
         self._restore_interpreter: Callable[[], None] | None = None
+        self.transactions = None if cfg.delivery != "exactly_once" else Transactions(  # make_producer made it transactional
+            self.producer, lambda: self.source, self.tracker, self.sinks,  # type: ignore[arg-type, return-value]
+            cfg.transaction_interval_ms / 1000.0, self.metrics, cfg.pipeline, self.stats, self.fail,
+        )
         # Until run() asks the broker for its topics' limits: the producer's own.
         self.outcomes = Outcomes(
             self.producer,
@@ -120,6 +127,7 @@ class Worker:
             on_undeliverable=cfg.limits.on_undeliverable,
             count=self.stats.count,
             fail=self.fail,
+            transactions=self.transactions,
         )
         # Route already-expired records before decoding them (admission.py): only where
         # the configured outcome of expiry is "routed late" anyway.
@@ -141,7 +149,7 @@ class Worker:
         self.source: Source | None = None  # created in run(): joining the group is the last step
         self.partitions = Partitions(
             self.tracker, lambda: self.source, self.producer, self.sinks, self.metrics, cfg.pipeline,
-            self.stats, self._route_late,
+            self.stats, self._serve_outcomes, self.transactions,
         )
         self.started = threading.Event()  # model loaded, source subscribed
         self.last_poll_ok: float | None = None
@@ -228,6 +236,8 @@ class Worker:
         self._interval_follows_depth = rt.gil_switch_interval_ms is None
         self._backlogged = False
         self._read_topic_limits()
+        if self.transactions is not None:
+            self.transactions.start()  # before joining the group: fences our predecessor
         self.source = make_source(
             self.cfg, self.group_id, [self.input_topic], self.partitions.on_assign, self.partitions.on_revoke
         )
@@ -259,12 +269,15 @@ class Worker:
                     # Holding: wait for the executors here, serving result acks meanwhile.
                     self.producer.poll(_HOLD_WAIT)
                     self.last_poll_ok = time.monotonic()
-                self._route_late()
+                self._serve_outcomes()
                 self.outcomes.observe_stages()
                 for sink in self.sinks:
                     sink.poll()
                 now = time.monotonic()
-                if now >= next_commit:
+                if self.transactions is not None:
+                    if self.transactions.due(now):
+                        self.partitions.commit(wait=False)
+                elif now >= next_commit:
                     # Asynchronous: a commit waiting on a failing-over broker would stop
                     # the loop (polls, delivery reports, late routing) for seconds.
                     self.partitions.commit(wait=False)
@@ -309,7 +322,7 @@ class Worker:
             self._restore_interpreter()
             self._restore_interpreter = None
         self._executor_pool.unpin()
-        self._route_late()
+        self._serve_outcomes()
         remaining = self.producer.flush(max(self._drain_left(), 1.0))
         for sink in self.sinks:
             sink.flush()
@@ -338,11 +351,18 @@ class Worker:
     def _admit(self, records: list[SourceRecord]) -> None:
         notify(self.sinks, "track", records)  # offset-ordered sinks (Parquet) must see every offset
         self.tracker.track_many([(rec.tp, rec.offset) for rec in records])
+        if self.transactions is not None:
+            self.transactions.track(records)
         requests = self.admission.admit(records, self.clock.now(), wall_ms())
         self.stats.count("consumed", len(records))
         if requests:
             self.queue.put_many(requests)
         self._queue_rows_gauge.set(self.queue.rows)
+
+    def _serve_outcomes(self) -> None:
+        self._route_late()
+        if self.transactions is not None:  # exactly_once: produce the outcomes now in line
+            self.transactions.release()
 
     def _route_late(self) -> None:
         routed = self.queue.pop_routed_late()
@@ -378,16 +398,3 @@ class Worker:
     # ------------------------------------------------------------------ reporting
     def stats_line(self) -> str:
         return self.stats.line()
-
-
-def install_signal_handlers(worker: Worker, on_signal: Callable[[], None] | None = None) -> None:
-    """SIGTERM/SIGINT: stop consuming, finish in-flight batches, commit, exit 0."""
-    import signal
-
-    def handler(signum: int, _frame: object) -> None:
-        worker.stop(f"signal {signal.Signals(signum).name}")
-        if on_signal:
-            on_signal()
-
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)

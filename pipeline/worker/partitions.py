@@ -5,7 +5,8 @@ Offsets are committed only up to each partition's contiguous done watermark
 (consumers/offsets.py), after the sinks have acked their rows: at-least-once. A
 revoked partition's in-flight work is waited for (up to REVOKE_WAIT s) and committed
 before the partition is let go; what is still pending then is replayed by its next
-owner.
+owner. With delivery exactly_once a commit is the transaction's (transactions.py):
+a revoke commits it, or aborts it and drops the revoked partitions' records.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from consumers.records import Producer, Source, TopicPartition
 from pipeline.metrics import WorkerMetrics
 from pipeline.sinks import ResultSink, notify
 from pipeline.worker.stats import WorkerStats
+from pipeline.worker.transactions import Transactions
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +43,7 @@ class Partitions:
         pipeline: str,
         stats: WorkerStats,
         serve_outcomes: Callable[[], None],
+        transactions: Transactions | None = None,
     ) -> None:
         self.tracker = tracker
         self.source = source
@@ -50,6 +53,7 @@ class Partitions:
         self.pipeline = pipeline
         self.stats = stats
         self.serve_outcomes = serve_outcomes
+        self.transactions = transactions
         self.assigned: list[TopicPartition] = []
 
     # ------------------------------------------------------------------ commits
@@ -57,7 +61,13 @@ class Partitions:
         """Commit the done watermarks (of `only`'s partitions). wait=False: the result
         comes later, in a poll; revoke and shutdown wait, as the partitions or the
         group are let go right after. An older asynchronous commit that lands after
-        a newer one only moves a watermark back: a replay, never a loss."""
+        a newer one only moves a watermark back: a replay, never a loss.
+        exactly_once: the open transaction commits, with every partition's offsets;
+        wait=True means these partitions (all, without `only`) are being let go."""
+        if self.transactions is not None:
+            letting_go = (only if only is not None else self.assigned) if wait else []
+            self.transactions.commit(letting_go)
+            return
         source = self.source()
         if source is None:
             return
@@ -124,6 +134,8 @@ class Partitions:
             self.producer.flush(2.0)
         self.commit(only=tps)
         self.tracker.forget(tps)
+        if self.transactions is not None:
+            self.transactions.forget(tps)
         self.assigned = sorted(set(self.assigned) - set(tps))
         self.metrics.assigned.labels(self.pipeline).set(len(self.assigned))
         for topic, partition in tps:

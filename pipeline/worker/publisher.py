@@ -173,7 +173,7 @@ class Publisher:
                 # Dropped replay: its first outcome was already published.
                 counts["duplicate"] += 1
                 notify(self.sinks, "skip", [rec])
-                self.tracker.ack(rec.tp, rec.offset)
+                self.outcomes.settle(rec)
                 continue
             refused = self._unpublishable(rec, doc)
             if isinstance(refused, str):

@@ -19,6 +19,7 @@ class WorkerStats:
     batches: int = 0
     batch_rows: int = 0
     commits: int = 0
+    aborts: int = 0  # delivery exactly_once: transactions aborted
     pauses: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 

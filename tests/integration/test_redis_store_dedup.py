@@ -72,6 +72,19 @@ def test_a_redelivered_record_is_flagged_but_always_published(link, private_redi
     assert 0 < client.pttl("tb:seen:r9") <= 60_000
 
 
+def test_with_exactly_once_a_redelivered_record_is_not_a_duplicate(link) -> None:
+    """delivery exactly_once (docs/DELIVERY.md): a record comes back only when its first
+    result's transaction did not commit, so no reader saw that result: the replay is
+    the one result, unflagged. A copy of the id in another record still is one."""
+    hook = DedupHook(link, link.metrics, action="drop", ttl_s=60, exactly_once=True)
+    assert hook.after_inference([record(3, partition=1)], [doc("r8")]) == [True]
+    replay, copy = [doc("r8")], [doc("r8")]
+    assert hook.after_inference([record(3, partition=1)], replay) == [True]
+    assert "duplicate" not in replay[0]
+    assert hook.after_inference([record(4, partition=1)], copy) == [False]
+    assert copy[0]["duplicate"] is True
+
+
 def test_dedup_fails_open_while_redis_is_dead(link, private_redis, registry) -> None:
     hook = DedupHook(link, link.metrics, action="drop")
     hook.after_inference([record(0)], [doc("r1")])

@@ -1,0 +1,244 @@
+"""Delivery exactly_once: outcome records and input offsets in one Kafka transaction.
+
+How (docs/DELIVERY.md):
+- every outcome record (result, dead letter, late record) goes through `deliver()`,
+  which holds it until every earlier offset of its partition has its outcome
+  (consumers/release.py); the source thread produces what is released, so the open
+  transaction only ever holds a prefix of each partition's offsets;
+- every `interval_s` the source thread commits: it flushes the producer (a failed
+  delivery dooms the transaction) and the sinks (rows durable before their offsets
+  commit, as with at-least-once), sends the released offsets with the consumer group's
+  metadata (KIP-447: a member that lost its partitions is fenced by the broker) and
+  commits. read_committed readers see the results then, never an aborted record;
+- an abortable failure aborts: the records of the aborted transaction are kept (each
+  offset's latest outcome record) and produced again in the next one, so nothing is
+  scored twice and the sinks see each row once; records of partitions being let go
+  are dropped instead, and their next owner replays them from the committed offsets;
+- a fatal failure (fenced by a newer producer with our transactional.id) stops the
+  worker without committing.
+
+Single-threaded by design: produce, flush and commit all run in the source thread
+(release/commit) or in its rebalance callbacks, so no record can be produced while a
+transaction is committing. deliver() may be called from any thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+
+from consumers.offsets import OffsetTracker
+from consumers.records import (
+    SourceRecord,
+    TopicPartition,
+    TransactionalProducer,
+    TransactionalSource,
+    TransactionError,
+)
+from consumers.release import OrderedRelease, Submitted
+from pipeline.metrics import WorkerMetrics
+from pipeline.sinks import ResultSink
+from pipeline.worker.stats import WorkerStats
+
+log = logging.getLogger(__name__)
+
+Send = Callable[[], None]
+Key = tuple[TopicPartition, int]
+
+INIT_TIMEOUT_S = 60.0
+STEP_TIMEOUT_S = 30.0  # commit and abort: a broker failover takes seconds
+FLUSH_TIMEOUT_S = 5.0  # records not acked by then: the commit waits for the next interval
+COMMIT_ATTEMPTS = 3  # retriable commit failures before the transaction is aborted
+
+
+class Transactions:
+    """producer: transactional (its transactional.id set). source(): the consumer, for
+    the group metadata (None before run()). tracker: an offset is committed only once
+    it is done there too, i.e. its sink rows are durable. fail(): stop the worker."""
+
+    def __init__(
+        self,
+        producer: TransactionalProducer,
+        source: Callable[[], TransactionalSource | None],
+        tracker: OffsetTracker,
+        sinks: Sequence[ResultSink],
+        interval_s: float,
+        metrics: WorkerMetrics,
+        pipeline: str,
+        stats: WorkerStats,
+        fail: Callable[[str], None],
+    ) -> None:
+        self.producer = producer
+        self.source = source
+        self.tracker = tracker
+        self.sinks = sinks
+        self.interval_s = interval_s
+        self.metrics = metrics
+        self.pipeline = pipeline
+        self.stats = stats
+        self.fail = fail
+        self._order: OrderedRelease[tuple[Key, Send]] = OrderedRelease()
+        # The open transaction's records, by offset; a replacement (a refused result's
+        # dead letter) takes its offset's place. Produced again after an abort.
+        self._open: dict[Key, Send] = {}
+        self._committed: dict[TopicPartition, int] = {}
+        self._doomed: str | None = None  # why the open transaction must be aborted
+        self._aborting = False
+        self._dead = False  # a fatal error: nothing more is produced or committed
+        self._next_commit = 0.0
+
+    # ------------------------------------------------------------------ set-up
+    def start(self) -> None:
+        """Fence older producers with our transactional.id (their open transaction is
+        aborted) and open the first transaction."""
+        self.producer.init_transactions(INIT_TIMEOUT_S)
+        self.producer.begin_transaction()
+        self._next_commit = time.monotonic() + self.interval_s
+
+    # ------------------------------------------------------------------ outcomes
+    def track(self, records: Iterable[SourceRecord]) -> None:
+        self._order.track((rec.tp, rec.offset) for rec in records)
+
+    def deliver(self, rec: SourceRecord, send: Send | None) -> None:
+        """The outcome of `rec`: `send` produces its record (None: it has none). Held
+        until its partition's earlier offsets have theirs; a second outcome for a
+        released offset (a refused record's replacement) takes the first one's place."""
+        key = (rec.tp, rec.offset)
+        state = self._order.submit(rec.tp, rec.offset, None if send is None else (key, send))
+        if state is Submitted.RELEASED:
+            if send is None:  # the outcome ends without a record after all
+                self._open.pop(key, None)
+            else:
+                self._open[key] = send
+                send()
+        elif state is Submitted.UNKNOWN:
+            # Its partition was let go meanwhile: the next owner replays it.
+            log.debug("outcome of %s[%d]@%d dropped: partition let go", rec.topic, rec.partition, rec.offset)
+
+    def doomed(self, reason: str) -> None:
+        """A record of the open transaction failed: it must be aborted (delivery reports
+        of the records an abort purges are ignored)."""
+        if not self._aborting and self._doomed is None:
+            self._doomed = reason
+
+    def release(self) -> None:
+        """Produce the outcomes now next in line (source thread, every loop turn)."""
+        if self._dead:
+            return
+        for key, send in self._order.take():
+            self._open[key] = send
+            send()
+
+    # ------------------------------------------------------------------ commits
+    def due(self, now: float) -> bool:
+        return now >= self._next_commit
+
+    def commit(self, letting_go: Sequence[TopicPartition] = ()) -> bool:
+        """Commit the open transaction with the released offsets; True if it did (or
+        had nothing to commit). `letting_go`: partitions about to be revoked; if the
+        transaction cannot commit it is aborted, dropping their records."""
+        self._next_commit = time.monotonic() + self.interval_s
+        if self._dead:
+            return False
+        self.release()
+        offsets = {tp: o for tp, o in self._order.released().items() if self._committed.get(tp) != o}
+        if not offsets and not self._open and self._doomed is None:
+            return True
+        left = self.producer.flush(FLUSH_TIMEOUT_S)  # delivery reports: a failure dooms it
+        for sink in self.sinks:
+            sink.flush()
+        waiting = self._not_ready(offsets, left)
+        if self._doomed is None and waiting is None:
+            if self._commit(offsets):
+                return True
+        elif self._doomed is None and not letting_go:
+            log.info("transaction not committed yet: %s", waiting)
+            return False
+        self._abort(letting_go)
+        return False
+
+    def _not_ready(self, offsets: dict[TopicPartition, int], unacked: int) -> str | None:
+        """Why the transaction cannot commit these offsets yet, or None."""
+        if unacked:
+            return f"{unacked} records not acknowledged within {FLUSH_TIMEOUT_S:.0f} s"
+        for tp, offset in offsets.items():
+            done = self.tracker.watermark(tp)
+            if done is None or done < offset:
+                return f"{tp[0]}[{tp[1]}] rows before offset {offset} not durable in every sink yet"
+        return None
+
+    def _commit(self, offsets: dict[TopicPartition, int]) -> bool:
+        source = self.source()
+        metadata = source.group_metadata() if source is not None else None
+        for attempt in range(1, COMMIT_ATTEMPTS + 1):
+            try:
+                began = time.monotonic()
+                self.producer.commit_transaction(offsets, metadata, STEP_TIMEOUT_S)
+                self.metrics.transaction_seconds.labels(self.pipeline).observe(time.monotonic() - began)
+            except TransactionError as exc:
+                if exc.fatal:
+                    self._fatal(exc)
+                    return False
+                if exc.retriable and not exc.abortable and attempt < COMMIT_ATTEMPTS:
+                    log.warning("transaction commit failed (attempt %d), retrying: %s", attempt, exc.reason)
+                    continue
+                self._doomed = exc.reason
+                return False
+            break
+        self._committed.update(offsets)
+        self.tracker.committed(offsets)
+        self.metrics.commits.labels(self.pipeline, "ok").inc()
+        self.stats.count("commits")
+        self._open.clear()
+        return self._begin()
+
+    def _abort(self, letting_go: Sequence[TopicPartition]) -> None:
+        reason, self._doomed = self._doomed or "the transaction could not commit in time", None
+        dropped = [key for key in self._open if key[0] in set(letting_go)]
+        log.warning(
+            "transaction aborted (%s): %d outcome records are produced again in the next one%s",
+            reason, len(self._open) - len(dropped),
+            f", {len(dropped)} of partitions being let go are left to their next owner" if dropped else "",
+        )
+        self.metrics.commits.labels(self.pipeline, "aborted").inc()
+        self.stats.count("aborts")
+        self._aborting = True
+        try:
+            self.producer.abort_transaction(STEP_TIMEOUT_S)
+            self.producer.flush(FLUSH_TIMEOUT_S)  # the purged records' reports, ignored
+        except TransactionError as exc:
+            self._fatal(exc)
+            return
+        finally:
+            self._aborting = False
+        for key in dropped:
+            del self._open[key]
+        self._order.forget(letting_go)
+        if not self._begin():
+            return
+        for send in list(self._open.values()):
+            send()
+
+    def _begin(self) -> bool:
+        try:
+            self.producer.begin_transaction()
+        except TransactionError as exc:
+            self._fatal(exc)
+            return False
+        return True
+
+    def _fatal(self, exc: TransactionError) -> None:
+        self._dead = True
+        self.metrics.commits.labels(self.pipeline, "error").inc()
+        self.fail(f"transactional producer failed for good ({exc.reason}); nothing more is committed")
+
+    # ------------------------------------------------------------------ rebalances
+    def forget(self, tps: Sequence[TopicPartition]) -> None:
+        """Partitions let go (after commit(letting_go=tps)): their later outcomes are dropped."""
+        self._order.forget(tps)
+        for tp in tps:
+            self._committed.pop(tp, None)
+
+    def waiting(self) -> int:
+        return self._order.waiting()

@@ -1,0 +1,217 @@
+"""pipeline/worker/transactions.py with a scripted transactional producer: what each
+transaction holds, what it commits, and what an abort does (docs/DELIVERY.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pytest
+
+from consumers.offsets import OffsetTracker
+from consumers.records import AckCallback, SendError, SourceRecord, TopicPartition, TransactionError
+from pipeline.limits import Limits
+from pipeline.metrics import WorkerMetrics
+from pipeline.outcomes import Outcomes, Topics
+from pipeline.worker.stats import WorkerStats
+from pipeline.worker.transactions import Transactions
+
+TOPICS = Topics("res", "req.dlq", "req.late")
+
+
+class FakeProducer:
+    """Records what is produced into which transaction. `fail_topics`: records to these
+    topics fail delivery at flush (a broker error); `refuse_topics`: refused at once."""
+
+    max_record_bytes = 1_000_000
+
+    def __init__(self) -> None:
+        self.txn: list[tuple[str, bytes | None]] = []
+        self.committed: list[tuple[list[tuple[str, bytes | None]], dict[TopicPartition, int]]] = []
+        self.aborted: list[list[tuple[str, bytes | None]]] = []
+        self.pending: list[tuple[str, AckCallback]] = []
+        self.fail_topics: set[str] = set()
+        self.refuse_topics: set[str] = set()
+        self.commit_errors: list[TransactionError] = []
+        self.begun = 0
+
+    def send(self, topic, key, value, headers, on_ack) -> None:
+        if topic in self.refuse_topics:
+            on_ack(SendError("too large", refused=True))
+            return
+        self.txn.append((topic, value))
+        self.pending.append((topic, on_ack))
+
+    def poll(self, timeout: float = 0.0) -> int:
+        return 0
+
+    def flush(self, timeout: float) -> int:
+        pending, self.pending = self.pending, []
+        for topic, on_ack in pending:
+            on_ack(SendError("broker down") if topic in self.fail_topics else None)
+        return 0
+
+    def init_transactions(self, timeout: float) -> None:
+        pass
+
+    def begin_transaction(self) -> None:
+        self.begun += 1
+        self.txn = []
+
+    def commit_transaction(self, offsets: Mapping[TopicPartition, int], group_metadata: object, timeout: float) -> None:
+        assert group_metadata == "generation-7"
+        if self.commit_errors:
+            raise self.commit_errors.pop(0)
+        self.committed.append((self.txn, dict(offsets)))
+
+    def abort_transaction(self, timeout: float) -> None:
+        for _topic, on_ack in self.pending:  # librdkafka purges what is still queued
+            on_ack(SendError("purged"))
+        self.pending = []
+        self.aborted.append(self.txn)
+
+
+class FakeSource:
+    def group_metadata(self) -> object:
+        return "generation-7"
+
+
+class Rig:
+    def __init__(self) -> None:
+        self.producer = FakeProducer()
+        self.tracker = OffsetTracker()
+        self.failures: list[str] = []
+        metrics = WorkerMetrics("ctr", "adaptive")
+        self.txns = Transactions(
+            self.producer, FakeSource, self.tracker, [], 0.1, metrics, "ctr", WorkerStats(), self.failures.append,
+        )
+        limits = Limits(request_bytes=1_000_000, topic_bytes={}, producer_bytes=1_000_000, prefix_bytes=100)
+        self.outcomes = Outcomes(
+            self.producer, lambda rec: self.tracker.ack(rec.tp, rec.offset), TOPICS, limits,
+            metrics=metrics, pipeline="ctr", fail=self.failures.append, transactions=self.txns,
+        )
+        self.txns.start()
+
+    def consume(self, partition: int, *offsets: int) -> list[SourceRecord]:
+        recs = [SourceRecord("req", partition, o, None, b'{"request_id": "r%d"}' % o, {}, None) for o in offsets]
+        self.tracker.track_many([(r.tp, r.offset) for r in recs])
+        self.txns.track(recs)
+        return recs
+
+
+def test_results_leave_in_offset_order_and_commit_with_their_offsets() -> None:
+    rig = Rig()
+    r0, r1, r2 = rig.consume(0, 0, 1, 2)
+    rig.outcomes.result(r2, b"s2")
+    rig.outcomes.result(r0, b"s0")
+    rig.txns.release()
+    assert rig.producer.txn == [("res", b"s0")]  # r2 waits for r1
+    assert rig.txns.commit() is True
+    assert rig.producer.committed == [([("res", b"s0")], {("req", 0): 1})]
+    rig.outcomes.result(r1, b"s1")
+    rig.txns.release()
+    assert rig.txns.commit() is True
+    assert rig.producer.committed[-1] == ([("res", b"s1"), ("res", b"s2")], {("req", 0): 3})
+    assert rig.txns.commit() is True  # nothing new: no empty transaction
+    assert len(rig.producer.committed) == 2 and not rig.failures
+
+
+def test_offsets_wait_for_the_sinks() -> None:
+    rig = Rig()
+    (r0,) = rig.consume(0, 0)
+    rig.tracker.add_acks(r0.tp, r0.offset, 1)  # a sink owes a durable row
+    rig.outcomes.result(r0, b"s0")
+    assert rig.txns.commit() is False  # the row is not durable: the transaction stays open
+    assert rig.producer.committed == [] and rig.producer.aborted == []
+    rig.tracker.ack(r0.tp, r0.offset)
+    assert rig.txns.commit() is True
+    assert rig.producer.committed == [([("res", b"s0")], {("req", 0): 1})]
+
+
+def test_a_failed_delivery_aborts_and_the_same_records_go_into_the_next_transaction() -> None:
+    rig = Rig()
+    r0, r1 = rig.consume(0, 0, 1)
+    (q0,) = rig.consume(1, 0)
+    rig.outcomes.result(r0, b"s0")
+    rig.outcomes.dead_letter(r1, "bad request", "decode")
+    rig.outcomes.result(q0, b"t0")
+    rig.producer.fail_topics = {"req.dlq"}
+    assert rig.txns.commit() is False
+    assert len(rig.producer.aborted) == 1
+    # Produced again at once, in the same order, without scoring anything again.
+    assert [t for t, _ in rig.producer.txn] == ["res", "req.dlq", "res"]
+    rig.producer.fail_topics = set()
+    assert rig.txns.commit() is True
+    records, offsets = rig.producer.committed[-1]
+    assert [t for t, _ in records] == ["res", "req.dlq", "res"]
+    assert offsets == {("req", 0): 2, ("req", 1): 1}
+    assert not rig.failures
+
+
+def test_an_abort_drops_the_records_of_partitions_being_let_go() -> None:
+    rig = Rig()
+    (r0,) = rig.consume(0, 0)
+    (q0,) = rig.consume(1, 0)
+    rig.outcomes.result(r0, b"s0")
+    rig.outcomes.result(q0, b"t0")
+    rig.producer.commit_errors = [TransactionError("fenced: generation changed", abortable=True)]
+    assert rig.txns.commit(letting_go=[("req", 1)]) is False
+    rig.txns.forget([("req", 1)])
+    assert rig.producer.txn == [("res", b"s0")]  # partition 1 is replayed by its next owner
+    rig.outcomes.result(q0, b"late outcome of a partition let go")
+    rig.txns.release()
+    assert rig.txns.commit() is True
+    assert rig.producer.committed[-1] == ([("res", b"s0")], {("req", 0): 1})
+
+
+def test_a_refused_result_is_replaced_by_its_dead_letter_for_good() -> None:
+    """After an abort the dead letter is produced again, not the refused result: an
+    abort never loops on a record Kafka refuses."""
+    rig = Rig()
+    (r0,) = rig.consume(0, 0)
+    rig.producer.refuse_topics = {"res"}
+    rig.outcomes.result(r0, b"s0")
+    rig.txns.release()
+    assert [t for t, _ in rig.producer.txn] == ["req.dlq"]
+    rig.producer.refuse_topics = set()
+    rig.producer.commit_errors = [TransactionError("a record failed", abortable=True)]
+    assert rig.txns.commit() is False
+    assert [t for t, _ in rig.producer.txn] == ["req.dlq"]
+    assert rig.txns.commit() is True
+    assert [t for t, _ in rig.producer.committed[-1][0]] == ["req.dlq"]
+
+
+def test_a_retriable_commit_error_is_retried() -> None:
+    rig = Rig()
+    (r0,) = rig.consume(0, 0)
+    rig.outcomes.result(r0, b"s0")
+    rig.producer.commit_errors = [TransactionError("coordinator moving", retriable=True)]
+    assert rig.txns.commit() is True
+    assert rig.producer.aborted == [] and len(rig.producer.committed) == 1
+
+
+def test_a_fenced_producer_stops_the_worker_and_commits_nothing_more() -> None:
+    rig = Rig()
+    (r0, r1) = rig.consume(0, 0, 1)
+    rig.outcomes.result(r0, b"s0")
+    rig.producer.commit_errors = [TransactionError("producer fenced", fatal=True)]
+    assert rig.txns.commit() is False
+    assert len(rig.failures) == 1 and "producer fenced" in rig.failures[0]
+    rig.outcomes.result(r1, b"s1")
+    rig.txns.release()
+    assert rig.txns.commit() is False
+    assert rig.producer.committed == [] and ("res", b"s1") not in rig.producer.txn
+
+
+@pytest.mark.parametrize("dropped", [True, False])
+def test_an_outcome_without_a_record_still_moves_the_offset(dropped: bool) -> None:
+    rig = Rig()
+    r0, r1 = rig.consume(0, 0, 1)
+    rig.outcomes.settle(r0)  # a replay a hook dropped
+    if dropped:
+        rig.outcomes.settle(r1)
+    else:
+        rig.outcomes.result(r1, b"s1")
+    assert rig.txns.commit() is True
+    records, offsets = rig.producer.committed[-1]
+    assert offsets == {("req", 0): 2}
+    assert records == ([] if dropped else [("res", b"s1")])
