@@ -49,9 +49,12 @@ RATE = 200  # requests/s
 CHAOS_S = 60.0  # traffic (and worker kills) in each chaos test
 KILL_EVERY_S = (3.0, 8.0)  # a worker's life: uniform in this range, from a seeded Random
 LEADER_DOWN_S = 6.0  # the leader kill: restarted after this
-ZOMBIE_S = 30.0  # traffic in each zombie test
+ZOMBIE_S = 40.0  # traffic in each zombie test
 ZOMBIE_SESSION_TIMEOUT_MS = 6000
 ZOMBIE_STOPPED_AFTER_TAKEOVER_S = 3.0  # the zombie sleeps on after the other worker took over
+# The broker aborts a transaction older than its timeout at its next check, every
+# transaction.abort.timed.out.transaction.cleanup.interval.ms (Kafka's default 10 s).
+BROKER_TXN_CHECK_S = 10.0
 ONE_KILL_REQUESTS = 4000
 ONE_KILL_RATE = 400
 # After every request has an outcome: how long to keep reading so that a second one
@@ -247,17 +250,21 @@ def test_one_kill_single_broker(kafka_broker, kafka_topic_factory, unique_group_
 
 
 # ----------------------------------------------------------------------------- zombie
-@pytest.mark.parametrize("transaction_timeout_ms", [10_000, 60_000], ids=["txn-times-out", "txn-open-on-wake"])
+@pytest.mark.parametrize("transaction_timeout_ms, outsleep", [(10_000, True), (60_000, False)],
+                         ids=["txn-timed-out-asleep", "txn-open-on-wake"])
 def test_zombie_worker_is_fenced(kafka_broker, kafka_topic_factory, unique_group_id, tmp_path,
-                                 transaction_timeout_ms) -> None:
+                                 transaction_timeout_ms, outsleep) -> None:
     """Two workers in one group (own transactional.ids, session timeout 6 s). One is
     SIGSTOPped until the other owns every partition, and a little longer, then
-    SIGCONTed. With a 10 s transaction timeout the broker has aborted the zombie's
-    open transaction by then; with 60 s it is still open when the zombie wakes, and
-    only the stale group generation in its offset commit (KIP-447) or its own
-    rebalance handling keeps it from committing results the other worker has produced
-    again. Either way a read_committed reader sees one outcome per request. The
-    zombie may carry on or exit (fenced): reported."""
+    SIGCONTed. "txn-open-on-wake": a 60 s transaction timeout, the zombie sleeps
+    ZOMBIE_STOPPED_AFTER_TAKEOVER_S past the takeover, so its transaction is still
+    open when it wakes and only the stale group generation in its offset commit
+    (KIP-447) or its own rebalance handling keeps it from committing results the other
+    worker has produced again. "txn-timed-out-asleep": a 10 s timeout and a sleep past
+    it (and the broker's next check), so the broker has aborted the zombie's
+    transaction and bumped its producer epoch by the time it wakes. Either way a
+    read_committed reader sees one outcome per request. The zombie may carry on or
+    exit (fenced): reported."""
     env = {"TIDEBATCH_SESSION_TIMEOUT_MS": str(ZOMBIE_SESSION_TIMEOUT_MS),
            "TIDEBATCH_TRANSACTION_TIMEOUT_MS": str(transaction_timeout_ms)}
     with scenario(kafka_broker, kafka_topic_factory) as (topics, readers):
@@ -287,6 +294,9 @@ def test_zombie_worker_is_fenced(kafka_broker, kafka_topic_factory, unique_group
                 opsutil.wait_for(lambda: other.alive() or other.owns_all(), 90,
                                  "the other worker to take the zombie's partitions")
                 pause(ZOMBIE_STOPPED_AFTER_TAKEOVER_S, other.alive)
+                if outsleep:
+                    pause(stopped + transaction_timeout_ms / 1000 + BROKER_TXN_CHECK_S + 3 - time.monotonic(),
+                          other.alive)
             finally:
                 zombie.current.kill(signal.SIGCONT)
             stopped_s = round(time.monotonic() - stopped, 1)
@@ -303,7 +313,7 @@ def test_zombie_worker_is_fenced(kafka_broker, kafka_topic_factory, unique_group
             other.close()
         committed, uncommitted = readers.close(linger=AFTER_STOP_S)
     notes = log_mentions(zombie.current, unique_group_id, "fenc", "abort", "generation", "fatal", "error")
-    report(f"zombie_{'open' if transaction_timeout_ms > 30_000 else 'timed_out'}", ids, committed, uncommitted,
+    report(f"zombie_{'txn_timed_out_asleep' if outsleep else 'txn_open_on_wake'}", ids, committed, uncommitted,
            transaction_timeout_ms=transaction_timeout_ms, zombie_owned_before=owned_before, stopped_s=stopped_s,
            zombie_exit_by_itself=zombie_exit, zombie_partitions_at_end=zombie_owns,
            zombie_log=notes[:10])
@@ -389,7 +399,10 @@ def chaos(cluster: KafkaBroker, topic_factory: Callable[..., str], group: str, t
                 if not node.running:
                     cluster.restart(node)
         committed, uncommitted = readers.close(linger=AFTER_STOP_S)
-    extra: dict[str, object] = {"seed": seed, "kills": len(lives), "lives_s": lives}
+    # Aborts the workers themselves logged (a commit refused or timed out); those of
+    # killed workers' open transactions are done by their successors' init_transactions.
+    aborts = sum(len(log_mentions(w, group, "transaction aborted")) for w in worker.processes)
+    extra: dict[str, object] = {"seed": seed, "kills": len(lives), "lives_s": lives, "aborts_logged": aborts}
     if fault is not None:
         extra["leader_killed"] = fault.node
     return report(name, ids, committed, uncommitted, **extra)
