@@ -95,7 +95,7 @@ class Outcomes:
         return {kind: sum(1 for k in self.kinds.values() if k[0] == kind) for kind in ("result", "dlq", "late")}
 
 
-class OutcomeCollector:
+class OutcomeCollector(opsutil.ConsumerThread):
     """Reads every partition of the output (`partitions` of them), dead-letter and late
     topics from the start, in a thread, as any downstream consumer would (it rides out
     the faults too). `isolation` is the reader's isolation.level: read_committed
@@ -107,24 +107,12 @@ class OutcomeCollector:
     ) -> None:
         self.outcomes = Outcomes()
         self._topics = topics
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._consumer = Consumer(consumer_config(KAFKA, bootstrap, f"outcomes-reader-{time.monotonic_ns()}",
-                                                  {"isolation.level": isolation}))
+        consumer = Consumer(consumer_config(KAFKA, bootstrap, f"outcomes-reader-{time.monotonic_ns()}",
+                                            {"isolation.level": isolation}))
         parts = [TopicPartition(topics.output, p, OFFSET_BEGINNING) for p in range(partitions)]
         parts += [TopicPartition(t, 0, OFFSET_BEGINNING) for t in (topics.dlq, topics.late)]
-        self._consumer.assign(parts)
-        self._thread = threading.Thread(target=self._loop, name="outcomes", daemon=True)
-        self._thread.start()
-
-    def _loop(self) -> None:
-        try:
-            while not self._stop.is_set():
-                for m in self._consumer.consume(num_messages=500, timeout=0.1):
-                    if m.error() is None:
-                        self._add(m)
-        finally:
-            self._consumer.close()
+        consumer.assign(parts)
+        super().__init__(consumer, "outcomes")
 
     def _add(self, m) -> None:
         if m.topic() == self._topics.output:
@@ -150,6 +138,5 @@ class OutcomeCollector:
             return sum(len(k) for k in self.outcomes.kinds.values())
 
     def close(self) -> Outcomes:
-        self._stop.set()
-        self._thread.join(timeout=10)
+        super().close()
         return self.outcomes
