@@ -67,10 +67,11 @@ OUT = Path(os.environ.get("FAULT_TESTS_OUT", opsutil.REPO / "out" / "faults" / "
 # ----------------------------------------------------------------------------- workers
 @dataclass
 class Identity:
-    """How a worker is started again after a kill: the same group membership (static,
-    so the new process takes the old one's partitions at once) and the same
-    transactional.id (so it fences its predecessor and aborts its open transaction
-    as it starts, instead of after transaction_timeout_ms)."""
+    """A worker and how it is started again after a kill: the same group membership
+    (with `instance_id`, static: the new process takes the old one's partitions at
+    once) and the same transactional.id (it fences its predecessor and aborts the
+    transaction that one left open as it starts, instead of after
+    transaction_timeout_ms). `processes`: every process started, the current last."""
 
     broker: LocalBroker
     topics: opsutil.Topics
