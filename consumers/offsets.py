@@ -104,11 +104,14 @@ class OffsetTracker:
                     st.committed = offset
 
     def pending(self, tp: TopicPartition | None = None) -> int:
+        """Offsets (of `tp`, or of every partition) not done yet: past the contiguous
+        done prefix. Done offsets leave the count as soon as they are done, not at the
+        next committable() or watermark(): a revoke waits on this count."""
         with self._lock:
-            if tp is not None:
-                st = self._parts.get(tp)
-                return len(st.order) if st else 0
-            return sum(len(st.order) for st in self._parts.values())
+            tps = [tp] if tp is not None else list(self._parts)
+            for part in tps:
+                self._advance(part)
+            return sum(len(self._parts[part].order) for part in tps if part in self._parts)
 
     def forget(self, tps: list[TopicPartition]) -> None:
         """Drop partitions that were revoked; late acks for them are ignored."""

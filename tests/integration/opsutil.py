@@ -238,20 +238,15 @@ def produce_ctr(bootstrap: str, topic: str, count: int, *, seed: int = 7, start:
     return ids
 
 
-class ResultCollector:
-    """Reads a result topic in a thread, like any downstream consumer: request id ->
-    number of results seen (more than one after a replay), and the input partition
-    of each."""
+class ConsumerThread:
+    """Reads a confluent Consumer in a thread until close(), handing each record
+    without an error to _add() (subclasses set their state up before this __init__)."""
 
-    def __init__(self, bootstrap: str, topic: str, *, profile: str | None = None) -> None:
-        self.counts: dict[str, int] = {}
-        self.partition: dict[str, int] = {}
+    def __init__(self, consumer: Consumer, name: str) -> None:
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        conf = consumer_config(profile or profile_of(bootstrap), bootstrap, f"ops-results-{uuid.uuid4().hex[:10]}")
-        self._consumer = Consumer(conf)
-        self._consumer.subscribe([topic])
-        self._thread = threading.Thread(target=self._loop, name="results", daemon=True)
+        self._consumer = consumer
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
     def _loop(self) -> None:
@@ -259,13 +254,37 @@ class ResultCollector:
             while not self._stop.is_set():
                 for m in self._consumer.consume(num_messages=500, timeout=0.1):
                     if m.error() is None:
-                        doc = orjson.loads(m.value())
-                        rid = doc["request_id"]
-                        with self._lock:
-                            self.counts[rid] = self.counts.get(rid, 0) + 1
-                            self.partition[rid] = doc["source"]["partition"]
+                        self._add(m)
         finally:
             self._consumer.close()
+
+    def _add(self, m: Any) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+class ResultCollector(ConsumerThread):
+    """Reads a result topic in a thread, like any downstream consumer: request id ->
+    number of results seen (more than one after a replay), and the input partition
+    of each."""
+
+    def __init__(self, bootstrap: str, topic: str, *, profile: str | None = None) -> None:
+        self.counts: dict[str, int] = {}
+        self.partition: dict[str, int] = {}
+        conf = consumer_config(profile or profile_of(bootstrap), bootstrap, f"ops-results-{uuid.uuid4().hex[:10]}")
+        consumer = Consumer(conf)
+        consumer.subscribe([topic])
+        super().__init__(consumer, "results")
+
+    def _add(self, m: Any) -> None:
+        doc = orjson.loads(m.value())
+        rid = doc["request_id"]
+        with self._lock:
+            self.counts[rid] = self.counts.get(rid, 0) + 1
+            self.partition[rid] = doc["source"]["partition"]
 
     def missing(self, ids: list[str]) -> list[str]:
         with self._lock:
@@ -279,7 +298,3 @@ class ResultCollector:
         """Request id -> results seen, for those seen more than once."""
         with self._lock:
             return {rid: n for rid, n in self.counts.items() if n > 1}
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)

@@ -24,17 +24,14 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-import orjson
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from consumers.brokers.kafka import KafkaBroker
-from consumers.profiles import KAFKA, consumer_config, producer_config
-from pipeline.pipelines import get_pipeline
 from tests.integration import opsutil
+from tests.integration.traffic import OutcomeCollector, PacedProducer
 
 pytestmark = pytest.mark.integration
 
@@ -51,114 +48,6 @@ TIGHT_SLO_MS = 1000.0
 WINDOW_MS = 1000
 STEP_MS = 100
 OUT = Path(os.environ.get("FAULT_TESTS_OUT", opsutil.REPO / "out" / "faults" / "recovery.jsonl"))
-
-
-# ----------------------------------------------------------------------------- traffic
-class PacedProducer:
-    """CTR requests at RATE per second from a thread (acks=all, idempotent: the kafka
-    profile), each stamped by the broker's clock-independent CreateTime. Only ids whose
-    delivery was acknowledged count as produced."""
-
-    def __init__(self, bootstrap: str, topic: str, seconds: float, seed: int) -> None:
-        self.delivered: list[str] = []
-        self.errors: list[str] = []
-        self._producer = Producer(producer_config(KAFKA, bootstrap))
-        self._topic = topic
-        self._count = int(seconds * RATE)
-        self._make = get_pipeline("ctr").make_samples(seed)
-        self._thread = threading.Thread(target=self._run, name="paced-producer", daemon=True)
-
-    def start(self) -> PacedProducer:
-        self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        began = time.monotonic()
-        for i in range(self._count):
-            key, value, headers = self._make(i)
-            rid = orjson.loads(value)["request_id"]
-
-            def on_delivery(err, _msg, rid: str = rid) -> None:
-                if err is None:
-                    self.delivered.append(rid)
-                else:
-                    self.errors.append(str(err))
-
-            delay = began + i / RATE - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            while True:
-                try:
-                    self._producer.produce(self._topic, value=value, key=key, headers=headers or None,
-                                           on_delivery=on_delivery)
-                    break
-                except BufferError:
-                    self._producer.poll(0.05)
-            self._producer.poll(0)
-        # Through a fault the last records may wait for a new leader: librdkafka keeps
-        # retrying them until message.timeout.ms.
-        self._producer.flush(120)
-
-    @property
-    def running(self) -> bool:
-        return self._thread.is_alive()
-
-
-@dataclass
-class Outcomes:
-    """Request id -> outcome kinds; results' (record timestamp, latency ms)."""
-
-    kinds: dict[str, list[str]] = field(default_factory=dict)
-    results: list[tuple[int, int]] = field(default_factory=list)
-
-
-class OutcomeCollector:
-    """Reads every partition of the output, dead-letter and late topics from the start,
-    in a thread, as any downstream consumer would (it rides out the faults too)."""
-
-    def __init__(self, bootstrap: str, topics: opsutil.Topics) -> None:
-        self.outcomes = Outcomes()
-        self._topics = topics
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._consumer = Consumer(consumer_config(KAFKA, bootstrap, f"faults-reader-{time.monotonic_ns()}"))
-        parts = [TopicPartition(topics.output, p, OFFSET_BEGINNING) for p in range(PARTITIONS)]
-        parts += [TopicPartition(t, 0, OFFSET_BEGINNING) for t in (topics.dlq, topics.late)]
-        self._consumer.assign(parts)
-        self._thread = threading.Thread(target=self._loop, name="outcomes", daemon=True)
-        self._thread.start()
-
-    def _loop(self) -> None:
-        try:
-            while not self._stop.is_set():
-                for m in self._consumer.consume(num_messages=500, timeout=0.1):
-                    if m.error() is None:
-                        self._add(m)
-        finally:
-            self._consumer.close()
-
-    def _add(self, m) -> None:
-        if m.topic() == self._topics.output:
-            doc = orjson.loads(m.value())
-            rid, kind = doc["request_id"], "result"
-            latency = (m.timestamp()[1], m.timestamp()[1] - int(doc["kafka_ts_ms"]))
-        else:
-            # A dead letter or late record carries the request's original bytes.
-            rid = orjson.loads(m.value())["request_id"]
-            kind, latency = ("dlq" if m.topic() == self._topics.dlq else "late"), None
-        with self._lock:
-            self.outcomes.kinds.setdefault(rid, []).append(kind)
-            if latency is not None:
-                self.outcomes.results.append(latency)
-
-    def missing(self, ids: list[str]) -> list[str]:
-        with self._lock:
-            return [i for i in ids if i not in self.outcomes.kinds]
-
-    def close(self) -> Outcomes:
-        self._stop.set()
-        self._thread.join(timeout=10)
-        return self.outcomes
 
 
 class ReadinessProbe:
@@ -283,7 +172,7 @@ def fault_run(
         before_worker()
         worker = opsutil.start_worker_process(kafka_cluster, topics, group, tmp_path, "worker",
                                               TIDEBATCH_BATCHING__SLO_MS=str(SLO_MS))
-        collector = OutcomeCollector(kafka_cluster.bootstrap_servers, topics)
+        collector = OutcomeCollector(kafka_cluster.bootstrap_servers, topics, PARTITIONS)
         run = Run(kafka_cluster, topics, worker, worker.proc.pid, collector, ReadinessProbe(worker.url), group)
         try:
             opsutil.wait_for(lambda: run.alive() or len(worker.assigned() or []) == PARTITIONS, 90,
@@ -300,7 +189,7 @@ def fault_run(
 
 
 def traffic(run: Run, seed: int) -> PacedProducer:
-    run.producer = PacedProducer(run.cluster.bootstrap_servers, run.topics.input, PRODUCE_S, seed).start()
+    run.producer = PacedProducer(run.cluster.bootstrap_servers, run.topics.input, PRODUCE_S, seed, rate=RATE).start()
     return run.producer
 
 
@@ -330,8 +219,8 @@ def finish(run: Run, name: str, fault_ms: int, **extra: object) -> dict:
     # allowed, counted. Two different kinds for one request would be a bug.
     mixed = {i: k for i, k in outcomes.kinds.items() if len(set(k)) > 1}
     assert not mixed, f"requests with different outcomes: {list(mixed.items())[:5]}"
-    duplicates = sum(len(k) - 1 for k in outcomes.kinds.values())
-    kinds = {kind: sum(1 for k in outcomes.kinds.values() if k[0] == kind) for kind in ("result", "dlq", "late")}
+    duplicates = outcomes.duplicates
+    kinds = outcomes.by_kind()
     record = {
         "test": name,
         "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -106,3 +106,18 @@ def test_an_older_confirmation_never_moves_the_committed_watermark_back() -> Non
     tr.committed({TP: 3})
     tr.committed({TP: 1})  # an earlier asynchronous commit answered late
     assert tr.committable() == {}
+
+
+def test_pending_drops_done_offsets_without_a_commit() -> None:
+    # Partitions.on_revoke waits while pending(tp) > 0: offsets acked since the last
+    # committable() must not count, or every revoke under traffic waited its full 10 s.
+    tr = OffsetTracker()
+    for off in range(3):
+        tr.track(TP, off)
+    tr.ack(TP, 1)
+    assert tr.pending(TP) == 3  # offset 0 still in flight holds 1 back too
+    tr.ack(TP, 0)
+    assert tr.pending(TP) == 1
+    tr.ack(TP, 2)
+    assert tr.pending(TP) == 0 and tr.pending() == 0
+    assert tr.committable() == {TP: 3}  # the watermark is still offered for commit

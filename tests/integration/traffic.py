@@ -1,0 +1,142 @@
+"""Steady CTR traffic and every outcome of it, for the tests that run a `tidebatch run`
+worker process through faults (test_cluster_faults.py: broker failures;
+test_exactly_once.py: worker kills and zombies under delivery exactly_once).
+
+PacedProducer writes requests at a fixed rate from a thread; OutcomeCollector reads
+the output, dead-letter and late topics from the start, in a thread, and maps each
+request id to the outcome records seen for it (more than one is a duplicate)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+import orjson
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+from consumers.profiles import KAFKA, consumer_config, producer_config
+from pipeline.pipelines import get_pipeline
+from tests.integration import opsutil
+
+
+class PacedProducer:
+    """CTR requests at `rate` per second for `seconds` from a thread (acks=all,
+    idempotent: the kafka profile), each stamped by the broker's clock-independent
+    CreateTime. Only ids whose delivery was acknowledged count as produced."""
+
+    def __init__(self, bootstrap: str, topic: str, seconds: float, seed: int, *, rate: int = 200) -> None:
+        self.delivered: list[str] = []
+        self.errors: list[str] = []
+        self.rate = rate
+        self.count = int(seconds * rate)
+        self._producer = Producer(producer_config(KAFKA, bootstrap))
+        self._topic = topic
+        self._make = get_pipeline("ctr").make_samples(seed)
+        self._thread = threading.Thread(target=self._run, name="paced-producer", daemon=True)
+
+    def start(self) -> PacedProducer:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        began = time.monotonic()
+        for i in range(self.count):
+            key, value, headers = self._make(i)
+            rid = orjson.loads(value)["request_id"]
+
+            def on_delivery(err, _msg, rid: str = rid) -> None:
+                if err is None:
+                    self.delivered.append(rid)
+                else:
+                    self.errors.append(str(err))
+
+            delay = began + i / self.rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            while True:
+                try:
+                    self._producer.produce(self._topic, value=value, key=key, headers=headers or None,
+                                           on_delivery=on_delivery)
+                    break
+                except BufferError:
+                    self._producer.poll(0.05)
+            self._producer.poll(0)
+        # Through a fault the last records may wait for a new leader: librdkafka keeps
+        # retrying them until message.timeout.ms.
+        self._producer.flush(120)
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+
+@dataclass
+class Outcomes:
+    """Request id -> outcome kinds; results' (record timestamp, latency ms)."""
+
+    kinds: dict[str, list[str]] = field(default_factory=dict)
+    results: list[tuple[int, int]] = field(default_factory=list)
+
+    @property
+    def duplicates(self) -> int:
+        """Outcome records beyond the first of each request."""
+        return sum(len(k) - 1 for k in self.kinds.values())
+
+    def duplicated(self) -> dict[str, list[str]]:
+        """Request id -> its outcome kinds, for requests with more than one."""
+        return {rid: k for rid, k in self.kinds.items() if len(k) > 1}
+
+    def by_kind(self) -> dict[str, int]:
+        """Requests per (first) outcome kind."""
+        return {kind: sum(1 for k in self.kinds.values() if k[0] == kind) for kind in ("result", "dlq", "late")}
+
+
+class OutcomeCollector(opsutil.ConsumerThread):
+    """Reads every partition of the output (`partitions` of them), dead-letter and late
+    topics from the start, in a thread, as any downstream consumer would (it rides out
+    the faults too). `isolation` is the reader's isolation.level: read_committed
+    (librdkafka's default, set explicitly) sees only committed transactions' records,
+    read_uncommitted also those of aborted ones."""
+
+    def __init__(
+        self, bootstrap: str, topics: opsutil.Topics, partitions: int, *, isolation: str = "read_committed"
+    ) -> None:
+        self.outcomes = Outcomes()
+        self._topics = topics
+        consumer = Consumer(consumer_config(KAFKA, bootstrap, f"outcomes-reader-{time.monotonic_ns()}",
+                                            {"isolation.level": isolation}))
+        parts = [TopicPartition(topics.output, p, OFFSET_BEGINNING) for p in range(partitions)]
+        parts += [TopicPartition(t, 0, OFFSET_BEGINNING) for t in (topics.dlq, topics.late)]
+        consumer.assign(parts)
+        super().__init__(consumer, "outcomes")
+
+    def _add(self, m) -> None:
+        if m.topic() == self._topics.output:
+            doc = orjson.loads(m.value())
+            rid, kind = doc["request_id"], "result"
+            latency = (m.timestamp()[1], m.timestamp()[1] - int(doc["kafka_ts_ms"]))
+        else:
+            # A dead letter or late record carries the request's original bytes.
+            rid = orjson.loads(m.value())["request_id"]
+            kind, latency = ("dlq" if m.topic() == self._topics.dlq else "late"), None
+        with self._lock:
+            self.outcomes.kinds.setdefault(rid, []).append(kind)
+            if latency is not None:
+                self.outcomes.results.append(latency)
+
+    def missing(self, ids: list[str]) -> list[str]:
+        with self._lock:
+            return [i for i in ids if i not in self.outcomes.kinds]
+
+    def seen(self) -> int:
+        """Outcome records read so far."""
+        with self._lock:
+            return sum(len(k) for k in self.outcomes.kinds.values())
+
+    def close(self) -> Outcomes:
+        super().close()
+        return self.outcomes
