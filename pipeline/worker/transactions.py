@@ -155,8 +155,8 @@ class Transactions:
             sink.flush()
         waiting = self._not_ready(offsets, left)
         if self._doomed is None and waiting is None:
-            if self._commit(offsets, began):
-                return True
+            if self._commit(offsets, began) or self._dead:
+                return not self._dead
         elif self._doomed is None and not letting_go:
             log.info("transaction not committed yet: %s", waiting)
             return False

@@ -196,6 +196,7 @@ def test_a_fenced_producer_stops_the_worker_and_commits_nothing_more() -> None:
     rig.producer.commit_errors = [TransactionError("producer fenced", fatal=True)]
     assert rig.txns.commit() is False
     assert len(rig.failures) == 1 and "producer fenced" in rig.failures[0]
+    assert rig.producer.aborted == []  # a fenced producer cannot abort either: not tried
     rig.outcomes.result(r1, b"s1")
     rig.txns.release()
     assert rig.txns.commit() is False
