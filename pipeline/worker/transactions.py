@@ -201,7 +201,8 @@ class Transactions:
 
     def _abort(self, letting_go: Sequence[TopicPartition]) -> None:
         reason, self._doomed = self._doomed or "the transaction could not commit in time", None
-        dropped = [key for key in self._open if key[0] in set(letting_go)]
+        going = set(letting_go)
+        dropped = [key for key in self._open if key[0] in going]
         log.warning(
             "transaction aborted (%s): %d outcome records are produced again in the next one%s",
             reason, len(self._open) - len(dropped),
@@ -245,6 +246,3 @@ class Transactions:
         self._order.forget(tps)
         for tp in tps:
             self._committed.pop(tp, None)
-
-    def waiting(self) -> int:
-        return self._order.waiting()
