@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 
 from consumers.client_logs import shared_log
-from consumers.kafka_failures import REFUSED_ACCESS, classify
+from consumers.kafka_failures import REFUSED_ACCESS, classify, failure_line
 from consumers.records import (
     AckCallback,
     CommitCallback,
@@ -202,13 +202,18 @@ _REFUSED_CODES = frozenset(
 _DEFAULT_MAX_RECORD_BYTES = 1_000_000
 
 
-def _send_error(err: KafkaError) -> SendError:
+def _send_error(err: KafkaError, topic: str, bootstrap: str) -> SendError:
+    failure = classify(err.name(), err.str(), bootstrap)
+    if failure is not None and failure.kind in REFUSED_ACCESS:
+        # The broker refuses every retry alike until an operator grants the ACL.
+        return SendError(failure_line(failure.kind, bootstrap, f"writing to {topic}: {err.str()}"), forbidden=True)
     return SendError(err.str(), refused=err.code() in _REFUSED_CODES)
 
 
 class ConfluentProducer:
     def __init__(self, config: Mapping[str, object]) -> None:
         self._producer = Producer(dict(config))
+        self._bootstrap = str(config.get("bootstrap.servers", ""))
         # The largest record this producer accepts (librdkafka counts key + value +
         # headers + a few bytes of framing against it).
         self.max_record_bytes = int(config.get("message.max.bytes", _DEFAULT_MAX_RECORD_BYTES))  # type: ignore[call-overload]
@@ -227,7 +232,7 @@ class ConfluentProducer:
         request's outcome becomes instead."""
 
         def delivered(err: KafkaError | None, _msg: object) -> None:
-            on_ack(None if err is None else _send_error(err))
+            on_ack(None if err is None else _send_error(err, topic, self._bootstrap))
 
         while True:
             try:
@@ -237,7 +242,7 @@ class ConfluentProducer:
                 # Local queue full: serve delivery reports to make room, then retry.
                 self._producer.poll(0.05)
             except KafkaException as exc:
-                on_ack(_send_error(exc.args[0]))
+                on_ack(_send_error(exc.args[0], topic, self._bootstrap))
                 return
 
     def poll(self, timeout: float = 0.0) -> int:

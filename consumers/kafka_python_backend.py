@@ -238,7 +238,9 @@ _DEFAULT_MAX_RECORD_BYTES = 1_048_576
 
 
 def _send_error(exc: BaseException) -> SendError:
-    return SendError(f"{type(exc).__name__}: {exc}", refused=isinstance(exc, _REFUSED))
+    # A missing ACL (TopicAuthorizationFailedError): every retry fails alike, stop.
+    forbidden = isinstance(exc, kafka_errors.TopicAuthorizationFailedError)
+    return SendError(f"{type(exc).__name__}: {exc}", refused=isinstance(exc, _REFUSED), forbidden=forbidden)
 
 
 class KafkaPythonProducer:

@@ -13,11 +13,14 @@ TopicPartition = tuple[str, int]
 class SendError:
     """Why Kafka did not take a produced record. `refused`: the record itself was
     refused (over a size limit, or invalid), so sending it again cannot succeed and the
-    caller must change it (pipeline/outcomes.py); otherwise the error is the broker's or
-    the network's, and a retry may succeed."""
+    caller must change it (pipeline/outcomes.py); `forbidden`: the principal lacks an
+    ACL for the topic, so neither a retry nor a dead letter can help and the worker
+    stops (`reason` is then consumers/kafka_failures.py's one line); otherwise the error
+    is the broker's or the network's, and a retry may succeed."""
 
     reason: str  # one line
     refused: bool = False
+    forbidden: bool = False
 
 
 # Called once per produced record with None on success or the error.

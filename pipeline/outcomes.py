@@ -209,7 +209,9 @@ class Outcomes:
                     self._publish_ms.append(wall_ms() - ready_wall_ms)
                 return
             self.metrics.delivery_errors.labels(self.pipeline, topic).inc()
-            if err.refused:
+            if err.forbidden:  # a missing ACL: stop before anything commits past this record
+                self._fail(err.reason)
+            elif err.refused:
                 refused(err)
             elif self._transactions is not None:
                 # Not retried here: the abort produces the transaction's records again.

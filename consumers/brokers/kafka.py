@@ -48,6 +48,14 @@ from consumers.brokers.embedded import (
     free_port,
     port_in_use,
 )
+from consumers.brokers.kafka_security import (
+    SECURE_LISTENER,
+    Acl,
+    KafkaSecurity,
+    add_scram_user,
+    allow,
+    server_settings,
+)
 from consumers.profiles import admin_config
 
 # The pin. docker-compose.yml runs apache/kafka:<this> (checked by a unit test), so the
@@ -152,8 +160,10 @@ def server_properties(
     controller_port: int,
     voters: Mapping[int, int],
     log_dir: Path,
+    secure: tuple[int, KafkaSecurity] | None = None,
 ) -> dict[str, str]:
-    """The full server.properties of one node. voters: {node id: controller port}."""
+    """The full server.properties of one node. voters: {node id: controller port}.
+    secure: (port, security) of a SASL_SSL listener (consumers/brokers/kafka_security.py)."""
     props = {**SHARED_SETTINGS, **LOCAL_SETTINGS}
     if len(voters) >= 3:
         props.update(CLUSTER_SETTINGS)
@@ -168,6 +178,13 @@ def server_properties(
         "controller.quorum.voters": ",".join(f"{n}@{HOST}:{p}" for n, p in sorted(voters.items())),
         "log.dirs": str(log_dir),
     })
+    if secure is not None:
+        secure_port, security = secure
+        listener = f"{SECURE_LISTENER}://{HOST}:{secure_port}"
+        props["listeners"] += f",{listener}"
+        props["advertised.listeners"] += f",{listener}"
+        props["listener.security.protocol.map"] += f",{SECURE_LISTENER}:{SECURE_LISTENER}"
+        props.update(server_settings(security))
     return props
 
 
@@ -275,6 +292,7 @@ class KafkaNode:
     port: int
     controller_port: int
     dir: Path
+    secure_port: int | None = None  # the SASL_SSL listener's, when the broker is secured
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     finalizer: weakref.finalize | None = field(default=None, repr=False)
 
@@ -339,7 +357,8 @@ class KafkaBroker(LocalBroker):
     port: the first node's client port (None: free ports for everything). workdir:
     where each node keeps its properties, data and server.log (default: a new temp dir);
     stop() deletes the data and keeps the logs for post-mortems. start_timeout: seconds
-    until every node answers a metadata request and is registered.
+    until every node answers a metadata request and is registered. security: adds a
+    SASL_SSL listener with SCRAM users and ACLs (consumers/brokers/kafka_security.py).
     """
 
     profile = "kafka"
@@ -353,6 +372,7 @@ class KafkaBroker(LocalBroker):
         version: str = KAFKA_VERSION,
         start_timeout: float = 90.0,
         stop_timeout: float = STOP_TIMEOUT_S,
+        security: KafkaSecurity | None = None,
     ) -> None:
         if nodes not in (1, 3):
             raise KafkaBrokerError(f"nodes must be 1 or 3, got {nodes}")
@@ -365,6 +385,7 @@ class KafkaBroker(LocalBroker):
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
         self.cluster_id = new_cluster_id()
+        self.security = security
         self.nodes: list[KafkaNode] = []
         self._libs: Path | None = None
         self.start_seconds: float | None = None
@@ -375,6 +396,23 @@ class KafkaBroker(LocalBroker):
         if not self.nodes:
             raise KafkaBrokerError("Apache Kafka is not started")
         return ",".join(node.address for node in self.nodes)
+
+    @property
+    def secure_bootstrap_servers(self) -> str:
+        """The SASL_SSL listeners' addresses (the broker must be secured)."""
+        if self.security is None:
+            raise KafkaBrokerError("this Apache Kafka has no SASL_SSL listener (security=None)")
+        if not self.nodes:
+            raise KafkaBrokerError("Apache Kafka is not started")
+        return ",".join(f"{HOST}:{node.secure_port}" for node in self.nodes)
+
+    def add_scram_user(self, username: str, password: str) -> None:
+        """A SCRAM-SHA-512 user of the SASL_SSL listener."""
+        add_scram_user(self.bootstrap_servers, username, password)
+
+    def allow(self, principal: str, acls: Sequence[Acl]) -> None:
+        """ALLOW ACLs for `principal` (e.g. "User:worker") on the SASL_SSL listener."""
+        allow(self.bootstrap_servers, principal, acls)
 
     @property
     def running(self) -> bool:
@@ -580,10 +618,14 @@ class KafkaBroker(LocalBroker):
             node_dir = self.workdir / f"node-{node_id}"
             shutil.rmtree(node_dir / "data", ignore_errors=True)
             node_dir.mkdir(parents=True, exist_ok=True)
-            self.nodes.append(KafkaNode(node_id, port, free_port(), node_dir))
+            secure_port = free_port() if self.security is not None else None
+            self.nodes.append(KafkaNode(node_id, port, free_port(), node_dir, secure_port))
         voters = {node.node_id: node.controller_port for node in self.nodes}
         for node in self.nodes:
-            props = server_properties(node.node_id, node.port, node.controller_port, voters, node.dir / "data")
+            secure = (node.secure_port, self.security) if node.secure_port and self.security else None
+            props = server_properties(
+                node.node_id, node.port, node.controller_port, voters, node.dir / "data", secure
+            )
             (node.dir / "server.properties").write_text(render_properties(props))
 
     def _java_cmd(self, java: str, main: str, *args: str) -> list[str]:

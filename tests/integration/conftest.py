@@ -85,6 +85,26 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBro
         yield running
 
 
+@pytest.fixture(scope="module")
+def secured_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    """A single-node Apache Kafka with a SASL_SSL listener (SCRAM-SHA-512, a certificate
+    from a CA made here, StandardAuthorizer ACLs; consumers/brokers/kafka_security.py).
+    `.security.ca` is the CA its clients trust. Stopped after its
+    module, like kafka_cluster: one more idle JVM would slow the rest of the session."""
+    from consumers.brokers.kafka_security import KafkaSecurity
+    from tests.integration.certs import make_ca, make_cert
+
+    pki = tmp_path_factory.mktemp("kafka-pki")
+    ca = make_ca(pki)
+    leaf = make_cert(ca, pki, "broker", ["127.0.0.1", "localhost"])
+    keystore = pki / "broker-keystore.pem"  # Kafka's PEM keystore: key, then the chain
+    keystore.write_text(leaf.key.read_text() + leaf.cert.read_text())
+    security = KafkaSecurity(keystore=keystore, ca=leaf.ca)
+    with KafkaBroker(workdir=tmp_path_factory.mktemp("kafka-secured"), security=security) as running:
+        register_broker(running)
+        yield running
+
+
 TopicFactory = Callable[..., str]
 
 
@@ -108,6 +128,13 @@ def kafka_topic_factory(kafka_broker: KafkaBroker) -> Iterator[TopicFactory]:
 def cluster_topic_factory(kafka_cluster: KafkaBroker) -> Iterator[TopicFactory]:
     """As topic_factory, on the three-node Apache Kafka: replication factor 3."""
     yield from _topics_on(kafka_cluster)
+
+
+@pytest.fixture
+def secured_topic_factory(secured_kafka: KafkaBroker) -> Iterator[TopicFactory]:
+    """As topic_factory, on the secured Apache Kafka (made through its PLAINTEXT
+    listener, whose principal is a super user)."""
+    yield from _topics_on(secured_kafka)
 
 
 def _topics_on(broker: LocalBroker) -> Iterator[TopicFactory]:

@@ -108,3 +108,16 @@ def test_lines_say_what_to_check() -> None:
 
 def test_detail_drops_the_thread_prefix() -> None:
     assert detail("[thrd:a:1/bootstrap]: a:1/bootstrap: down") == "a:1/bootstrap: down"
+
+
+def test_a_produce_refused_for_a_missing_acl_is_forbidden_not_retriable() -> None:
+    # consumers/confluent_backend.py: what the worker's producer reports for a record.
+    from confluent_kafka import KafkaError
+
+    from consumers.confluent_backend import _send_error
+
+    err = _send_error(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "Broker: Topic authorization failed"), "out", ADDR)
+    assert err.forbidden and not err.refused
+    assert err.reason.startswith(f"Kafka topic authorization failed at {ADDR}: writing to out:")
+    timeout = _send_error(KafkaError(KafkaError._MSG_TIMED_OUT, "Local: Message timed out"), "out", ADDR)
+    assert not timeout.forbidden and not timeout.refused

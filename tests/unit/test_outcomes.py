@@ -190,3 +190,13 @@ def test_a_result_s_publish_stage_runs_from_ready_to_kafka_s_ack(monkeypatch) ->
     refused.outcomes.observe_stages()
     assert _stage_count(h.metrics, "publish") == (1.0, 0.25)
     assert _stage_count(refused.metrics, "publish") == (0.0, 0.0)
+
+
+def test_a_missing_acl_stops_the_worker_at_once_without_retry_dead_letter_or_ack() -> None:
+    # Before: retried MAX_SEND_ATTEMPTS times per record (a warning each), then a failure
+    # line without the ACL's name; a dead letter would have released the offset.
+    line = "Kafka topic authorization failed at b:9093: writing to out: ... (the principal lacks a topic ACL)"
+    h = Harness(lambda topic, _v, _n: SendError(line, forbidden=True) if topic == "out" else None)
+    h.outcomes.result(_rec(), b"{}")
+    assert h.topics_sent() == ["out"]
+    assert h.acked == [] and h.failures == [line] and not h.counts
