@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from consumers.client_settings import ROLES, env_key, redacted, settings_for
+from consumers.client_settings import ROLES, env_key, is_secret, redacted, settings_for
 from consumers.kafka_python_settings import kafka_python_settings
 from pipeline.errors import UserError
 from pipeline.kafka_keys import validate_delivery, validate_group
@@ -246,7 +246,9 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         return int(value)  # dict keys from YAML/env may arrive as strings
     if tp is str and isinstance(value, str):
         return value
-    raise UserError(f"config key '{key}': expected {_type_name(tp)}, got {value!r}")
+    # A secret's value is never shown, not even the wrong one (an unquoted 123456).
+    shown = f"a value of type {type(value).__name__}" if is_secret(key) or key.endswith("_token") else repr(value)
+    raise UserError(f"config key '{key}': expected {_type_name(tp)}, got {shown}")
 
 
 def _build(cls: type, data: Mapping[str, Any], prefix: str = "") -> Any:

@@ -174,3 +174,12 @@ def test_a_warning_only_when_others_can_connect_without_credentials() -> None:
     assert "0.0.0.0" in warning and "metrics.auth" in warning and "/api/stats" in warning
     assert exposure_warning("127.0.0.1", None) is None
     assert exposure_warning("0.0.0.0", _auth()) is None
+
+
+def test_a_wrongly_typed_secret_is_not_shown_in_the_error() -> None:
+    """An environment value is read as YAML: an all-digit password arrives as an int."""
+    for name in ("PASSWORD", "BEARER_TOKEN"):
+        env = {"TIDEBATCH_METRICS__AUTH__USERNAME": "ops", f"TIDEBATCH_METRICS__AUTH__{name}": "83917264"}
+        with pytest.raises(UserError, match=rf"'metrics.auth.{name.lower()}': expected str, got a value of type int") as err:
+            load_config(environ=env)
+        assert "83917264" not in str(err.value)
