@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -55,27 +55,29 @@ def settings_for(
     return {k: resolve_secret(k, v, env) if is_secret(k) else v for k, v in merged.items()}
 
 
-def resolve_secret(key: str, value: Any, environ: Mapping[str, str]) -> str:
+def resolve_secret(key: str, value: Any, environ: Mapping[str, str], what: str = "Kafka setting") -> str:
     """`${VAR}` from the environment, `@file:/path` from the file (stripped), else the
-    value itself. Errors name the key and where it was looked for, never a value."""
+    value itself. Errors name the key (`what` says whose) and where it was looked for,
+    never a value."""
     text = str(value)
     ref = _ENV_REF.match(text)
     if ref:
         if ref.group(1) not in environ:
-            raise UserError(f"Kafka setting {key}: environment variable {ref.group(1)} is not set")
+            raise UserError(f"{what} {key}: environment variable {ref.group(1)} is not set")
         return environ[ref.group(1)]
     if text.startswith(_FILE_REF):
         path = Path(text[len(_FILE_REF):])
         try:
             return path.read_text().strip()
         except OSError as exc:
-            raise UserError(f"Kafka setting {key}: cannot read {path}: {exc.strerror}") from None
+            raise UserError(f"{what} {key}: cannot read {path}: {exc.strerror}") from None
     return text
 
 
-def redacted(config: Mapping[str, Any]) -> dict[str, Any]:
-    """`config` with every secret's value replaced, for logs and dumps."""
-    return {k: REDACTED if is_secret(k) else v for k, v in config.items()}
+def redacted(config: Mapping[str, Any], also: Collection[str] = ()) -> dict[str, Any]:
+    """`config` with every secret's value replaced, for logs and dumps; `also` names
+    more secret keys (a bearer token's name says neither password nor secret)."""
+    return {k: REDACTED if is_secret(k) or k in also else v for k, v in config.items()}
 
 
 def parse_x(items: Iterable[str] | None) -> dict[str, str]:

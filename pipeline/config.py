@@ -20,10 +20,11 @@ from typing import Any
 
 import yaml
 
-from consumers.client_settings import ROLES, env_key, redacted, settings_for
+from consumers.client_settings import ROLES, env_key, is_secret, redacted, settings_for
 from consumers.kafka_python_settings import kafka_python_settings
 from pipeline.errors import UserError
 from pipeline.kafka_keys import validate_delivery, validate_group
+from pipeline.ops.http_config import MetricsConfig, validate_metrics  # host, port, auth
 from pipeline.redisio.config import RedisConfig, validate_redis
 from pipeline.sinks.config import SinksConfig, validate_sinks
 
@@ -106,13 +107,6 @@ class LimitsConfig:
     # moves on; "stop" exits 1 without committing past it, naming the offset and how
     # to skip it. Never the default: a stop replays the same record after a restart.
     on_undeliverable: str = "skip"
-
-
-@dataclass
-class MetricsConfig:
-    enabled: bool = True
-    host: str = "127.0.0.1"
-    port: int = 9400
 
 
 @dataclass(repr=False)
@@ -252,7 +246,9 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         return int(value)  # dict keys from YAML/env may arrive as strings
     if tp is str and isinstance(value, str):
         return value
-    raise UserError(f"config key '{key}': expected {_type_name(tp)}, got {value!r}")
+    # A secret's value is never shown, not even the wrong one (an unquoted 123456).
+    shown = f"a value of type {type(value).__name__}" if is_secret(key) or key.endswith("_token") else repr(value)
+    raise UserError(f"config key '{key}': expected {_type_name(tp)}, got {shown}")
 
 
 def _build(cls: type, data: Mapping[str, Any], prefix: str = "") -> Any:
@@ -391,7 +387,6 @@ def validate(cfg: WorkerConfig) -> None:
         raise bad("limits.dead_letter_prefix_bytes", "must be >= 0")
     if lim.on_undeliverable not in UNDELIVERABLE_ACTIONS:
         raise bad("limits.on_undeliverable", f"{lim.on_undeliverable!r} is not one of {', '.join(UNDELIVERABLE_ACTIONS)}")
-    if not 0 <= cfg.metrics.port <= 65535:
-        raise bad("metrics.port", "must be a TCP port (0 picks a free one)")
+    validate_metrics(cfg.metrics, bad)
     validate_redis(cfg.redis, bad)
     validate_sinks(cfg.sinks, bad)

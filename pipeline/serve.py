@@ -19,6 +19,12 @@ def serve(cfg: WorkerConfig) -> int:
     from pipeline.sinks.build import build_sinks
     from pipeline.worker import Worker, build_parts
 
+    if cfg.metrics.enabled:
+        from pipeline.ops.http_auth import HttpAuth
+
+        # A metrics.auth reference (${VAR}, @file:) that does not resolve is one line
+        # now, not after the Kafka check and the model load.
+        HttpAuth.from_config(cfg.metrics.auth)
     if cfg.client == "confluent":
         # Before anything else: a worker that cannot reach or get into Kafka exits 1
         # with one line within kafka_connect_timeout_s, instead of retrying unready.

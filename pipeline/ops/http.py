@@ -8,8 +8,11 @@
     /            the built-in dashboard (pipeline/ops/static/)
 
 It binds cfg.metrics.host:cfg.metrics.port (127.0.0.1 by default; port 0 picks a free
-one). Handlers only read worker state and the registry, which are thread-safe to read;
-nothing here can block the source or executor threads.
+one). With cfg.metrics.auth set, everything but the probes (and /metrics, unless
+protect_metrics) needs basic auth or the bearer token (pipeline/ops/http_auth.py);
+without it, a server bound beyond loopback logs one warning at start. Handlers only
+read worker state and the registry, which are thread-safe to read; nothing here can
+block the source or executor threads.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -30,6 +34,7 @@ from prometheus_client.exposition import choose_encoder
 from pipeline.errors import UserError
 from pipeline.ops import health
 from pipeline.ops import stats as S
+from pipeline.ops.http_auth import HttpAuth, exposure_warning
 from pipeline.ops.window import StatsWindow
 
 log = logging.getLogger(__name__)
@@ -67,6 +72,9 @@ class OpsServer:
         self.ready_poll_s = ready_poll_s
         self.stall_s = stall_s
         self.registry = worker.metrics.registry
+        # Resolved here, from the worker's own config, so no caller can start the
+        # server without the credentials it was configured with.
+        self.auth = HttpAuth.from_config(worker.cfg.metrics.auth)
         self.window = StatsWindow(
             lambda: S.from_registry(self.registry),
             interval_s=interval_s, window_s=window_s, smooth_s=smooth_s,
@@ -135,7 +143,14 @@ class OpsServer:
         )
         self._thread.start()
         self.window.start()
-        log.info("ops endpoints on %s (/metrics /healthz /readyz /api/stats /)", self.url)
+        guarded = ""
+        if self.auth is not None:
+            open_paths = "/healthz /readyz" + ("" if self.auth.protect_metrics else " /metrics")
+            guarded = f"; {' or '.join(self.auth.schemes())} auth needed on all but {open_paths}"
+        log.info("ops endpoints on %s (/metrics /healthz /readyz /api/stats /)%s", self.url, guarded)
+        warning = exposure_warning(self.host, self.auth)
+        if warning:
+            log.warning(warning)
         return self
 
     def stop(self) -> None:
@@ -193,6 +208,11 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
         path = urlsplit(self.path).path
         try:
+            auth = self.ops.auth
+            if auth is not None and auth.protects(path) and not auth.allows(self.headers.get("Authorization")):
+                self._send(401, _json({"error": "authentication required"}), "application/json",
+                           [("WWW-Authenticate", c) for c in auth.challenges()])
+                return
             self._route(path)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client went away; nothing to answer
@@ -229,8 +249,10 @@ class _Handler(BaseHTTPRequestHandler):
         ctype = _CONTENT_TYPES.get(target.suffix, "application/octet-stream")
         self._send(200, target.read_bytes(), ctype)
 
-    def _send(self, code: int, body: bytes, content_type: str) -> None:
+    def _send(self, code: int, body: bytes, content_type: str, headers: Sequence[tuple[str, str]] = ()) -> None:
         self.send_response(code)
+        for name, value in headers:
+            self.send_header(name, value)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")

@@ -48,10 +48,10 @@ def wait_for(
     return last
 
 
-def http_get(url: str, timeout: float = 5.0) -> tuple[int, str, str]:
+def http_get(url: str, timeout: float = 5.0, headers: dict[str, str] | None = None) -> tuple[int, str, str]:
     """(status, content type, body); HTTP errors are answers too, not exceptions."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=timeout) as resp:
             return resp.status, resp.headers.get("Content-Type", ""), resp.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.headers.get("Content-Type", ""), exc.read().decode()

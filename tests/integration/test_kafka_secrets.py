@@ -1,5 +1,6 @@
 """A configured Kafka secret never shows: not in what the worker or `produce` print,
-not in /api/stats, not on the dashboard. The secrets ride on a PLAINTEXT listener, where
+not in /api/stats, not on the dashboard; nor do the credentials of the worker's own
+endpoints (metrics.auth), which guard /api/stats and the dashboard here. The secrets ride on a PLAINTEXT listener, where
 librdkafka ignores them, so every client still connects and the worker scores requests:
 the settings reached real clients and the run did everything it prints on."""
 
@@ -24,7 +25,9 @@ FROM_X = "XsecretViaFlag71"
 FROM_ENV = "XsecretViaEnv72"
 FROM_FILE = "XsecretViaFile73"
 FROM_PRODUCE = "XsecretViaProduce74"
-SECRETS = (FROM_X, FROM_ENV, FROM_FILE, FROM_PRODUCE)
+OPS_PASSWORD = "XsecretOpsPassword75"
+OPS_TOKEN = "XsecretOpsToken76"
+SECRETS = (FROM_X, FROM_ENV, FROM_FILE, FROM_PRODUCE, OPS_PASSWORD, OPS_TOKEN)
 
 
 def _leaks(text: str) -> list[str]:
@@ -37,6 +40,8 @@ def test_no_configured_secret_is_printed_or_served(
     topics = make_topics(kafka_topic_factory, 2)
     secret_file = tmp_path / "admin-secret"
     secret_file.write_text(FROM_FILE + "\n")
+    token_file = tmp_path / "ops-token"
+    token_file.write_text(OPS_TOKEN + "\n")
     worker = start_worker_process(
         kafka_broker, topics, unique_group_id, tmp_path, "worker",
         args=("-X", "security.protocol=PLAINTEXT", "-X", f"ssl.key.password={FROM_X}"),
@@ -45,6 +50,12 @@ def test_no_configured_secret_is_printed_or_served(
         KAFKA_TEST_PW=FROM_ENV,
         TIDEBATCH_KAFKA__ADMIN__SSL_KEYSTORE_PASSWORD=f"@file:{secret_file}",
         TIDEBATCH_CREATE_TOPICS="true",  # the admin client runs, with its settings
+        # Every interface, as in a pod, with the endpoints' own credentials.
+        TIDEBATCH_METRICS__HOST="0.0.0.0",
+        TIDEBATCH_METRICS__AUTH__USERNAME="ops",
+        TIDEBATCH_METRICS__AUTH__PASSWORD="${OPS_TEST_PW}",
+        OPS_TEST_PW=OPS_PASSWORD,
+        TIDEBATCH_METRICS__AUTH__BEARER_TOKEN=f"@file:{token_file}",
     )
     results = ResultCollector(kafka_broker.bootstrap_servers, topics.output)
     try:
@@ -57,13 +68,18 @@ def test_no_configured_secret_is_printed_or_served(
         )
         assert produced.returncode == 0, produced.stdout + produced.stderr
         wait_for(lambda: len(results.counts) >= 200, 90, "200 results")
-        served = {path: http_get(worker.url + path)[2] for path in ("/api/stats", "/", "/metrics")}
+        bearer = {"Authorization": f"Bearer {OPS_TOKEN}"}
+        refused = {path: http_get(worker.url + path)[0] for path in ("/api/stats", "/")}
+        served = {path: http_get(worker.url + path, headers=bearer)[2] for path in ("/api/stats", "/", "/metrics")}
     finally:
         code = worker.stop()
         results.close()
     printed = worker.log_path.read_text(errors="replace")
     assert "kafka client settings" in printed and "***" in printed, printed[-2000:]
     assert code == 0, worker.log_tail()
+    assert refused == {"/api/stats": 401, "/": 401}
+    assert '"scored"' in served["/api/stats"], "the token was accepted: the leak check reads the real page"
+    assert "auth needed on all but /healthz /readyz /metrics" in printed
     assert not _leaks(printed), f"worker printed a secret: {_leaks(printed)}"
     assert not _leaks(produced.stdout + produced.stderr)
     for path, body in served.items():

@@ -5,12 +5,17 @@
 from __future__ import annotations
 
 import argparse
+import base64
 import json
+import logging
 import re
 import shutil
 import subprocess
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
+from email.message import Message
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -179,3 +184,73 @@ def test_status_command_reads_live_workers(busy_worker, capsys):
     out = capsys.readouterr().out
     assert out.splitlines()[0].split()[:2] == ["PIPELINE", "WORKERS"]
     assert re.search(r"^ctr\s+1 \(1 ready\)\s.*\bOK$", out, re.M), out
+
+
+# ----------------------------------------------------------------------------- metrics.auth
+OPS_PASSWORD = "XopsPassword81"
+OPS_TOKEN = "XopsToken82"
+
+
+def _get(url: str, authorization: str | None = None) -> tuple[int, Message, str]:
+    """(status, headers, body) with an optional Authorization header."""
+    req = urllib.request.Request(url, headers={"Authorization": authorization} if authorization else {})
+    try:
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            return resp.status, resp.headers, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers, exc.read().decode()
+
+
+def test_auth_guards_the_dashboard_and_api_stats_not_the_probes_or_metrics(
+    broker, topic_factory, unique_group_id, tmp_path, monkeypatch, caplog
+):
+    """Bound to every interface with basic auth and a bearer token (from ${ENV} and
+    @file:): 401 with both challenges without credentials, 200 with either; probes and
+    /metrics open; no credential in anything served or logged."""
+    caplog.set_level(logging.DEBUG)
+    monkeypatch.setenv("TIDEBATCH_TEST_OPS_PW", OPS_PASSWORD)
+    token_file = tmp_path / "ops-token"
+    token_file.write_text(OPS_TOKEN + "\n")
+    auth = {"username": "ops", "password": "${TIDEBATCH_TEST_OPS_PW}", "bearer_token": f"@file:{token_file}"}
+    cfg = worker_config(broker, make_topics(topic_factory, 1), unique_group_id,
+                        metrics={"host": "0.0.0.0", "port": 0, "auth": auth})
+    basic = "Basic " + base64.b64encode(f"ops:{OPS_PASSWORD}".encode()).decode()
+    served: list[str] = []
+    with live_worker(cfg, start=False) as live:
+        base = f"http://127.0.0.1:{live.server.port}"
+        for path in ("/", "/api/stats", "/static/dashboard.js", "/nope"):
+            code, headers, _ = _get(base + path)
+            assert code == 401, path
+            assert headers.get_all("WWW-Authenticate") == ['Basic realm="tidebatch", charset="UTF-8"',
+                                                           'Bearer realm="tidebatch"'], path
+            assert _get(base + path, "Bearer wrong")[0] == 401, path
+            assert _get(base + path, "Basic " + base64.b64encode(b"ops:wrong").decode())[0] == 401, path
+        for credentials in (basic, f"Bearer {OPS_TOKEN}"):
+            for path in ("/", "/api/stats", "/static/dashboard.js"):
+                code, _, body = _get(base + path, credentials)
+                assert code == 200, (path, credentials[:6])
+                served.append(body)
+            assert _get(base + "/nope", credentials)[0] == 404
+        assert json.loads(served[1])["worker"]["pipeline"] == "ctr"
+        for path in ("/metrics", "/healthz", "/readyz"):  # readyz: 503 (not started), not 401
+            code, _, body = _get(base + path)
+            assert code in (200, 503), path
+            served.append(body)
+    printed = caplog.text
+    assert "basic or bearer auth needed on all but /healthz /readyz /metrics" in printed
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and "without credentials" in r.getMessage()]
+    for text in (*served, printed):
+        assert OPS_PASSWORD not in text and OPS_TOKEN not in text and basic.split()[1] not in text
+
+
+def test_bound_beyond_loopback_without_auth_warns_once_and_stays_open(
+    broker, topic_factory, unique_group_id, caplog
+):
+    cfg = worker_config(broker, make_topics(topic_factory, 1), unique_group_id, metrics={"host": "0.0.0.0", "port": 0})
+    with live_worker(cfg, start=False) as live:
+        base = f"http://127.0.0.1:{live.server.port}"
+        assert _get(base + "/api/stats")[0] == 200 and _get(base + "/")[0] == 200
+    warnings = [r.getMessage() for r in caplog.records
+                if r.levelno == logging.WARNING and "without credentials" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert "0.0.0.0" in warnings[0] and "metrics.auth" in warnings[0]

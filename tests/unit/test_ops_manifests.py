@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from consumers.client_settings import settings_for
 from pipeline.config import load_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -162,10 +163,24 @@ def k8s() -> dict[str, dict]:
     return {d["kind"]: d for d in docs}
 
 
+@pytest.fixture(scope="module")
+def k8s_secrets() -> dict[str, dict]:
+    """Secret name -> its stringData (ops/k8s/secrets.yaml, kept apart: see its header)."""
+    docs = _docs(OPS / "k8s" / "secrets.yaml")
+    assert {d["kind"] for d in docs} == {"Secret"}
+    return {d["metadata"]["name"]: d["stringData"] for d in docs}
+
+
+def _container(k8s: dict[str, dict]) -> dict:
+    (container,) = k8s["Deployment"]["spec"]["template"]["spec"]["containers"]
+    return container
+
+
 def test_k8s_kinds(k8s):
-    assert set(k8s) == {"ConfigMap", "Deployment", "Service", "ScaledObject"}
+    assert set(k8s) == {"ConfigMap", "Deployment", "Service", "ScaledObject", "TriggerAuthentication"}
     assert k8s["Deployment"]["apiVersion"] == "apps/v1"
     assert k8s["ScaledObject"]["apiVersion"] == "keda.sh/v1alpha1"
+    assert k8s["TriggerAuthentication"]["apiVersion"] == "keda.sh/v1alpha1"
 
 
 def test_k8s_deployment_probes_ports_and_resources(k8s):
@@ -184,11 +199,83 @@ def test_k8s_deployment_probes_ports_and_resources(k8s):
     assert k8s["Service"]["spec"]["selector"] == labels
 
 
+def _pod_environ(k8s: dict[str, dict], secrets: dict[str, dict]) -> dict[str, str]:
+    """The container's environment as the kubelet sets it, with a stand-in value for
+    each Secret key (the skeletons have none)."""
+    env = {}
+    for entry in _container(k8s)["env"]:
+        if "value" in entry:
+            env[entry["name"]] = str(entry["value"])
+        elif "secretKeyRef" in entry["valueFrom"]:
+            ref = entry["valueFrom"]["secretKeyRef"]
+            assert ref["key"] in secrets[ref["name"]], f"{entry['name']}: no key {ref['key']} in Secret {ref['name']}"
+            env[entry["name"]] = f"stand-in-{ref['name']}-{ref['key']}"
+    return env
+
+
 def test_k8s_config_map_is_a_valid_config(k8s, tmp_path):
     path = tmp_path / "worker.yaml"
     path.write_text(k8s["ConfigMap"]["data"]["worker.yaml"])
     cfg = load_config(path, environ={})
     assert cfg.metrics.host == "0.0.0.0" and cfg.metrics.port == 9400
+
+
+def test_k8s_pod_guards_its_endpoints_and_reaches_kafka_with_sasl(k8s, k8s_secrets, tmp_path):
+    """ConfigMap + the container's env: bound beyond loopback with metrics.auth from the
+    Secret tidebatch-ops, Kafka over SASL_SSL with the Secret tidebatch-kafka, each
+    secret a ${VAR} reference the worker resolves (never read as YAML)."""
+    from pipeline.ops.http_auth import HttpAuth
+
+    path = tmp_path / "worker.yaml"
+    path.write_text(k8s["ConfigMap"]["data"]["worker.yaml"])
+    environ = _pod_environ(k8s, k8s_secrets)
+    cfg = load_config(path, environ=environ)
+    auth = cfg.metrics.auth
+    assert cfg.metrics.host == "0.0.0.0" and auth.enabled and not auth.protect_metrics
+    assert auth.password == "${OPS_PASSWORD}" and auth.bearer_token == "${OPS_TOKEN}"
+    resolved = HttpAuth.from_config(auth, environ)
+    assert resolved is not None and resolved.schemes() == ["basic", "bearer"]
+    assert resolved.allows("Bearer stand-in-tidebatch-ops-token")
+    kafka = settings_for(cfg.kafka, "consumer", environ)
+    assert kafka["security.protocol"] == "SASL_SSL" and kafka["sasl.mechanism"] == "SCRAM-SHA-512"
+    assert kafka["sasl.password"] == "stand-in-tidebatch-kafka-password"
+    # The CA file the config names is the Secret's key ca, mounted.
+    pod = k8s["Deployment"]["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if "secret" in v]
+    assert volume["secret"]["secretName"] == "tidebatch-kafka"
+    (item,) = volume["secret"]["items"]
+    (mount,) = [m for m in _container(k8s)["volumeMounts"] if m["name"] == volume["name"]]
+    assert kafka["ssl.ca.location"] == f"{mount['mountPath']}/{item['path']}" and item["key"] == "ca"
+    # The probes and Prometheus's annotations point at paths that stay open.
+    assert not resolved.protects(pod["containers"][0]["livenessProbe"]["httpGet"]["path"])
+    assert not resolved.protects(pod["containers"][0]["readinessProbe"]["httpGet"]["path"])
+    assert not resolved.protects(k8s["Deployment"]["spec"]["template"]["metadata"]["annotations"]["prometheus.io/path"])
+
+
+def test_k8s_secrets_are_skeletons(k8s_secrets):
+    assert set(k8s_secrets) == {"tidebatch-kafka", "tidebatch-ops"}
+    for name, data in k8s_secrets.items():
+        for key, value in data.items():
+            if key not in ("sasl", "tls"):  # settings, not secrets
+                assert value == "", f"Secret {name} key {key}: a committed value"
+
+
+def test_keda_reads_the_lag_with_the_workers_sasl_credentials(k8s, k8s_secrets, tmp_path):
+    (trigger,) = k8s["ScaledObject"]["spec"]["triggers"]
+    ta = k8s["TriggerAuthentication"]
+    assert trigger["authenticationRef"]["name"] == ta["metadata"]["name"]
+    refs = {r["parameter"]: r for r in ta["spec"]["secretTargetRef"]}
+    assert {"sasl", "username", "password", "tls", "ca"} <= set(refs)
+    for param, ref in refs.items():
+        assert ref["key"] in k8s_secrets[ref["name"]], f"{param}: no key {ref['key']} in Secret {ref['name']}"
+    kafka_secret = k8s_secrets[refs["sasl"]["name"]]
+    assert kafka_secret[refs["sasl"]["key"]] == "scram_sha512" and kafka_secret[refs["tls"]["key"]] == "enable"
+    # The same Secret as the workers': one password to rotate.
+    environ = {e["name"]: e for e in _container(k8s)["env"]}
+    assert environ["KAFKA_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": refs["password"]["name"], "key": refs["password"]["key"]}
+    cfg = yaml.safe_load(k8s["ConfigMap"]["data"]["worker.yaml"])
+    keda_names = {"PLAIN": "plaintext", "SCRAM-SHA-256": "scram_sha256", "SCRAM-SHA-512": "scram_sha512"}
+    assert keda_names[cfg["kafka"]["common"]["sasl.mechanism"]] == kafka_secret["sasl"]
 
 
 def test_k8s_pod_name_can_be_the_group_instance_id(k8s, tmp_path):

@@ -94,6 +94,9 @@
     const status = document.getElementById("status");
     try {
       const resp = await fetch("/api/stats", { cache: "no-store" });
+      // 401: metrics.auth is on and the browser has no basic credentials for this
+      // page (a bearer token alone cannot be sent by a page: docs/OPERATIONS.md).
+      if (resp.status === 401) throw new Error("HTTP 401, sign in: reload the page");
       if (!resp.ok) throw new Error("HTTP " + resp.status);
       const data = await resp.json();
       render(data);

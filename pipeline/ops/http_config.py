@@ -1,0 +1,71 @@
+"""The `metrics` section of the worker config: where the ops endpoints listen and who
+may read them (docs/OPERATIONS.md, "Endpoints").
+
+    metrics:
+      host: 0.0.0.0
+      port: 9400
+      auth:
+        username: ops                     # basic auth, for people with a browser
+        password: ${TIDEBATCH_OPS_PASSWORD}
+        bearer_token: "@file:/var/run/secrets/tidebatch/ops-token"   # for machines
+        protect_metrics: false            # /metrics stays open for Prometheus
+
+The password and the token are references like the `kafka:` block's secrets
+(consumers/client_settings.py), resolved when the server starts
+(pipeline/ops/http_auth.py); a dumped config shows them as ***. Environment
+overrides: TIDEBATCH_METRICS__AUTH__BEARER_TOKEN='${OPS_TOKEN}' and so on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+
+from consumers.client_settings import redacted
+
+SECRET_FIELDS = ("password", "bearer_token")
+
+
+@dataclass(repr=False)
+class HttpAuthConfig:
+    """Unset (the default): every endpoint is open, as on loopback it may well be."""
+
+    username: str | None = None
+    password: str | None = None
+    bearer_token: str | None = None
+    # /metrics needs credentials too; Prometheus then sends the bearer token
+    # (scrape_config `authorization`) or basic auth (`basic_auth`).
+    protect_metrics: bool = False
+
+    @property
+    def enabled(self) -> bool:
+        return self.password is not None or self.bearer_token is not None
+
+    def __repr__(self) -> str:  # a dumped config must not show a secret
+        shown = {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+        return "HttpAuthConfig(" + ", ".join(f"{k}={v!r}" for k, v in redacted(shown, SECRET_FIELDS).items()) + ")"
+
+
+@dataclass
+class MetricsConfig:
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: int = 9400
+    auth: HttpAuthConfig = field(default_factory=HttpAuthConfig)
+
+
+def validate_metrics(metrics: MetricsConfig, bad: Callable[[str, str], Exception]) -> None:
+    """What can be checked before the references are resolved; messages name keys only."""
+    if not 0 <= metrics.port <= 65535:
+        raise bad("metrics.port", "must be a TCP port (0 picks a free one)")
+    auth = metrics.auth
+    for name in ("username", *SECRET_FIELDS):
+        if getattr(auth, name) == "":
+            raise bad(f"metrics.auth.{name}", "is empty: leave it out, or give a value")
+    if (auth.username is None) != (auth.password is None):
+        missing = "password" if auth.password is None else "username"
+        raise bad(f"metrics.auth.{missing}", "basic auth needs both metrics.auth.username and metrics.auth.password")
+    if auth.username is not None and ":" in auth.username:
+        raise bad("metrics.auth.username", "must not contain ':' (basic auth separates user and password with it)")
+    if auth.protect_metrics and not auth.enabled:
+        raise bad("metrics.auth.protect_metrics", "needs credentials to check: set a password or a bearer_token")
