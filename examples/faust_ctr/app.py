@@ -17,9 +17,11 @@ from functools import cache
 
 from mode import CrashingSupervisor, OneForOneSupervisor
 
+from pipeline.errors import UserError
 from pipeline.faust.app import add_metrics_page, make_app, processing_guarantee, serve_metrics
 from pipeline.faust.batching import BatchMetrics, adaptive_batches
 from pipeline.faust.inference import BatchScorer
+from pipeline.faust.kafka_settings import load_kafka_block
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +54,9 @@ METRICS_PORT = _env("METRICS_PORT", "")  # empty: only on the Faust web server
 ON_ERROR = _env("ON_ERROR", "crash")
 # Fault injection for the at-least-once test: the first batch body raises once.
 FAIL_FIRST_BATCH = _env("FAIL_FIRST_BATCH", "") not in ("", "0", "false")
+# A worker config file: only its `kafka:` block (SASL/TLS, client.id, ...) is used, with
+# TIDEBATCH_KAFKA__<BLOCK>__<KEY> on top, as `tidebatch run` reads them.
+CONFIG = _env("CONFIG", "")
 
 # tidebatch's `delivery` key (at_least_once | exactly_once) -> Faust's processing_guarantee.
 DELIVERY = _env("DELIVERY", "at_least_once")
@@ -61,10 +66,13 @@ except ValueError as exc:
     raise SystemExit(str(exc)) from None
 
 # web_metrics_enabled: Faust's own /performance/ page (its sensors: events, lag, ...).
-app = make_app(
-    APP_ID, BROKER, profile=BROKER_PROFILE, web_metrics_enabled=True,
-    processing_guarantee=PROCESSING_GUARANTEE,
-)
+try:
+    app = make_app(
+        APP_ID, BROKER, profile=BROKER_PROFILE, kafka=load_kafka_block(CONFIG or None),
+        web_metrics_enabled=True, processing_guarantee=PROCESSING_GUARANTEE,
+    )
+except UserError as exc:  # one line naming the setting (never a secret's value)
+    raise SystemExit(str(exc)) from None
 _raw = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw"}
 requests_topic = app.topic(INPUT_TOPIC, **_raw)
 results_topic = app.topic(OUTPUT_TOPIC, **_raw)
