@@ -109,7 +109,10 @@ def faust_kafka_settings(kafka: KafkaBlock, environ: Mapping[str, str] | None = 
     shared = _shared(roles)
     for key in kafka.admin:  # Faust's topic creation rides on the producer's connection
         if key not in _SHARED and roles["admin"][key] != roles["producer"].get(key):
-            raise _refuse(f"kafka.admin {key}", ": it has no admin client (it creates topics with its producer)")
+            raise UserError(
+                f"Kafka setting {key} in kafka.admin is not supported by the Faust app: it has no admin "
+                "client (it creates topics with its producer's connection); set it in kafka.producer"
+            )
     out = _credentials(shared)
     if "client.id" in shared:
         out["broker_client_id"] = str(shared["client.id"])
@@ -149,8 +152,12 @@ def _credentials(s: Mapping[str, Any]) -> dict[str, Any]:
     # librdkafka ignores these without TLS/SASL; refusing catches a forgotten protocol,
     # which would otherwise connect in plain text.
     for key in sorted(s):
-        if (key in _SSL_KEYS and not uses_ssl) or (key in _SASL_KEYS and not uses_sasl):
-            raise _refuse(key, f" with security.protocol {protocol}")
+        if key in _SSL_KEYS and not uses_ssl:
+            raise UserError(f"Kafka setting {key} needs security.protocol SSL or SASL_SSL (it is {protocol})")
+        if key in _SASL_KEYS and not uses_sasl:
+            raise UserError(
+                f"Kafka setting {key} needs security.protocol SASL_PLAINTEXT or SASL_SSL (it is {protocol})"
+            )
     context = ssl_context(s) if uses_ssl else None
     if not uses_sasl:
         return {"broker_credentials": faust.SSLCredentials(context)} if context else {}
