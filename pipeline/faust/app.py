@@ -33,10 +33,16 @@ def make_app(
     import faust
 
     from_block = faust_kafka_settings(kafka) if kafka is not None else {}
-    if from_block:
-        log.info("faust kafka settings: %s", describe(from_block))
     app = faust.App(app_id, broker=broker, **faust_app_settings(profile, {**from_block, **settings}))
     use_broker_profile(app, profile)
+    if from_block:
+        line = describe(from_block)  # no secret: credentials by kind and user only
+
+        async def log_kafka_settings() -> None:
+            # A task, not at import: `faust worker` sets logging up after importing the app.
+            log.info("faust kafka settings: %s", line)
+
+        app.task(log_kafka_settings)
     return app
 
 

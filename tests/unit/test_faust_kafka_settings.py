@@ -233,11 +233,11 @@ def test_no_secret_in_logs_descriptions_or_reprs(caplog: pytest.LogCaptureFixtur
         settings = faust_kafka_settings(block)
     assert app.conf.broker_client_id == "scorer"
     assert app.conf.broker_credentials.password == SECRET  # reached Faust ...
-    assert "faust kafka settings" in caplog.text
-    shown = caplog.text + repr(describe(settings)) + repr(settings) + repr(block) + repr(app.conf.broker_credentials)
+    line = describe(settings)  # what the app logs when it starts
+    shown = caplog.text + repr(line) + repr(settings) + repr(block) + repr(app.conf.broker_credentials)
     for secret in (SECRET, KEY_PASSWORD):  # ... and nothing printed it
         assert secret not in shown
-    assert "SASLCredentials(SCRAM-SHA-512, user tidebatch)" in caplog.text
+    assert line["broker_credentials"] == "SASLCredentials(SCRAM-SHA-512, user tidebatch)"
 
 
 # -------------------------------------------------------------- where the block comes from
@@ -268,3 +268,31 @@ def test_block_settings_sit_between_the_profile_and_explicit_settings() -> None:
                    broker_heartbeat_interval=0.5)
     assert app.conf.broker_session_timeout == 9.0  # the block wins over the embedded profile's 6 s
     assert app.conf.broker_heartbeat_interval == 0.5  # explicit settings win over the block
+
+
+# ------------------------------------------------------------------- the example app
+APP = Path(__file__).resolve().parents[2] / "examples" / "faust_ctr" / "app.py"
+
+
+def test_the_example_app_takes_the_block_from_its_config_and_the_workers_variables(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import runpy
+
+    config = tmp_path / "worker.yaml"
+    config.write_text("kafka:\n  common:\n    client.id: faust-scorer\n")
+    monkeypatch.setenv("TIDEBATCH_FAUST_CONFIG", str(config))
+    for key, value in {**SCRAM, "sasl.password": "${KAFKA_PW}"}.items():
+        monkeypatch.setenv("TIDEBATCH_KAFKA__COMMON__" + key.replace(".", "_").upper(), value)
+    monkeypatch.setenv("KAFKA_PW", SECRET)
+    caplog.set_level(logging.DEBUG)
+    app = runpy.run_path(str(APP))["app"]
+    assert app.conf.broker_client_id == "faust-scorer"
+    assert aiokafka_auth({"broker_credentials": app.conf.broker_credentials})["sasl_plain_password"] == SECRET
+    assert SECRET not in caplog.text
+
+    monkeypatch.setenv("TIDEBATCH_KAFKA__CONSUMER__FETCH_WAIT_MAX_MS", "5")
+    with pytest.raises(SystemExit) as stop:
+        runpy.run_path(str(APP))
+    assert str(stop.value.code).startswith("Kafka setting fetch.wait.max.ms is not supported by the Faust app")
+    assert SECRET not in str(stop.value.code) + caplog.text
