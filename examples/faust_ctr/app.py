@@ -4,8 +4,9 @@
 
 Run from the repository root (Faust imports the app module from the working directory).
 Every setting is an environment variable (TIDEBATCH_FAUST_<NAME>, defaults below);
-examples/faust_ctr/README.md explains them. Faust's own worker flags still apply
-(``--web-port``, ``--datadir``, ``-l``). ``TIDEBATCH_FAUST_DELIVERY`` takes tidebatch's
+examples/faust_ctr/README.md explains them; the Kafka client settings (SASL/TLS)
+are the worker's `kafka:` block (TIDEBATCH_FAUST_CONFIG, TIDEBATCH_KAFKA__*). Faust's
+own worker flags still apply (``--web-port``, ``--datadir``, ``-l``). ``TIDEBATCH_FAUST_DELIVERY`` takes tidebatch's
 ``delivery`` values; only at_least_once runs (README.md, "Exactly-once").
 """
 
