@@ -22,10 +22,13 @@ import os
 import ssl
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from consumers.client_settings import ROLES, KafkaBlock, is_secret, settings_for
+from consumers.client_settings import REDACTED, ROLES, KafkaBlock, is_secret, settings_for
 from pipeline.errors import UserError
+
+if TYPE_CHECKING:
+    from pipeline.config import KafkaOverrides
 
 _PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 # aiokafka's SASL mechanisms that a config file can set up; OAUTHBEARER needs a token
@@ -226,7 +229,7 @@ def _path(key: str, value: Any) -> str:
 
 def describe(settings: Mapping[str, Any]) -> dict[str, Any]:
     """``settings`` fit for a log line: credentials by kind and user, no secret."""
-    out = {k: ("***" if is_secret(k) else v) for k, v in settings.items() if k != "broker_credentials"}
+    out = {k: (REDACTED if is_secret(k) else v) for k, v in settings.items() if k != "broker_credentials"}
     creds = settings.get("broker_credentials")
     if creds is not None:
         kind = type(creds).__name__
@@ -239,7 +242,9 @@ def describe(settings: Mapping[str, Any]) -> dict[str, Any]:
 KAFKA_ENV_PREFIX = "TIDEBATCH_KAFKA__"
 
 
-def load_kafka_block(config_path: str | Path | None = None, environ: Mapping[str, str] | None = None) -> Any:
+def load_kafka_block(
+    config_path: str | Path | None = None, environ: Mapping[str, str] | None = None
+) -> KafkaOverrides:
     """The `kafka:` block from the worker's own sources: a worker config file's
     `kafka:` section, then TIDEBATCH_KAFKA__<BLOCK>__<KEY> variables on top (read
     exactly as `tidebatch run` reads them). Other TIDEBATCH_* variables are the
