@@ -4,8 +4,9 @@
 
 Run from the repository root (Faust imports the app module from the working directory).
 Every setting is an environment variable (TIDEBATCH_FAUST_<NAME>, defaults below);
-examples/faust_ctr/README.md explains them. Faust's own worker flags still apply
-(``--web-port``, ``--datadir``, ``-l``). ``TIDEBATCH_FAUST_DELIVERY`` takes tidebatch's
+examples/faust_ctr/README.md explains them; the Kafka client settings (SASL/TLS)
+are the worker's `kafka:` block (TIDEBATCH_FAUST_CONFIG, TIDEBATCH_KAFKA__*). Faust's
+own worker flags still apply (``--web-port``, ``--datadir``, ``-l``). ``TIDEBATCH_FAUST_DELIVERY`` takes tidebatch's
 ``delivery`` values; only at_least_once runs (README.md, "Exactly-once").
 """
 
@@ -17,9 +18,11 @@ from functools import cache
 
 from mode import CrashingSupervisor, OneForOneSupervisor
 
+from pipeline.errors import UserError
 from pipeline.faust.app import add_metrics_page, make_app, processing_guarantee, serve_metrics
 from pipeline.faust.batching import BatchMetrics, adaptive_batches
 from pipeline.faust.inference import BatchScorer
+from pipeline.faust.kafka_settings import load_kafka_block
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +55,9 @@ METRICS_PORT = _env("METRICS_PORT", "")  # empty: only on the Faust web server
 ON_ERROR = _env("ON_ERROR", "crash")
 # Fault injection for the at-least-once test: the first batch body raises once.
 FAIL_FIRST_BATCH = _env("FAIL_FIRST_BATCH", "") not in ("", "0", "false")
+# A worker config file: only its `kafka:` block (SASL/TLS, client.id, ...) is used, with
+# TIDEBATCH_KAFKA__<BLOCK>__<KEY> on top, as `tidebatch run` reads them.
+CONFIG = _env("CONFIG", "")
 
 # tidebatch's `delivery` key (at_least_once | exactly_once) -> Faust's processing_guarantee.
 DELIVERY = _env("DELIVERY", "at_least_once")
@@ -61,10 +67,13 @@ except ValueError as exc:
     raise SystemExit(str(exc)) from None
 
 # web_metrics_enabled: Faust's own /performance/ page (its sensors: events, lag, ...).
-app = make_app(
-    APP_ID, BROKER, profile=BROKER_PROFILE, web_metrics_enabled=True,
-    processing_guarantee=PROCESSING_GUARANTEE,
-)
+try:
+    app = make_app(
+        APP_ID, BROKER, profile=BROKER_PROFILE, kafka=load_kafka_block(CONFIG or None),
+        web_metrics_enabled=True, processing_guarantee=PROCESSING_GUARANTEE,
+    )
+except UserError as exc:  # one line naming the setting (never a secret's value)
+    raise SystemExit(str(exc)) from None
 _raw = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw"}
 requests_topic = app.topic(INPUT_TOPIC, **_raw)
 results_topic = app.topic(OUTPUT_TOPIC, **_raw)

@@ -13,7 +13,9 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from consumers.client_settings import KafkaBlock
 from consumers.profiles import EMBEDDED, FAUST_FETCH_MAX_WAIT_MS, faust_app_settings
+from pipeline.faust.kafka_settings import describe, faust_kafka_settings
 from pipeline.kafka_keys import DELIVERY_MODES
 
 log = logging.getLogger(__name__)
@@ -21,13 +23,26 @@ log = logging.getLogger(__name__)
 METRICS_PATH = "/tidebatch/metrics/"
 
 
-def make_app(app_id: str, broker: str, *, profile: str = "kafka", **settings: Any) -> Any:
-    """``faust.App`` with the broker profile's settings (consumers/profiles.py; explicit
-    ``settings`` win) and, for the embedded broker, its fetch-wait transport."""
+def make_app(
+    app_id: str, broker: str, *, profile: str = "kafka", kafka: KafkaBlock | None = None, **settings: Any
+) -> Any:
+    """``faust.App`` with the broker profile's settings (consumers/profiles.py), then the
+    `kafka:` block's (pipeline/faust/kafka_settings.py: SASL/TLS credentials, client id,
+    tunables; UserError for what Faust cannot honour), then explicit ``settings``; and,
+    for the embedded broker, its fetch-wait transport."""
     import faust
 
-    app = faust.App(app_id, broker=broker, **faust_app_settings(profile, settings))
+    from_block = faust_kafka_settings(kafka) if kafka is not None else {}
+    app = faust.App(app_id, broker=broker, **faust_app_settings(profile, {**from_block, **settings}))
     use_broker_profile(app, profile)
+    if from_block:
+        line = describe(from_block)  # no secret: credentials by kind and user only
+
+        async def log_kafka_settings() -> None:
+            # A task, not at import: `faust worker` sets logging up after importing the app.
+            log.info("faust kafka settings: %s", line)
+
+        app.task(log_kafka_settings)
     return app
 
 

@@ -249,3 +249,39 @@ def test_bad_input_is_dead_lettered_and_acked(broker, topic_factory, unique_grou
     assert headers["tidebatch.source.offset"] == b"1"
     # Every offset, the bad one included, was acked and committed at the clean stop.
     assert committed_offsets(broker.bootstrap_servers, unique_group_id, inp, 1)[0] == 6
+
+
+def group_client_ids(bootstrap: str, group: str) -> set[str]:
+    """The client ids of the group's members, as the broker sees them."""
+    from confluent_kafka.admin import AdminClient
+
+    client = AdminClient({"bootstrap.servers": bootstrap})
+    return {m.client_id for m in client.describe_consumer_groups([group])[group].result(timeout=10).members}
+
+
+def test_the_kafka_block_reaches_the_apps_clients(broker, topic_factory, unique_group_id, tmp_path) -> None:
+    """A PLAINTEXT `kafka:` block (pipeline/faust/kafka_settings.py) from a worker config
+    file plus the worker's TIDEBATCH_KAFKA__ variables: the app still scores everything,
+    and the broker sees the configured client id on the group's member."""
+    n = 50
+    inp = topic_factory("faust-kblock-req", partitions=1)
+    out = topic_factory("faust-kblock-scores", partitions=1)
+    topic_factory(f"{inp}.dlq", exact=True)
+    client_id = f"faust-{unique_group_id[-12:]}"
+    config = tmp_path / "worker.yaml"
+    config.write_text(f"kafka:\n  common:\n    client.id: {client_id}\n  consumer:\n    session.timeout.ms: 10000\n")
+    factory = CtrRequestFactory(seed=34)
+    requests = [factory.make(i) for i in range(n)]
+    produce_values(broker.bootstrap_servers, inp, requests)
+    with faust_worker(
+        broker.bootstrap_servers, inp, out, unique_group_id, tmp_path, "worker",
+        TIDEBATCH_FAUST_CONFIG=str(config), TIDEBATCH_KAFKA__PRODUCER__LINGER_MS="2",
+    ) as (proc, _port, log):
+        assert len(read_topic(broker.bootstrap_servers, out, n, timeout=120)) == n, f"see {log}"
+        assert proc.poll() is None, f"faust worker exited; see {log}"
+        if broker.profile == "kafka":  # Tansu's group description is not Kafka's
+            assert group_client_ids(broker.bootstrap_servers, unique_group_id) == {client_id}
+    text = log.read_text()
+    assert "faust kafka settings" in text and f"'broker_client_id': '{client_id}'" in text
+    assert "'producer_linger': 0.002" in text and "'broker_session_timeout': 10.0" in text
+    assert proc.returncode == 0, f"faust worker exit code {proc.returncode}; see {log}"
