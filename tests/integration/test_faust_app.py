@@ -54,16 +54,16 @@ def faust_worker(
     """The example app as a `faust ... worker` process; stopped with SIGTERM at exit."""
     web_port = free_port()
     log = tmp_path / f"{name}.log"
-    full_env = dict(
-        os.environ,
-        TIDEBATCH_FAUST_BROKER=f"kafka://{bootstrap}",
-        TIDEBATCH_FAUST_BROKER_PROFILE=profile_of(bootstrap),
-        TIDEBATCH_FAUST_APP_ID=app_id,
-        TIDEBATCH_FAUST_INPUT=inp,
-        TIDEBATCH_FAUST_OUTPUT=out,
-        TIDEBATCH_FAUST_PROVIDERS="cpu",
-        **env,
-    )
+    full_env = {
+        **os.environ,
+        "TIDEBATCH_FAUST_BROKER": f"kafka://{bootstrap}",
+        "TIDEBATCH_FAUST_BROKER_PROFILE": profile_of(bootstrap),
+        "TIDEBATCH_FAUST_APP_ID": app_id,
+        "TIDEBATCH_FAUST_INPUT": inp,
+        "TIDEBATCH_FAUST_OUTPUT": out,
+        "TIDEBATCH_FAUST_PROVIDERS": "cpu",
+        **env,  # wins: e.g. the profile of a listener profile_of() does not know
+    }
     cmd = [
         sys.executable, "-m", "faust", "--datadir", str(tmp_path / f"{name}-data"),
         "-A", "examples.faust_ctr.app", "worker", "-l", "info",
@@ -285,3 +285,36 @@ def test_the_kafka_block_reaches_the_apps_clients(broker, topic_factory, unique_
     assert "faust kafka settings" in text and f"'broker_client_id': '{client_id}'" in text
     assert "'producer_linger': 0.002" in text and "'broker_session_timeout': 10.0" in text
     assert proc.returncode == 0, f"faust worker exit code {proc.returncode}; see {log}"
+
+
+def test_the_app_scores_through_sasl_ssl_with_scram(secured_kafka, secured_topic_factory, unique_group_id, tmp_path) -> None:
+    """The `kafka:` block's SASL_SSL settings (SCRAM-SHA-512, the test CA) reach aiokafka:
+    every request scored through the secured listener (tests/integration/test_kafka_secured.py
+    has the broker side), the password never printed."""
+    from consumers.brokers.kafka_security import Acl
+    from tests.integration.test_kafka_secured import new_user
+
+    n = 30
+    inp = secured_topic_factory("faust-sec-req", partitions=1)
+    out = secured_topic_factory("faust-sec-scores", partitions=1)
+    dlq = secured_topic_factory(f"{inp}.dlq", exact=True)
+    user = new_user(secured_kafka, "faust", [
+        Acl("TOPIC", inp, "READ"), Acl("GROUP", unique_group_id, "READ"),
+        Acl("TOPIC", out, "WRITE"), Acl("TOPIC", dlq, "WRITE"),
+        # Faust's own topics (its leader-election topic) and creating them.
+        Acl("TOPIC", f"{unique_group_id}-", "ALL", pattern="PREFIXED"), Acl("CLUSTER", "kafka-cluster", "CREATE"),
+    ])
+    produce_values(secured_kafka.bootstrap_servers, inp, [CtrRequestFactory(seed=35).make(i) for i in range(n)])
+    with faust_worker(
+        secured_kafka.secure_bootstrap_servers, inp, out, unique_group_id, tmp_path, "worker",
+        TIDEBATCH_FAUST_BROKER_PROFILE="kafka",
+        TIDEBATCH_KAFKA__COMMON__SECURITY_PROTOCOL="SASL_SSL",
+        TIDEBATCH_KAFKA__COMMON__SASL_MECHANISM="SCRAM-SHA-512",
+        TIDEBATCH_KAFKA__COMMON__SASL_USERNAME=user.name,
+        TIDEBATCH_KAFKA__COMMON__SASL_PASSWORD="${TB_FAUST_PW}", TB_FAUST_PW=user.password,
+        TIDEBATCH_KAFKA__COMMON__SSL_CA_LOCATION=str(secured_kafka.security.ca),
+    ) as (proc, _port, log):
+        got = read_topic(secured_kafka.bootstrap_servers, out, n, timeout=120)
+        assert len(got) == n, f"see {log}"
+        assert proc.poll() is None, f"faust worker exited; see {log}"
+    assert user.password not in log.read_text()

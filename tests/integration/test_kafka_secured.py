@@ -48,7 +48,7 @@ EXIT_S = 60.0
 # ------------------------------------------------------------------ the documented ACLs
 def documented_worker_acls(topics: Topics, group: str, *, when: tuple[str, ...] = ("always",),
                            transactional_id: str = "") -> list[Acl]:
-    """The rows of OPERATIONS.md's ACL table whose "when" begins with one of `when`
+    """The rows of docs/OPERATIONS.md's ACL table whose "when" begins with one of `when`
     (every worker needs the "always" rows), placeholders filled in."""
     section = OPERATIONS.read_text().split("### The ACLs a worker needs", 1)[1]
     table = section.split("| resource | name | operation | when |", 1)[1].split("\n\n", 1)[0]
