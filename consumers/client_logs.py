@@ -121,6 +121,9 @@ class ClientLog:
         self._sink = sink
         self._bootstrap = bootstrap
         self._on_failure = on_failure
+        # Set once a broker refused our login or TLS handshake: librdkafka then also says
+        # "N/N brokers are down", which would read as a second, wrong diagnosis.
+        self._refused_at_door = False
 
     def log(self, level: int, fmt: str, *args: Any) -> None:
         """confluent-kafka's call: log(level, "%s [%s] %s", facility, client name, text)."""
@@ -143,6 +146,11 @@ class ClientLog:
         failure = classify(code_name, message, self._bootstrap)
         if failure is None:
             self._sink.emit(level, plain)
+            return
+        if failure.fatal_at_start:
+            self._refused_at_door = True
+        elif self._refused_at_door and code_name == "_ALL_BROKERS_DOWN":
+            self._sink.emit(logging.DEBUG, plain)
             return
         # Still retrying: a warning. Whoever gives up says so in its own error line.
         # One key per failure kind and address: all clients' reports of it count once.

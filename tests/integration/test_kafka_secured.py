@@ -229,6 +229,7 @@ def test_a_wrong_password_is_one_line_and_exit_2(
     code, lines = wait_exit(worker)
     assert_one_line_exit(code, lines, r"Kafka authentication failed at 127\.0\.0\.1:\d+", wrong)
     assert code == 2
+    assert not [line for line in lines if "unreachable" in line], "\n".join(lines)  # not a second diagnosis
 
 
 def test_an_untrusted_broker_certificate_is_one_line_and_exit_2(
@@ -241,6 +242,7 @@ def test_an_untrusted_broker_certificate_is_one_line_and_exit_2(
     code, lines = wait_exit(worker)
     assert_one_line_exit(code, lines, r"TLS handshake with Kafka at 127\.0\.0\.1:\d+ failed", user.password)
     assert code == 2
+    assert not [line for line in lines if "unreachable" in line], "\n".join(lines)
 
 
 # ------------------------------------------------------------------ one ACL missing

@@ -127,6 +127,17 @@ def test_all_clients_reports_of_one_failure_count_once(sink: tuple[KafkaLog, Lin
     assert lines.texts[1].endswith("(repeated 59 times in the last 10 s)")
 
 
+def test_brokers_down_after_a_refused_login_is_not_called_unreachable(sink: tuple[KafkaLog, Lines, FakeClock]) -> None:
+    # Before: "Kafka broker unreachable at ...: no broker answered (0/2 brokers are down)"
+    # right after "Kafka authentication failed at ...": a second, wrong diagnosis.
+    log, lines, _ = sink
+    client = ClientLog(log, ADDR)
+    client.error(KafkaError(KafkaError._AUTHENTICATION, "SASL authentication error: invalid credentials"))
+    client.error(KafkaError(KafkaError._ALL_BROKERS_DOWN, "0/2 brokers are down"))
+    warnings = [r.getMessage() for r in lines.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and warnings[0].startswith(f"Kafka authentication failed at {ADDR}")
+
+
 def test_other_lines_keep_librdkafkas_words_without_the_client_name(sink: tuple[KafkaLog, Lines, FakeClock]) -> None:
     log, lines, _ = sink
     client = ClientLog(log, ADDR)
