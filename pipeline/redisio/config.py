@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 DEDUP_ACTIONS = ("flag", "drop")
 FEATURE_LOOKUPS = ("script", "pipeline")
@@ -71,6 +71,20 @@ class RedisConfig:
             return "rediss://" + self.url[len("redis://"):]
         return self.url
 
+    def connection(self) -> tuple[str, str | None, str | None]:
+        """(URL without credentials, username, password): `username` and `password`
+        win over the URL's. redis-py would let the URL's win (from_url applies them
+        last), so the credentials must leave the URL before it gets there."""
+        url = self.effective_url()
+        parts = urlsplit(url)
+        bare = url  # unix:///path has no netloc: urlunsplit would drop its "//"
+        if "@" in parts.netloc:
+            host = parts.netloc.rpartition("@")[2]
+            bare = urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+        user = self.username if self.username is not None else _unquoted(parts.username)
+        password = self.password if self.password is not None else _unquoted(parts.password)
+        return bare, user or None, password
+
     def tls_files(self) -> dict[str, str]:
         """{config key: path} of the TLS files set."""
         keys = ("tls_ca_file", "tls_cert_file", "tls_key_file")
@@ -86,6 +100,10 @@ class RedisConfig:
                 value = "***"
             shown.append(f"{f.name}={value!r}")
         return f"RedisConfig({', '.join(shown)})"
+
+
+def _unquoted(text: str | None) -> str | None:
+    return None if text is None else unquote(text)
 
 
 def redacted_url(url: str) -> str:

@@ -25,7 +25,6 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit
 
 import redis
 from redis.backoff import NoBackoff
@@ -51,7 +50,7 @@ def make_client(rc: RedisConfig) -> redis.Redis:
     """A redis-py client with short timeouts, no hidden retries, str replies. Raises
     UserError naming the key when a configured TLS file is missing."""
     require_tls_files(rc, config_key_error)
-    url = rc.effective_url()
+    url, username, password = rc.connection()
     kwargs: dict[str, Any] = {
         "socket_timeout": rc.socket_timeout_ms / 1000.0,
         "socket_connect_timeout": rc.connect_timeout_ms / 1000.0,
@@ -61,10 +60,10 @@ def make_client(rc: RedisConfig) -> redis.Redis:
         "driver_info": None,  # no CLIENT SETINFO: one round trip less per (re)connect
         "health_check_interval": 0,
     }
-    if rc.password is not None:
-        kwargs["password"] = rc.password
-    if rc.username is not None:
-        kwargs["username"] = rc.username
+    if password is not None:
+        kwargs["password"] = password
+    if username is not None:
+        kwargs["username"] = username
     if url.startswith("rediss://"):
         # Verification stays on (redis-py: CERT_REQUIRED): a password sent to an
         # unverified server is a password given away.
@@ -91,7 +90,7 @@ class RedisLink:
         backoff_min_s: float = BACKOFF_MIN_S,
     ) -> None:
         self.url = redacted_url(rc.effective_url())
-        self.user = rc.username or urlsplit(rc.url).username or "default"
+        self.user = rc.connection()[1] or "default"
         self.client = client or make_client(rc)
         self.metrics = metrics
         self._backoff_min = backoff_min_s

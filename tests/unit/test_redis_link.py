@@ -127,3 +127,15 @@ def test_repr_of_the_config_hides_both_passwords() -> None:
     cfg = load_config(overrides={"redis": {"url": rc.url, "password": rc.password}}, environ={})
     for text in (repr(rc), repr(cfg), str(cfg)):
         assert SECRET not in text and "password='***'" in text and "tb:***@h:6379" in text
+
+
+def test_the_password_and_username_keys_win_over_the_urls() -> None:
+    """docs/REDIS.md: `password` overrides a password in the URL. redis-py's from_url
+    applies the URL's credentials last, so they used to win: a password rotated through
+    TIDEBATCH_REDIS__PASSWORD was ignored while the URL still carried the old one."""
+    kwargs = make_client(RedisConfig(url="redis://old:url%40pw@h:6379/3", password="new", username="tb")).connection_pool.connection_kwargs
+    assert (kwargs["password"], kwargs["username"], kwargs["host"], kwargs["db"]) == ("new", "tb", "h", 3)
+    kwargs = make_client(RedisConfig(url="redis://old:url%40pw@h:6379/3")).connection_pool.connection_kwargs
+    assert (kwargs["password"], kwargs["username"]) == ("url@pw", "old")
+    unix = RedisConfig(url="unix:///run/redis.sock?db=1", password="p")
+    assert unix.connection() == ("unix:///run/redis.sock?db=1", None, "p")
