@@ -41,7 +41,7 @@ def describe(kind: str, exc: BaseException, url: str, user: str) -> str:
     quotes anything we sent: the server's reply and the TLS library's reason only."""
     if kind == AUTH:
         return (f"redis: authentication failed for user {user!r} at {url} (wrong password or unknown "
-                f"user; check redis.username / redis.password): {first_line(exc)}")
+                f"user; check redis.username / redis.password): {first_line(exc).rstrip('.')}")
     reason = first_line(_ssl_cause(exc) or exc)
     return (f"redis: TLS handshake with {url} failed (server certificate not trusted or not for this "
             f"host, check redis.tls_ca_file; or the server requires a client certificate, "

@@ -51,6 +51,7 @@ def test_the_lines_name_the_cause_and_the_ssl_reason() -> None:
     auth = describe(AUTH, redis.AuthenticationError("invalid username-password pair\nmore"), URL, "tidebatch")
     assert auth.startswith(f"redis: authentication failed for user 'tidebatch' at {URL} (wrong password")
     assert auth.endswith(": invalid username-password pair") and "\n" not in auth
+    assert describe(AUTH, redis.AuthenticationError("user is disabled."), URL, "u").endswith(": user is disabled")
     tls = describe(TLS, _verify_failed(), URL, "tidebatch")
     assert tls.startswith(f"redis: TLS handshake with {URL} failed") and "redis.tls_ca_file" in tls
     assert tls.endswith("self-signed certificate in certificate chain") and "Error 1 connecting" not in tls
