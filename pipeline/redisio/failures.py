@@ -11,8 +11,10 @@ Three kinds (docs/REDIS.md "AUTH and TLS"):
   a client certificate. Same treatment as "auth".
 
 An abrupt EOF during a TLS write is an outage, not "tls": a server killed under an
-open TLS connection produces exactly that, and so does a server refusing a missing
-client certificate after the handshake (TLS 1.3), which this cannot tell apart.
+open TLS connection produces exactly that. A server refusing a missing client
+certificate (TLS 1.3: after the handshake) gives either that EOF or its alert
+CERTIFICATE_REQUIRED, depending on timing; the alert is "tls", and link.py keeps a
+"tls" problem through the EOFs that follow it.
 """
 
 from __future__ import annotations

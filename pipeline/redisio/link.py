@@ -201,10 +201,13 @@ class RedisLink:
 
     def _explain(self, exc: BaseException) -> None:
         """Log why Redis is down, once per cause per outage: a monitor retrying a
-        wrong password every 2 s must not write a line every 2 s."""
+        wrong password every 2 s must not write a line every 2 s. A plain failure after
+        an AUTH/TLS one is silent and keeps the problem (until a retry gets through):
+        a server refusing a missing client certificate alternates between a TLS alert
+        and a bare EOF, which would otherwise log a line per retry and flap readiness."""
         kind = classify(exc)
         with self._lock:
-            if kind == self._logged_kind:
+            if kind == self._logged_kind or (kind == OUTAGE and self._problem is not None):
                 return
             self._logged_kind = kind
             self._problem = None if kind == OUTAGE else describe(kind, exc, self.url, self.user)

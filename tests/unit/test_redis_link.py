@@ -72,13 +72,15 @@ def test_an_auth_failure_is_logged_once_and_kept_as_the_problem_until_up(caplog)
         link._explain(wrong)
         link.failed("features", wrong)
     assert link.problem is not None and "user 'tidebatch'" in link.problem
-    records = [r for r in caplog.records if r.name == "pipeline.redisio.link"]
-    assert [r.levelname for r in records] == ["ERROR"]
+    assert [(r.name, r.levelname) for r in caplog.records] == [("pipeline.redisio.link", "ERROR")]
     assert registry.get_sample_value("tidebatch_redis_outages_total") == 1
-    link._explain(redis.ConnectionError("Connection refused"))  # the server then went away
-    assert link.problem is None and caplog.records[-1].levelname == "WARNING"
-    link._explain(wrong)  # and came back with the wrong password still configured
-    assert link.problem is not None
+    problem = link.problem
+    # A plain failure after it (a server refusing a missing client certificate
+    # alternates a TLS alert with a bare EOF): silent, and the worker stays unready.
+    link._explain(redis.ConnectionError("Error 8 while writing to socket. EOF occurred"))
+    assert link.problem == problem and len(caplog.records) == 1
+    link._explain(_verify_failed())  # another cause: its own line
+    assert link.problem.startswith("redis: TLS handshake") and len(caplog.records) == 2
     link._mark_up()
     assert link.up and link.problem is None
     text = caplog.text + repr(link.problem) + link.url
