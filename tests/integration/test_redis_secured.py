@@ -6,7 +6,7 @@ off) and client certificates required, all generated here (certs.py).
   flagged (the same check as on the plain server, redis_helpers.score_twins_end_to_end).
 - A wrong password: one ERROR line, readiness false, retries without a line each; the
   server accepting that password (a rotation) brings it back without a restart.
-- An untrusted server certificate: one line naming TLS.
+- An untrusted server certificate, or none of the client's: one line naming TLS.
 - No password, from the `password` key or from the URL, shows in anything the worker
   prints or serves, nor in `tidebatch status`.
 """
@@ -163,22 +163,26 @@ def test_a_wrong_password_is_one_line_not_ready_and_recovers_when_the_server_acc
         assert not _leaks(text), f"{where} showed a password: {_leaks(text)}"
 
 
-def test_an_untrusted_server_certificate_is_one_line_naming_tls(
-    secured_redis: RedisServer, pki: Pki, caplog
-) -> None:
+@pytest.mark.parametrize("case", ["untrusted server certificate", "no client certificate"])
+def test_a_tls_failure_is_one_line_naming_tls(case: str, secured_redis: RedisServer, pki: Pki, caplog) -> None:
     caplog.set_level(logging.INFO, logger="pipeline.redisio.link")
-    keys = {**secured_redis.redis_section(), "tls_ca_file": str(pki.other_ca.cert), "backoff_max_s": 0.1}
+    keys = {**secured_redis.redis_section(), "backoff_max_s": 0.1}
+    if case == "untrusted server certificate":
+        keys["tls_ca_file"], reason = str(pki.other_ca.cert), "CERTIFICATE_VERIFY_FAILED"
+    else:
+        del keys["tls_cert_file"], keys["tls_key_file"]
+        reason = "CERTIFICATE_REQUIRED"  # the server's alert, on the attempts that read it
     registry = CollectorRegistry()
     link = RedisLink(RedisConfig(**keys), register_redis_metrics(registry)).start()
     try:
-        wait_for(lambda: metric(registry, "tidebatch_redis_errors_total", {"op": "reconnect"}) >= 5, 30,
-                 "five failed reconnect attempts")
-        assert not link.up and link.problem is not None
+        wait_for(lambda: link.problem and metric(registry, "tidebatch_redis_errors_total", {"op": "reconnect"}) >= 5,
+                 30, "a TLS problem and five failed reconnect attempts")
+        assert not link.up
     finally:
         link.close()
-    lines = [r for r in caplog.records if r.name == "pipeline.redisio.link"]
-    assert len(lines) == 1 and lines[0].levelname == "ERROR", [r.getMessage() for r in lines]
-    line = lines[0].getMessage()
-    assert line.startswith(f"redis: TLS handshake with {secured_redis.url} failed"), line
-    assert "CERTIFICATE_VERIFY_FAILED" in line and "redis.tls_ca_file" in line
+    records = [r for r in caplog.records if r.name == "pipeline.redisio.link"]
+    errors = [r.getMessage() for r in records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and len(records) <= 2, [r.getMessage() for r in records]  # at most a WARNING before it
+    assert errors[0].startswith(f"redis: TLS handshake with {secured_redis.url} failed"), errors[0]
+    assert reason in errors[0] and "redis.tls_ca_file" in errors[0] and "redis.tls_cert_file" in errors[0]
     assert not _leaks(caplog.text)
