@@ -186,3 +186,21 @@ def test_a_tls_failure_is_one_line_naming_tls(case: str, secured_redis: RedisSer
     assert errors[0].startswith(f"redis: TLS handshake with {secured_redis.url} failed"), errors[0]
     assert reason in errors[0] and "redis.tls_ca_file" in errors[0] and "redis.tls_cert_file" in errors[0]
     assert not _leaks(caplog.text)
+
+
+def test_requirepass_without_an_acl_user(tmp_path: Path) -> None:
+    """The other common set-up: one password for the `default` user, no TLS."""
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not on PATH (scripts/ensure_redis.sh installs it)")
+    with redis_server(tmp_path / "redis", password=PASSWORD) as server:
+        for password, up in ((PASSWORD, True), (VIA_KEY, False)):
+            link = RedisLink(RedisConfig(url=server.url, password=password), register_redis_metrics(CollectorRegistry()))
+            try:
+                link.start()
+                assert link.up is up
+                if up:
+                    assert link.problem is None
+                else:
+                    assert link.problem.startswith("redis: authentication failed for user 'default'")
+            finally:
+                link.close()

@@ -142,3 +142,8 @@ def test_the_password_and_username_keys_win_over_the_urls() -> None:
     assert (kwargs["password"], kwargs["username"]) == ("url@pw", "old")
     unix = RedisConfig(url="unix:///run/redis.sock?db=1", password="p")
     assert unix.connection() == ("unix:///run/redis.sock?db=1", None, "p")
+
+
+def test_the_hostname_check_can_be_dropped_but_not_verification() -> None:
+    kwargs = make_client(RedisConfig(url=URL, tls_check_hostname=False)).connection_pool.connection_kwargs
+    assert kwargs["ssl_check_hostname"] is False and kwargs.get("ssl_cert_reqs", "required") == "required"
