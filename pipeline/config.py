@@ -22,7 +22,7 @@ import yaml
 
 from consumers.client_settings import ROLES, env_key, is_secret, redacted, settings_for
 from consumers.kafka_python_settings import kafka_python_settings
-from pipeline.errors import UserError
+from pipeline.errors import UserError, config_key_error
 from pipeline.kafka_keys import validate_delivery, validate_group
 from pipeline.ops.http_config import MetricsConfig, validate_metrics  # host, port, auth
 from pipeline.redisio.config import RedisConfig, validate_redis
@@ -330,8 +330,7 @@ def validate(cfg: WorkerConfig) -> None:
 
     b = cfg.batching
 
-    def bad(key: str, why: str) -> UserError:
-        return UserError(f"config key '{key}': {why}")
+    bad = config_key_error
 
     if b.policy not in POLICY_NAMES:
         raise bad("batching.policy", f"{b.policy!r} is not one of {', '.join(POLICY_NAMES)}")

@@ -6,12 +6,15 @@ thread the worker needs has died or the source loop has stopped going round. It 
 a restart fixes none of those.
 
 Readiness (/readyz) answers "is this worker serving?": partitions assigned, model
-loaded, broker answered a poll in the last few seconds. A worker that has no partition
-(more workers than partitions) is alive but not ready.
+loaded, broker answered a poll in the last few seconds, and Redis (when used) does not
+reject the worker's password or certificates. A worker that has no partition (more
+workers than partitions) is alive but not ready. A Redis outage leaves it ready: the
+worker scores on with default features (docs/REDIS.md "Outages"); a rejected password
+is a configuration fault that will not pass by itself.
 
 The worker is read through the attributes documented on pipeline.worker.Worker:
 `started`, `assigned`, `last_poll_ok`, `session.provider`, `stopping`, `failure` (why
-it failed, or None) and `threads()` (the executor and publisher threads it needs).
+it failed, or None), `redis.link` (up, problem) and `threads()` (the executor and publisher threads it needs).
 
 A failed worker (a dead executor or publisher thread, an outcome it could not write)
 is neither alive nor ready from that moment, also while it shuts down: an
@@ -81,6 +84,11 @@ def readiness(worker: Any, now: float, *, max_poll_age_s: float = READY_POLL_S) 
     failure = getattr(worker, "failure", None)
     if failure:
         reasons.append(f"worker failed: {failure}")
+    link = getattr(getattr(worker, "redis", None), "link", None)
+    if link is not None:
+        checks["redis"] = {"up": link.up, "problem": link.problem}
+        if link.problem:
+            reasons.append(link.problem)
     if _stopping(worker):
         reasons.append("worker is stopping")
     if not checks["started"]:

@@ -11,6 +11,10 @@ Outage behaviour (docs/REDIS.md "Outages"):
   Redis *up* again: one INFO line, gauge 1. The worker is never restarted.
 - redis-py's own retries are switched off (its default retries ten times with backoff,
   seconds of stall per batch against a dead server): this module is the retry policy.
+- A rejected password or an untrusted certificate (failures.py) is handled like an
+  outage (fail-open, the same retries) but logged as one ERROR line naming the cause,
+  once per cause rather than per retry, and kept in `problem`, which makes the worker
+  not ready (pipeline/ops/health.py) until a retry gets through.
 """
 
 from __future__ import annotations
@@ -27,7 +31,9 @@ from redis.backoff import NoBackoff
 from redis.client import Pipeline
 from redis.retry import Retry
 
-from pipeline.redisio.config import RedisConfig, redacted_url
+from pipeline.errors import config_key_error
+from pipeline.redisio.config import RedisConfig, redacted_url, require_tls_files
+from pipeline.redisio.failures import OUTAGE, classify, describe, first_line
 from pipeline.redisio.metrics import RedisMetrics
 
 log = logging.getLogger(__name__)
@@ -41,8 +47,10 @@ UNAVAILABLE = (redis.ConnectionError, redis.TimeoutError, OSError)
 
 
 def make_client(rc: RedisConfig) -> redis.Redis:
-    """A redis-py client with short timeouts, no hidden retries, str replies."""
-    url = rc.effective_url()
+    """A redis-py client with short timeouts, no hidden retries, str replies. Raises
+    UserError naming the key when a configured TLS file is missing."""
+    require_tls_files(rc, config_key_error)
+    url, username, password = rc.connection()
     kwargs: dict[str, Any] = {
         "socket_timeout": rc.socket_timeout_ms / 1000.0,
         "socket_connect_timeout": rc.connect_timeout_ms / 1000.0,
@@ -52,12 +60,19 @@ def make_client(rc: RedisConfig) -> redis.Redis:
         "driver_info": None,  # no CLIENT SETINFO: one round trip less per (re)connect
         "health_check_interval": 0,
     }
-    if rc.password is not None:
-        kwargs["password"] = rc.password
-    if rc.username is not None:
-        kwargs["username"] = rc.username
-    if url.startswith("rediss://") and rc.tls_ca_file:
-        kwargs["ssl_ca_certs"] = rc.tls_ca_file
+    if password is not None:
+        kwargs["password"] = password
+    if username is not None:
+        kwargs["username"] = username
+    if url.startswith("rediss://"):
+        # Verification stays on (redis-py: CERT_REQUIRED): a password sent to an
+        # unverified server is a password given away.
+        kwargs["ssl_check_hostname"] = rc.tls_check_hostname
+        if rc.tls_ca_file:
+            kwargs["ssl_ca_certs"] = rc.tls_ca_file
+        if rc.tls_cert_file:
+            kwargs["ssl_certfile"] = rc.tls_cert_file
+            kwargs["ssl_keyfile"] = rc.tls_key_file
     pool = redis.ConnectionPool.from_url(url, **kwargs)
     return redis.Redis(connection_pool=pool)
 
@@ -75,6 +90,7 @@ class RedisLink:
         backoff_min_s: float = BACKOFF_MIN_S,
     ) -> None:
         self.url = redacted_url(rc.effective_url())
+        self.user = rc.connection()[1] or "default"
         self.client = client or make_client(rc)
         self.metrics = metrics
         self._backoff_min = backoff_min_s
@@ -83,6 +99,8 @@ class RedisLink:
         self._up = False
         self._down_since: float | None = None
         self._failures = 0  # failed calls in the current outage
+        self._logged_kind: str | None = None  # the cause last logged in this outage
+        self._problem: str | None = None  # an AUTH or TLS failure's line, until up again
         self._next_refused_log = 0.0
         self._went_down = threading.Event()
         self._up_event = threading.Event()
@@ -112,6 +130,12 @@ class RedisLink:
     @property
     def up(self) -> bool:
         return self._up
+
+    @property
+    def problem(self) -> str | None:
+        """While the server rejects our credentials or TLS: why, in one line (no
+        secrets). None while up, and during a plain outage (fail-open: still ready)."""
+        return self._problem
 
     def wait_up(self, timeout: float) -> bool:
         """Block until Redis is up or `timeout` passes (for background writers)."""
@@ -153,29 +177,48 @@ class RedisLink:
         now = time.monotonic()
         if now >= self._next_refused_log:
             self._next_refused_log = now + _REFUSED_LOG_EVERY_S
-            log.warning("redis at %s refused %s: %s", self.url, op, str(exc).splitlines()[0] if str(exc) else exc)
+            log.warning("redis at %s refused %s: %s", self.url, op, first_line(exc))
 
     def failed(self, op: str, exc: BaseException) -> None:
         """Count a failed call; the first failure of an outage logs and wakes the monitor."""
         self.metrics.errors.labels(op).inc()
         with self._lock:
             self._failures += 1
-            if not self._up and self._down_since is not None:
-                return
-            self._up = False
-            self._up_event.clear()
-            self._down_since = time.monotonic()
+            already_down = not self._up and self._down_since is not None
+            if not already_down:
+                self._up = False
+                self._up_event.clear()
+                self._down_since = time.monotonic()
+        self._explain(exc)
+        if already_down:
+            return
         self.metrics.up.set(0)
         self.metrics.outages.inc()
-        log.warning(
-            "redis at %s unavailable (%s: %s): features default, score store buffers, "
-            "dedup skipped; reconnecting with backoff",
-            self.url, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "",
-        )
         # Sockets to a dead server are useless: drop the idle ones so the reconnect
         # attempt makes a fresh connection instead of failing on a stale one.
         self.client.connection_pool.disconnect(inuse_connections=False)
         self._went_down.set()
+
+    def _explain(self, exc: BaseException) -> None:
+        """Log why Redis is down, once per cause per outage: a monitor retrying a
+        wrong password every 2 s must not write a line every 2 s. A plain failure after
+        an AUTH/TLS one is silent and keeps the problem (until a retry gets through):
+        a server refusing a missing client certificate alternates between a TLS alert
+        and a bare EOF, which would otherwise log a line per retry and flap readiness."""
+        kind = classify(exc)
+        with self._lock:
+            if kind == self._logged_kind or (kind == OUTAGE and self._problem is not None):
+                return
+            self._logged_kind = kind
+            self._problem = None if kind == OUTAGE else describe(kind, exc, self.url, self.user)
+        if self._problem is None:
+            log.warning(
+                "redis at %s unavailable (%s: %s): features default, score store buffers, "
+                "dedup skipped; reconnecting with backoff",
+                self.url, type(exc).__name__, first_line(exc),
+            )
+        else:
+            log.error("%s; not ready, features default, retrying with backoff", self._problem)
 
     def _mark_up(self) -> None:
         with self._lock:
@@ -186,6 +229,8 @@ class RedisLink:
             self._up_event.set()
             self._down_since = None
             self._failures = 0
+            self._logged_kind = None
+            self._problem = None
         self.metrics.up.set(1)
         if was_down:
             log.info("redis at %s is back after %.1f s (%d failed calls); resuming", self.url, down_for, failures)
@@ -201,10 +246,11 @@ class RedisLink:
                     return
                 try:
                     self.client.ping()
-                except (*UNAVAILABLE, redis.RedisError):
+                except (*UNAVAILABLE, redis.RedisError) as exc:
                     self.metrics.errors.labels("reconnect").inc()
                     with self._lock:
                         self._failures += 1
+                    self._explain(exc)  # silent unless the cause changed
                     delay = min(delay * 2, self._backoff_max)
                     continue
                 self._mark_up()

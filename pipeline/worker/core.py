@@ -61,7 +61,7 @@ class Worker:
     hooks: see each batch before and after the model (pipeline/hooks.py).
 
     Read by ops/health.py and the tests: started, assigned, last_poll_ok, stopping,
-    failure, threads(), stats, session.provider, tracker, queue.
+    failure, threads(), stats, session.provider, tracker, queue, redis.
     """
 
     def __init__(
@@ -94,6 +94,7 @@ class Worker:
         self.executors = parts.executors
         self.producer = parts.producer
         self.sinks = parts.sinks
+        self.redis = parts.redis  # closed by whoever built the parts, not here
         try:
             self._build_rooms(cfg)
         except BaseException:
@@ -135,11 +136,8 @@ class Worker:
         if self.policy.separates_late and b.expiry_action == "route_late":
             route_expired_ms = max([b.slo_ms, *b.priority_slo_ms.values()])
         self.admission = Admission(
-            self.step.codec,
-            lambda priority: cfg.slo_seconds(priority) * 1000.0,
-            self.outcomes,
-            lambda: self.outcomes.limits.request_bytes,
-            route_expired_ms,
+            self.step.codec, lambda priority: cfg.slo_seconds(priority) * 1000.0, self.outcomes,
+            lambda: self.outcomes.limits.request_bytes, route_expired_ms,
         )
         self.publisher = Publisher(
             self.step, self.outcomes, self.tracker, self.sinks, self.metrics, cfg.pipeline, b.policy,

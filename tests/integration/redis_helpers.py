@@ -1,6 +1,7 @@
 """Helpers for the Redis tests: turn generated CTR requests into (inline, id-only)
 twins whose store features are exactly the inline ones, write feature files, read
-metrics, run a worker with its Redis parts attached."""
+metrics, run a worker with its Redis parts attached, and the end-to-end check that
+the plain and the secured (AUTH + TLS) servers both pass."""
 
 from __future__ import annotations
 
@@ -13,14 +14,24 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from prometheus_client import CollectorRegistry
 
 from models.ctr import features as F
 from pipeline.config import WorkerConfig
+from pipeline.loadgen.ctr import CtrRequestFactory
 from pipeline.redisio.attach import RedisParts
+from pipeline.redisio.loader import load_features
 from pipeline.worker import Worker, build_parts
-from tests.integration.pipeline_helpers import wait_for
+from tests.integration.pipeline_helpers import (
+    produce_values,
+    read_topic,
+    result_docs,
+    wait_for,
+    worker_config,
+)
 
+REDIS_ON = {"features": {"enabled": True}, "store": {"enabled": True}, "dedup": {"enabled": True}}
 FEATURE_COLUMNS = ["kind", "id", *F.DENSE_FIELDS, *F.CAT_FIELDS]
 
 
@@ -112,3 +123,63 @@ def running_redis_worker(cfg: WorkerConfig) -> Iterator[tuple[Worker, RedisParts
         parts.close()
     assert not thread.is_alive(), "worker did not stop"
     assert exit_code == [0], f"worker exit code {exit_code}"
+
+
+# ---------------------------------------------------------------------------- end to end
+def topics(topic_factory, prefix: str) -> tuple[str, str]:
+    inp = topic_factory(prefix, partitions=2)
+    out = topic_factory(f"{prefix}-scores", partitions=2)
+    topic_factory(f"{inp}.dlq", exact=True)  # so that nothing auto-creates them
+    topic_factory(f"{inp}.late", exact=True)
+    return inp, out
+
+
+def redis_worker_config(broker, inp: str, out: str, group: str, redis_url: str, **redis: Any):
+    return worker_config(
+        broker.bootstrap_servers, inp, out, group,
+        batching={"slo_ms": 30_000},  # a shared 2-core box: lateness is not under test
+        runtime={"warmup": False},
+        redis={"url": redis_url, **REDIS_ON, **redis},
+    )
+
+
+def score_twins_end_to_end(broker: Any, topic_factory: Any, group: str, server: Any, tmp_path: Path) -> CollectorRegistry:
+    """A worker with features, store and dedup on, reaching `server` (a RedisServer,
+    plain or secured) with its redis_section(): id-only requests score like their
+    inline twins (so the features came from Redis), every result is in the store, the
+    request produced twice is flagged once. Returns the worker's metrics registry."""
+    factory = CtrRequestFactory(seed=21, mean_items=8, max_items=30)
+    pairs = [twin(factory.make_doc(i)) for i in range(30)]
+    client = server.client()
+    load_features(client, write_parquet(tmp_path / "f.parquet", [r for t in pairs for r in t.rows]))
+    messages = [(t.user_id.encode(), v) for t in pairs for v in (t.inline, t.ids)]
+    messages.append((pairs[0].user_id.encode(), pairs[0].ids))  # the same request produced twice
+    inp, out = topics(topic_factory, "redis-e2e")
+    keys = server.redis_section()
+    cfg = redis_worker_config(broker, inp, out, group, keys.pop("url"), **keys)
+
+    with running_redis_worker(cfg) as (worker, parts):
+        produce_values(broker.bootstrap_servers, inp, messages)
+        docs = result_docs(read_topic(broker.bootstrap_servers, out, len(messages), timeout=120))
+        assert len(docs) == len(messages)
+        wait_for(lambda: all(client.exists(f"tb:req:{d['request_id']}") for d in docs), 30, "store incomplete")
+        registry = worker.metrics.registry
+        assert metric(registry, "tidebatch_feature_lookups_total", {"kind": "item"}) > 0
+        assert metric(registry, "tidebatch_feature_misses_total", {"kind": "item"}) == 0
+        assert metric(registry, "tidebatch_redis_up") == 1
+
+    by_id: dict[str, list[dict]] = {}
+    for d in docs:
+        by_id.setdefault(d["request_id"], []).append(d)
+    for t in pairs:
+        inline, ids = by_id[f"{t.request_id}-inline"][0], by_id[f"{t.request_id}-ids"][0]
+        assert ids["item_ids"] == inline["item_ids"] == t.item_ids
+        assert ids["scores"] == pytest.approx(inline["scores"], abs=1e-6)  # other batches, same features
+        stored = client.hgetall(f"tb:score:{t.user_id}")
+        assert [float(stored[i]) for i in t.item_ids] == pytest.approx(inline["scores"], abs=1e-6)
+    copies = by_id[f"{pairs[0].request_id}-ids"]
+    assert sorted(bool(c.get("duplicate")) for c in copies) == [False, True]
+    assert sum(bool(d.get("duplicate")) for d in docs) == 1
+    assert worker.stats.duplicates == 1
+    assert orjson.loads(client.get(f"tb:req:{pairs[1].request_id}-ids"))["scores"] == by_id[f"{pairs[1].request_id}-ids"][0]["scores"]
+    return registry

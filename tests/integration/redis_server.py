@@ -5,6 +5,16 @@ own: exact command statistics (nobody else talks to it) or killing it mid-stream
         server.url            # redis://127.0.0.1:<port>/0
         server.kill()         # SIGKILL: an outage (no persistence: data is gone)
         server.start()        # again, on the same port
+
+Secured, as production runs it (tests/integration/test_redis_secured.py):
+
+    RedisServer(workdir, user="tidebatch", password="s3cret",   # ACL user; `default` off
+                tls=make_cert(ca, pki, "redis", ["127.0.0.1"]),  # TLS port only
+                client_tls=make_cert(ca, pki, "client"))         # client certs required
+    server.url                # rediss://127.0.0.1:<port>/0 (never a password in it)
+    server.redis_section()    # the worker's `redis` keys that reach it
+
+With `password` and no `user`, the server uses `requirepass` (the `default` user).
 """
 
 from __future__ import annotations
@@ -21,12 +31,28 @@ from typing import Any
 import redis
 
 from consumers.brokers.embedded import free_port
+from tests.integration.certs import CertFiles
 
 START_TIMEOUT_S = 20.0
 
 
 class RedisServer:
-    def __init__(self, workdir: Path, port: int | None = None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        port: int | None = None,
+        *,
+        user: str | None = None,
+        password: str | None = None,
+        tls: CertFiles | None = None,
+        client_tls: CertFiles | None = None,
+    ) -> None:
+        """user/password: an ACL user allowed tb:* keys only, or `requirepass` when
+        user is None. tls: the server's certificate; the plain port is then off.
+        client_tls: a client certificate for client(); the server then requires one
+        from every client (tls-auth-clients yes), else it asks for none."""
+        assert user is None or password is not None, "an ACL user needs a password"
+        assert client_tls is None or tls is not None, "client certificates need tls"
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("redis-server is not on PATH (scripts/ensure_redis.sh installs it)")
@@ -36,10 +62,24 @@ class RedisServer:
         self.port = port or free_port()
         self.log_path = workdir / "redis.log"
         self.proc: subprocess.Popen | None = None
+        self.user, self.password, self.tls, self.client_tls = user, password, tls, client_tls
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"{'rediss' if self.tls else 'redis'}://127.0.0.1:{self.port}/0"
+
+    def redis_section(self) -> dict[str, Any]:
+        """The worker config's `redis` keys that reach this server."""
+        keys: dict[str, Any] = {"url": self.url}
+        if self.user is not None:
+            keys["username"] = self.user
+        if self.password is not None:
+            keys["password"] = self.password
+        if self.tls is not None:
+            keys["tls_ca_file"] = str(self.tls.ca)
+        if self.client_tls is not None:
+            keys.update(tls_cert_file=str(self.client_tls.cert), tls_key_file=str(self.client_tls.key))
+        return keys
 
     @property
     def running(self) -> bool:
@@ -49,9 +89,10 @@ class RedisServer:
         """Start (or restart, on the same port) and wait until it answers PING."""
         assert not self.running, "already running"
         cmd = [
-            self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
+            self.binary, "--bind", "127.0.0.1",
             "--save", "", "--appendonly", "no", "--daemonize", "no",
             "--dir", str(self.workdir), "--logfile", str(self.log_path),
+            *self._security_args(),
         ]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -78,8 +119,33 @@ class RedisServer:
             except subprocess.TimeoutExpired:
                 self.kill()
 
+    def _security_args(self) -> list[str]:
+        args: list[str] = []
+        if self.tls is None:
+            args += ["--port", str(self.port)]
+        else:
+            args += [
+                "--port", "0", "--tls-port", str(self.port),
+                "--tls-cert-file", str(self.tls.cert), "--tls-key-file", str(self.tls.key),
+                "--tls-ca-cert-file", str(self.tls.ca),
+                "--tls-auth-clients", "yes" if self.client_tls else "no",
+            ]
+        if self.user is not None:
+            # Least privilege, as an operator would grant it: tidebatch's keys only;
+            # the `default` user (no password) is switched off.
+            args += ["--user", self.user, "on", f">{self.password}", "~tb:*", "+@all", "--user", "default", "off"]
+        elif self.password is not None:
+            args += ["--requirepass", self.password]
+        return args
+
     def client(self, **kwargs: Any) -> redis.Redis:
-        return redis.Redis(host="127.0.0.1", port=self.port, decode_responses=True, **kwargs)
+        """A client with this server's credentials and TLS settings; kwargs win."""
+        auth: dict[str, Any] = {"username": self.user, "password": self.password}
+        if self.tls is not None:
+            auth.update(ssl=True, ssl_ca_certs=str(self.tls.ca))
+        if self.client_tls is not None:
+            auth.update(ssl_certfile=str(self.client_tls.cert), ssl_keyfile=str(self.client_tls.key))
+        return redis.Redis(host="127.0.0.1", port=self.port, decode_responses=True, **{**auth, **kwargs})
 
     def _answers(self) -> bool:
         with contextlib.suppress(redis.RedisError), self.client(socket_timeout=0.5) as c:
@@ -94,8 +160,9 @@ class RedisServer:
 
 
 @contextlib.contextmanager
-def redis_server(workdir: Path, port: int | None = None) -> Iterator[RedisServer]:
-    server = RedisServer(workdir, port).start()
+def redis_server(workdir: Path, port: int | None = None, **security: Any) -> Iterator[RedisServer]:
+    """security: RedisServer's user, password, tls, client_tls."""
+    server = RedisServer(workdir, port, **security).start()
     try:
         yield server
     finally:

@@ -324,3 +324,15 @@ def test_stage_breakdown_gives_each_stage_its_quantiles_and_mean() -> None:
     assert got["to_worker"] == {"requests": 0, "p50_ms": None, "p99_ms": None, "mean_ms": None}
     # Between two snapshots: only what happened in between.
     assert stage_breakdown(before, from_registry(m.registry), "ctr")["model"]["requests"] == 1
+
+
+def test_a_redis_that_rejects_the_worker_makes_it_unready_an_outage_does_not():
+    """docs/REDIS.md: a Redis outage is served through with default features (ready);
+    a rejected password or certificate will not pass by itself (not ready)."""
+    link = SimpleNamespace(up=False, problem=None)
+    ok, body = health.readiness(_worker(redis=SimpleNamespace(link=link)), now=101.0)
+    assert ok and body["checks"]["redis"] == {"up": False, "problem": None}
+    link.problem = "redis: authentication failed for user 'tb' at rediss://h:1/0 (wrong password ...): x"
+    ok, body = health.readiness(_worker(redis=SimpleNamespace(link=link)), now=101.0)
+    assert not ok and body["reason"] == link.problem
+    assert "redis" not in health.readiness(_worker(redis=None), now=101.0)[1]["checks"]
