@@ -3,7 +3,8 @@ environment variable, validated at start with errors that name the key.
 
 Environment overrides: TIDEBATCH_<SECTION>__<KEY>=value (double underscore between
 levels), e.g. TIDEBATCH_BATCHING__POLICY=static, TIDEBATCH_BOOTSTRAP_SERVERS=kafka:9092.
-Values are parsed as YAML scalars, so numbers and booleans keep their types.
+Each value is read as its key's declared type (pipeline/config_env.py): strings stay
+strings; a variable that names no key is a warning, not an error.
 """
 
 from __future__ import annotations
@@ -20,19 +21,14 @@ from typing import Any
 
 import yaml
 
-from consumers.client_settings import ROLES, env_key, is_secret, redacted, settings_for
+from consumers.client_settings import ROLES, is_secret, redacted, settings_for
 from consumers.kafka_python_settings import kafka_python_settings
+from pipeline.config_env import EnvText, env_overrides, read_env
 from pipeline.errors import UserError, config_key_error
 from pipeline.kafka_keys import validate_delivery, validate_group
 from pipeline.ops.http_config import MetricsConfig, validate_metrics  # host, port, auth
 from pipeline.redisio.config import RedisConfig, validate_redis
 from pipeline.sinks.config import SinksConfig, validate_sinks
-
-ENV_PREFIX = "TIDEBATCH_"
-# The Faust example app's own settings (examples/faust_ctr) and the test suite's
-# (TIDEBATCH_TEST_BROKER, tests/integration/conftest.py) share the prefix but are not
-# worker keys: a worker started beside them must not reject them.
-_NOT_WORKER_PREFIXES = ("TIDEBATCH_FAUST_", "TIDEBATCH_TEST_")
 
 
 @dataclass
@@ -212,6 +208,11 @@ def _type_name(tp: Any) -> str:
 
 
 def _coerce(value: Any, tp: Any, key: str) -> Any:
+    if isinstance(value, EnvText):
+        try:
+            value = read_env(value, tp, key)
+        except ValueError as exc:
+            raise config_key_error(key, str(exc)) from None
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
@@ -264,31 +265,6 @@ def _build(cls: type, data: Mapping[str, Any], prefix: str = "") -> Any:
     return cls(**kwargs)
 
 
-def _set_path(tree: dict, path: list[str], value: Any) -> None:
-    for part in path[:-1]:
-        node = tree.get(part)
-        if not isinstance(node, dict):
-            node = tree[part] = {}
-        tree = node
-    tree[path[-1]] = value
-
-
-def env_overrides(environ: Mapping[str, str]) -> dict:
-    tree: dict = {}
-    for name, raw in environ.items():
-        if not name.startswith(ENV_PREFIX) or name == ENV_PREFIX or name.startswith(_NOT_WORKER_PREFIXES):
-            continue
-        path = [p.lower() for p in name[len(ENV_PREFIX):].split("__")]
-        if len(path) == 3 and path[0] == "kafka":  # librdkafka names have dots
-            path[2] = env_key(path[2])
-        try:
-            value = yaml.safe_load(raw) if raw != "" else None
-        except yaml.YAMLError:
-            value = raw
-        _set_path(tree, path, value)
-    return tree
-
-
 def _merge(base: dict, extra: Mapping) -> dict:
     out = dict(base)
     for k, v in extra.items():
@@ -317,7 +293,7 @@ def load_config(
         if not isinstance(loaded, dict):
             raise UserError(f"config file {p}: the top level must be a mapping")
         data = loaded
-    data = _merge(data, env_overrides(os.environ if environ is None else environ))
+    data = _merge(data, env_overrides(os.environ if environ is None else environ, WorkerConfig))
     data = _merge(data, overrides or {})
     cfg = _build(WorkerConfig, data)
     validate(cfg)

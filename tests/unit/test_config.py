@@ -49,7 +49,7 @@ def test_errors_name_the_key(overrides: dict, message: str) -> None:
 
 
 def test_env_error_names_the_key() -> None:
-    with pytest.raises(UserError, match="config key 'batching.slo_ms': expected float"):
+    with pytest.raises(UserError, match="config key 'batching.slo_ms': expected a number, got 'fast'"):
         load_config(environ={"TIDEBATCH_BATCHING__SLO_MS": "fast"})
 
 
