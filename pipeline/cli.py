@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import sys
 
+from pipeline import logs
 from pipeline.errors import UserError
+from pipeline.logs import FORMATS, LEVELS
 
 # One module per subcommand; import lazily so `tidebatch broker` never loads ONNX Runtime.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -29,20 +30,41 @@ def build_parser() -> argparse.ArgumentParser:
         prog="tidebatch",
         description="Kafka-native ONNX serving with adaptive micro-batching.",
     )
-    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
+    parser.add_argument("--version", action="version", version=f"tidebatch {_version()}")
+    add_log_flags(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).add_parser(sub)
+    for command in sub.choices.values():  # `tidebatch run --log-level DEBUG` works too
+        add_log_flags(command)
     return parser
+
+
+def add_log_flags(parser: argparse.ArgumentParser) -> None:
+    # SUPPRESS: a flag not given after the subcommand leaves the one given before it.
+    parser.add_argument(
+        "--log-level", type=str.upper, choices=LEVELS, default=argparse.SUPPRESS,
+        help="DEBUG, INFO, WARNING, ERROR or CRITICAL (default: the config's log_level, else INFO)",
+    )
+    parser.add_argument(
+        "--log-format", choices=FORMATS, default=argparse.SUPPRESS,
+        help="text, or json: one JSON object per line (default: the config's log_format, else text)",
+    )
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tidebatch")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    logs.configure(getattr(args, "log_level", "INFO"), getattr(args, "log_format", "text"))
     try:
         return int(args.func(args) or 0)
     except UserError as exc:

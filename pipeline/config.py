@@ -26,6 +26,7 @@ from consumers.kafka_python_settings import kafka_python_settings
 from pipeline.config_env import EnvText, env_overrides, read_env
 from pipeline.errors import UserError, config_key_error
 from pipeline.kafka_keys import validate_delivery, validate_group
+from pipeline.logs import FORMATS, LEVELS
 from pipeline.ops.http_config import MetricsConfig, validate_metrics  # host, port, auth
 from pipeline.redisio.config import RedisConfig, validate_redis
 from pipeline.sinks.config import SinksConfig, validate_sinks
@@ -172,6 +173,8 @@ class WorkerConfig:
     # (consumers/kafka_reachable.py); an authentication or TLS failure exits at once.
     kafka_connect_timeout_s: float = 30.0
     partitions: int = 4  # for topics this worker creates
+    log_level: str = "INFO"  # --log-level wins (pipeline/logs.py)
+    log_format: str = "text"  # or json: one object per line
     max_items: int = 1000
     batching: BatchingConfig = field(default_factory=BatchingConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
@@ -352,6 +355,9 @@ def validate(cfg: WorkerConfig) -> None:
         raise bad("commit_interval_ms", "must be >= 1")
     if cfg.drain_timeout_s <= 0:
         raise bad("drain_timeout_s", "must be > 0")
+    for key, value, known in (("log_level", cfg.log_level.upper(), LEVELS), ("log_format", cfg.log_format, FORMATS)):
+        if value not in known:
+            raise bad(key, f"{value!r} is not one of {', '.join(known)}")
     if cfg.kafka_connect_timeout_s <= 0:
         raise bad("kafka_connect_timeout_s", "must be > 0")
     validate_delivery(cfg, bad)

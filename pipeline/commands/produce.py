@@ -121,12 +121,12 @@ def produce(
         producer.poll(0)
         if on_sent:
             on_sent(i + 1)
-        if progress and i and i % 1000 == 0:
+        if progress and i and i % 1000 == 0 and sys.stderr.isatty():  # no \r lines in `docker logs`
             print(f"\rsent {i}/{count}", end="", file=sys.stderr, flush=True)
 
     sent, elapsed = run_open_loop(schedule, send, idle=lambda s: producer.poll(s), should_stop=should_stop)
     left = producer.flush(30)
-    if progress:
+    if progress and sys.stderr.isatty():
         print(file=sys.stderr)
     if left or errors:
         raise RuntimeError(f"{left} requests unacknowledged, {len(errors)} failed: {errors[:1]}")

@@ -6,6 +6,7 @@ import argparse
 import logging
 
 from consumers.client_settings import parse_x
+from pipeline import logs
 from pipeline.batching.policies import POLICY_NAMES
 from pipeline.commands.kafka_flags import add_x_flag
 from pipeline.config import load_config
@@ -74,4 +75,6 @@ def run(args: argparse.Namespace) -> int:
     from pipeline.serve import serve
 
     cfg = load_config(args.config, flag_overrides(args))
+    # The flags (pipeline/cli.py) win over the config's log_level / log_format.
+    logs.configure(getattr(args, "log_level", cfg.log_level), getattr(args, "log_format", cfg.log_format))
     return serve(cfg)

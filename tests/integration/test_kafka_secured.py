@@ -164,11 +164,12 @@ def test_worker_produce_and_etl_work_through_sasl_ssl_with_the_documented_acls(
         wait_ready(worker.url, timeout=90)
         produced = cli(
             "produce", "ctr", "--bootstrap-servers", secured_kafka.secure_bootstrap_servers,
-            "--topic", topics.input, "--partitions", "2", "--count", "300", "--rate", "3000", "--quiet",
+            "--topic", topics.input, "--partitions", "2", "--count", "1200", "--rate", "4000",
             *x_flags(secured_kafka, producer_user), password=producer_user.password,
         )
         assert produced.returncode == 0, produced.stdout
-        wait_for(lambda: len(results.counts) >= 300, 90, "300 results")
+        assert "\r" not in produced.stdout  # progress is for terminals, not `docker logs`
+        wait_for(lambda: len(results.counts) >= 1200, 90, "1200 results")
     finally:
         code = worker.stop()
         results.close()
@@ -177,7 +178,7 @@ def test_worker_produce_and_etl_work_through_sasl_ssl_with_the_documented_acls(
     assert worker_user.password not in printed and producer_user.password not in produced.stdout
     assert results.duplicates() == 0
     committed = committed_offsets(secured_kafka.bootstrap_servers, unique_group_id, topics.input, 2)
-    assert sum(committed.values()) == 300, committed
+    assert sum(committed.values()) == 1200, committed
 
     out = tmp_path / "etl"
     etl = cli(
@@ -185,9 +186,9 @@ def test_worker_produce_and_etl_work_through_sasl_ssl_with_the_documented_acls(
         "-o", str(out), "--no-progress", *x_flags(secured_kafka, etl_user), password=etl_user.password,
     )
     assert etl.returncode == 0, etl.stdout
-    assert "300 records read, 0 rejected" in etl.stdout, etl.stdout
+    assert "1,200 records read, 0 rejected" in etl.stdout, etl.stdout
     request_ids = {r for p in out.rglob("*.parquet") for r in pq.read_table(p, columns=["request_id"])["request_id"].to_pylist()}
-    assert len(request_ids) == 300, etl.stdout
+    assert len(request_ids) == 1200, etl.stdout
 
 
 def test_exactly_once_and_topic_creation_need_only_their_documented_acls(

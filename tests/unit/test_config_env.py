@@ -81,3 +81,11 @@ def test_a_variable_that_names_no_key_is_a_warning_with_the_closest_key(caplog: 
     assert any(line.startswith("ignoring environment variable TIDEBATCH_WORKER_PORT") for line in lines)
     assert any("TIDEBATCH_BATCHING:" in line and "section" in line for line in lines), lines
     assert "tcp://10.0.0.7" not in " ".join(lines)  # a value is never echoed: it may be a secret
+
+
+def test_log_level_and_format_are_config_keys() -> None:
+    # Before: TIDEBATCH_LOG_LEVEL stopped the worker ("config key 'log_level' is not known").
+    cfg = load_config(environ={"TIDEBATCH_LOG_LEVEL": "debug", "TIDEBATCH_LOG_FORMAT": "json"})
+    assert (cfg.log_level, cfg.log_format) == ("debug", "json")
+    with pytest.raises(UserError, match="config key 'log_level': 'LOUD' is not one of DEBUG, INFO"):
+        load_config(environ={"TIDEBATCH_LOG_LEVEL": "loud"})
