@@ -1,0 +1,42 @@
+"""`tidebatch config schema` (the JSON Schema of the worker's YAML) and
+`tidebatch config check FILE` (the file as `tidebatch run` would read it)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("config", help="the worker config's JSON Schema, or check a config file")
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    schema = actions.add_parser("schema", help="print the JSON Schema of the worker's YAML config")
+    schema.set_defaults(func=print_schema)
+    check = actions.add_parser(
+        "check", help="validate a config file as `tidebatch run` reads it; exit 2 with one line if it is wrong",
+    )
+    check.add_argument("file", help="the YAML config file")
+    check.add_argument(
+        "--no-env", action="store_true",
+        help="ignore TIDEBATCH_* variables (default: applied on top of the file, as `run` does)",
+    )
+    check.set_defaults(func=check_file)
+
+
+def print_schema(_args: argparse.Namespace) -> int:
+    from pipeline.config import WorkerConfig
+    from pipeline.config_schema import config_schema
+
+    json.dump(config_schema(WorkerConfig), sys.stdout, indent=2)
+    print()
+    return 0
+
+
+def check_file(args: argparse.Namespace) -> int:
+    from pipeline.config import load_config
+
+    cfg = load_config(args.file, environ={} if args.no_env else os.environ)  # UserError: one line, exit 2
+    print(f"{args.file}: valid ({cfg.pipeline} pipeline, {cfg.batching.policy} policy, group {cfg.group_id})")
+    return 0
