@@ -173,6 +173,8 @@ class WorkerConfig:
     # (consumers/kafka_reachable.py); an authentication or TLS failure exits at once.
     kafka_connect_timeout_s: float = 30.0
     partitions: int = 4  # for topics this worker creates
+    # Request headers copied onto each result (pipeline/outcomes.py): W3C trace context.
+    result_headers: list[str] = field(default_factory=lambda: ["traceparent", "tracestate", "baggage"])
     log_level: str = "INFO"  # --log-level wins (pipeline/logs.py)
     log_format: str = "text"  # or json: one object per line
     max_items: int = 1000

@@ -22,7 +22,7 @@ the broker is back, which is no loop on one record).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -76,10 +76,14 @@ class Outcomes:
         count: Callable[[str, int], None] = lambda _name, _n: None,
         fail: Callable[[str], None],
         transactions: Transactions | None = None,
+        carry_headers: Collection[str] = (),
     ) -> None:
         """transactions: delivery exactly_once (pipeline/worker/transactions.py): every
         outcome record goes through it, in offset order, and a failed delivery aborts
-        the transaction instead of being retried here."""
+        the transaction instead of being retried here. carry_headers: the request
+        headers its result carries too (config `result_headers`: W3C trace context by
+        default, so a trace goes on past the worker); dead-letter and late copies carry
+        all of them already (consumers/dead_letter.py)."""
         self.producer = producer
         self._ack = ack
         self.topics = topics
@@ -91,6 +95,7 @@ class Outcomes:
         self._count = count
         self._fail = fail
         self._transactions = transactions
+        self._carry = frozenset(carry_headers)
         # Results ready → acknowledged by Kafka: the last stage of tidebatch_stage_seconds,
         # kept in ms by the delivery callbacks and observed in bulk by observe_stages():
         # one histogram observe per result on the source thread cost ~2 % at saturation.
@@ -101,7 +106,7 @@ class Outcomes:
     def result_too_large(self, rec: SourceRecord, value: bytes) -> str | None:
         """Why this result cannot go to the output topic, or None if it fits."""
         limit = self.limits.for_topic(self.topics.output)
-        size = record_bytes(rec.key, value, None)
+        size = record_bytes(rec.key, value, self._result_headers(rec))
         if size <= limit:
             return None
         return f"result is {size} bytes, over the {limit}-byte record limit of {self.topics.output}"
@@ -115,7 +120,13 @@ class Outcomes:
         def refused(err: SendError) -> None:
             self.dead_letter(rec, f"Kafka refused the result: {err.reason}", "publish", rows_written=True)
 
-        self._send(self.topics.output, rec.key, value, None, rec, refused, ready_wall_ms=ready_wall_ms)
+        headers = self._result_headers(rec)
+        self._send(self.topics.output, rec.key, value, headers, rec, refused, ready_wall_ms=ready_wall_ms)
+
+    def _result_headers(self, rec: SourceRecord) -> list[tuple[str, bytes]] | None:
+        if not self._carry or not rec.headers:
+            return None
+        return [(k, v) for k, v in rec.headers.items() if k in self._carry] or None
 
     def observe_stages(self) -> None:
         """Observe the publish times the delivery reports since the last call noted

@@ -129,6 +129,7 @@ class Worker:
             count=self.stats.count,
             fail=self.fail,
             transactions=self.transactions,
+            carry_headers=cfg.result_headers,
         )
         # Route already-expired records before decoding them (admission.py): only where
         # the configured outcome of expiry is "routed late" anyway.

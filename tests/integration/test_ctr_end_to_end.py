@@ -90,6 +90,9 @@ def test_10k_requests_give_exactly_10k_right_results(
 BAD_KINDS = ["malformed_json", "missing_field", "mistyped_field", "too_many_items", "non_utf8", "empty"]
 
 
+TRACE = b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
 @CLIENTS
 def test_bad_input_goes_to_dlq_and_the_worker_keeps_going(broker, topic_factory, unique_group_id, client) -> None:
     inp = topic_factory("ctr-bad", partitions=1)
@@ -104,7 +107,7 @@ def test_bad_input_goes_to_dlq_and_the_worker_keeps_going(broker, topic_factory,
     items.append(factory.make(99))
     cfg = worker_config(broker.bootstrap_servers, inp, out, unique_group_id, dlq_topic=dlq, client=client)
     with running_worker(cfg) as worker:
-        produce_values(broker.bootstrap_servers, inp, items)
+        produce_values(broker.bootstrap_servers, inp, items, headers=[("traceparent", TRACE), ("x-app", b"1")])
         dead = read_topic(broker.bootstrap_servers, dlq, len(BAD_KINDS) + 1)
         scored = read_topic(broker.bootstrap_servers, out, len(BAD_KINDS) + 1)
         wait_for(lambda: worker.tracker.pending() == 0, 30, "bad input left offsets pending")
@@ -114,6 +117,10 @@ def test_bad_input_goes_to_dlq_and_the_worker_keeps_going(broker, topic_factory,
         )
     assert len(scored) == len(BAD_KINDS) + 1
     assert len(dead) == len(BAD_KINDS) + 1
+    # A trace goes on past the worker: results carry the W3C headers (config
+    # result_headers), dead letters all of the request's own headers.
+    assert all(m.headers() == [("traceparent", TRACE)] for m in scored), scored[0].headers()
+    assert all(("traceparent", TRACE) in m.headers() and ("x-app", b"1") in m.headers() for m in dead)
     bad_offsets = {2 * i + 1 for i in range(len(BAD_KINDS))} | {len(items) - 2}
     seen = set()
     for m in dead:

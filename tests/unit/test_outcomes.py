@@ -32,7 +32,7 @@ class FakeProducer:
 
 
 class Harness:
-    def __init__(self, answer, on_undeliverable: str = "skip", producer_bytes: int = 1_000_000) -> None:
+    def __init__(self, answer, on_undeliverable: str = "skip", producer_bytes: int = 1_000_000, carry=()) -> None:
         limits, _ = resolve_limits(
             requested_request_bytes=512 * 1024,
             producer_bytes=producer_bytes,
@@ -56,6 +56,7 @@ class Harness:
             on_undeliverable=on_undeliverable,
             count=lambda name, n: self.counts.__setitem__(name, self.counts.get(name, 0) + n),
             fail=self.failures.append,
+            carry_headers=carry,
         )
 
     def topics_sent(self) -> list[str]:
@@ -200,3 +201,13 @@ def test_a_missing_acl_stops_the_worker_at_once_without_retry_dead_letter_or_ack
     h.outcomes.result(_rec(), b"{}")
     assert h.topics_sent() == ["out"]
     assert h.acked == [] and h.failures == [line] and not h.counts
+
+
+def test_a_result_carries_the_requests_trace_headers_and_no_others() -> None:
+    h = Harness(lambda *_: None, carry=("traceparent", "baggage"))
+    trace = b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    rec = SourceRecord("in", 0, 7, b"k", b"{}", {"traceparent": trace, "x-secret": b"s", "baggage": b"a=1"}, 1)
+    h.outcomes.result(rec, b"{}")
+    assert h.producer.sent[0][3] == {"traceparent": trace, "baggage": b"a=1"}
+    h.outcomes.result(_rec(8), b"{}")  # no headers on the request: none on the result
+    assert h.producer.sent[1][3] == {}
