@@ -30,6 +30,7 @@ from pipeline.logs import FORMATS, LEVELS
 from pipeline.ops.http_config import MetricsConfig, validate_metrics  # host, port, auth
 from pipeline.redisio.config import RedisConfig, validate_redis
 from pipeline.sinks.config import SinksConfig, validate_sinks
+from pipeline.tracing import TracingConfig, validate_tracing
 
 
 @dataclass
@@ -175,6 +176,7 @@ class WorkerConfig:
     partitions: int = 4  # for topics this worker creates
     # Request headers copied onto each result (pipeline/outcomes.py): W3C trace context.
     result_headers: list[str] = field(default_factory=lambda: ["traceparent", "tracestate", "baggage"])
+    tracing: TracingConfig = field(default_factory=TracingConfig)  # OpenTelemetry (pipeline/tracing.py)
     log_level: str = "INFO"  # --log-level wins (pipeline/logs.py)
     log_format: str = "text"  # or json: one object per line
     max_items: int = 1000
@@ -357,6 +359,7 @@ def validate(cfg: WorkerConfig) -> None:
         raise bad("commit_interval_ms", "must be >= 1")
     if cfg.drain_timeout_s <= 0:
         raise bad("drain_timeout_s", "must be > 0")
+    validate_tracing(cfg.tracing, bad)
     for key, value, known in (("log_level", cfg.log_level.upper(), LEVELS), ("log_format", cfg.log_format, FORMATS)):
         if value not in known:
             raise bad(key, f"{value!r} is not one of {', '.join(known)}")

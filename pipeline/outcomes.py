@@ -111,16 +111,23 @@ class Outcomes:
             return None
         return f"result is {size} bytes, over the {limit}-byte record limit of {self.topics.output}"
 
-    def result(self, rec: SourceRecord, value: bytes, ready_wall_ms: int | None = None) -> None:
+    def result(
+        self, rec: SourceRecord, value: bytes, ready_wall_ms: int | None = None,
+        trace: list[tuple[str, bytes]] | None = None,
+    ) -> None:
         """Send a result that fits (result_too_large said None). If Kafka refuses it
         all the same, the request is dead-lettered instead; its sink rows were already
         written, so the sinks are not told to skip it. `ready_wall_ms`: when its batch's
-        results were ready; the time from then to Kafka's ack is the "publish" stage."""
+        results were ready; the time from then to Kafka's ack is the "publish" stage.
+        `trace`: the trace headers of the worker's own span (pipeline/tracing.py), in
+        place of the request's."""
 
         def refused(err: SendError) -> None:
             self.dead_letter(rec, f"Kafka refused the result: {err.reason}", "publish", rows_written=True)
 
         headers = self._result_headers(rec)
+        if trace:
+            headers = [h for h in headers or () if h[0] not in dict(trace)] + trace
         self._send(self.topics.output, rec.key, value, headers, rec, refused, ready_wall_ms=ready_wall_ms)
 
     def _result_headers(self, rec: SourceRecord) -> list[tuple[str, bytes]] | None:

@@ -53,7 +53,7 @@ def serve(cfg: WorkerConfig) -> int:
     finally:
         if server is not None:
             server.stop()
-        parts.close_redis()
+        parts.close()
 
 
 def log_kafka_settings(cfg: WorkerConfig) -> None:

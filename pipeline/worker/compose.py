@@ -3,7 +3,7 @@
     parts = build_parts(cfg, sinks=build_sinks(cfg), redis=True)
     worker = Worker(cfg, parts=parts)
     ...
-    worker.run(); parts.close_redis()
+    worker.run(); parts.close()
 
 Everything that depends on the configuration, the model or the outside world is built
 here, in one order: the pipeline and its topics, the model's session, the Redis parts
@@ -38,6 +38,7 @@ from pipeline.runtime.model_process import ProcessSession
 from pipeline.runtime.session import InferenceSession
 from pipeline.scoring import ScoringStep
 from pipeline.sinks import ResultSink
+from pipeline.tracing import BatchTracer, make_tracer
 
 if TYPE_CHECKING:
     from pipeline.redisio.attach import RedisParts
@@ -68,10 +69,15 @@ class WorkerParts:
     producer: Producer  # pipeline/kafka_backend.py picks the client
     sinks: list[ResultSink]
     redis: RedisParts | None = None
+    tracer: BatchTracer | None = None  # config `tracing` (pipeline/tracing.py)
 
-    def close_redis(self) -> None:
+    def close(self) -> None:
+        """Close what outlives the worker's own shutdown: Redis (its sinks flush into
+        it at shutdown) and the tracer (buffered spans are exported)."""
         if self.redis is not None:
             self.redis.close()
+        if self.tracer is not None:
+            self.tracer.close()
 
 
 def batching_params(cfg: WorkerConfig, pipeline_max_rows: int) -> dict[str, Any]:
@@ -145,6 +151,7 @@ def build_parts(
     return WorkerParts(
         cfg, pipeline, model, input_topic, topics, group_id, metrics, session, step,
         policy, queue, backpressure, executors, producer, sinks, redis_parts,
+        make_tracer(cfg.tracing, cfg.pipeline),
     )
 
 

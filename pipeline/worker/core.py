@@ -94,7 +94,7 @@ class Worker:
         self.executors = parts.executors
         self.producer = parts.producer
         self.sinks = parts.sinks
-        self.redis = parts.redis  # closed by whoever built the parts, not here
+        self.redis, self.tracer = parts.redis, parts.tracer  # closed by whoever built the parts, not here
         try:
             self._build_rooms(cfg)
         except BaseException:
@@ -142,7 +142,7 @@ class Worker:
         )
         self.publisher = Publisher(
             self.step, self.outcomes, self.tracker, self.sinks, self.metrics, cfg.pipeline, b.policy,
-            self.stats, lambda: self._drain_deadline, self.fail,
+            self.stats, lambda: self._drain_deadline, self.fail, self.tracer,
         )
         self._executor_pool = Executors(self.queue, self.step, self.publisher.hand_over, self.outcomes.dead_letter)
         self.source: Source | None = None  # created in run(): joining the group is the last step

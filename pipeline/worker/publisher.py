@@ -27,6 +27,7 @@ from pipeline.outcomes import Outcomes
 from pipeline.reorder import Reorder
 from pipeline.scoring import BatchTiming, ScoringStep, result_document
 from pipeline.sinks import ResultSink, ScoredRow, notify
+from pipeline.tracing import BatchTracer, RequestTrace
 from pipeline.worker.admission import InFlight
 from pipeline.worker.executors import Done, Finished, dead_letter_internal
 from pipeline.worker.stats import WorkerStats
@@ -68,6 +69,7 @@ class Publisher:
         stats: WorkerStats,
         drain_deadline: Callable[[], float | None],
         fail: Callable[[str], None],
+        tracer: BatchTracer | None = None,
     ) -> None:
         self.step = step
         self.outcomes = outcomes
@@ -79,6 +81,7 @@ class Publisher:
         self.stats = stats
         self.drain_deadline = drain_deadline
         self.fail = fail
+        self.tracer = tracer  # spans of each published request and its batch, when tracing is on
         # Per-request metrics, bound once: labels() costs a lock and a dict lookup.
         self._queue_wait_hist = metrics.queue_wait.labels(pipeline)
         self._e2e_hist = metrics.e2e.labels(pipeline)
@@ -167,6 +170,8 @@ class Publisher:
         e2e: list[float] = []
         to_worker: list[float] = []
         done_wall = timing.done_wall
+        model_end = timing.started_wall + int(timing.seconds * 1000)
+        traces: list[RequestTrace] = []
         for inf, doc, publish in zip(infs, docs, keep, strict=True):
             rec = inf.rec
             if not publish:
@@ -184,11 +189,17 @@ class Publisher:
             if self.sinks:
                 self.tracker.add_acks(rec.tp, rec.offset, len(self.sinks))
                 rows.append(ScoredRow(rec, inf.decoded, doc, lambda rec=rec: self.tracker.ack(rec.tp, rec.offset)))
-            self.outcomes.result(rec, refused, done_wall)
+            trace = None if self.tracer is None else self.tracer.request(
+                rec, inf.consumed_wall_ms, timing.started_wall, model_end)
+            if trace is not None:
+                traces.append(trace)
+            self.outcomes.result(rec, refused, done_wall, trace.headers if trace else None)
             queue_waits.append(max(timing.started_wall - inf.consumed_wall_ms, 0) / 1000.0)
             if rec.timestamp_ms is not None:
                 e2e.append(max(done_wall - rec.timestamp_ms, 0) / 1000.0)
                 to_worker.append(max(inf.consumed_wall_ms - rec.timestamp_ms, 0) / 1000.0)
+        if traces:
+            self.tracer.batch(traces, timing.batch_rows, timing.started_wall, model_end)  # type: ignore[union-attr]
         observe_many(self._queue_wait_hist, queue_waits)
         observe_many(self._e2e_hist, e2e)
         # Where the time went (docs/OPERATIONS.md, "Where the time goes").

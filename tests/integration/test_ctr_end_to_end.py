@@ -136,6 +136,25 @@ def test_bad_input_goes_to_dlq_and_the_worker_keeps_going(broker, topic_factory,
         assert word in reasons, reasons
 
 
+def test_with_tracing_on_a_result_goes_on_in_the_requests_trace(broker, topic_factory, unique_group_id) -> None:
+    """tracing.enabled (pipeline/tracing.py): the result's traceparent keeps the
+    producer's trace id and names the worker's own span as the parent."""
+    pytest.importorskip("opentelemetry.sdk", reason="the otel extra is not installed")
+    inp = topic_factory("ctr-trace", partitions=1)
+    out = topic_factory("ctr-trace-scores", partitions=1)
+    cfg = worker_config(broker.bootstrap_servers, inp, out, unique_group_id,
+                        tracing={"enabled": True, "exporter": "none"})
+    with running_worker(cfg):
+        produce_values(broker.bootstrap_servers, inp, [CtrRequestFactory(seed=8).make(i) for i in range(5)],
+                       headers=[("traceparent", TRACE)])
+        scored = read_topic(broker.bootstrap_servers, out, 5)
+    for m in scored:
+        [(name, value)] = m.headers()
+        version, trace_id, span_id, flags = value.decode().split("-")
+        assert name == "traceparent" and trace_id == TRACE.decode().split("-")[1]
+        assert span_id != TRACE.decode().split("-")[2]  # the worker's span, not the producer's
+
+
 def _all_ids(requests) -> set[str]:
     import orjson
 

@@ -69,6 +69,7 @@ class FakeOutcomes:
         self.routed: list[tuple[int, float]] = []
         self.results: list[tuple[int, bytes]] = []
         self.ready: list[int | None] = []
+        self.traces: list = []
         self.settled: list[int] = []
         self.limit = limit
 
@@ -81,9 +82,10 @@ class FakeOutcomes:
     def late(self, routed: Sequence[tuple[SourceRecord, float]], now_wall: int) -> None:
         self.routed += [(rec.offset, deadline) for rec, deadline in routed]
 
-    def result(self, rec: SourceRecord, value: bytes, ready_wall_ms: int | None = None) -> None:
+    def result(self, rec: SourceRecord, value: bytes, ready_wall_ms: int | None = None, trace=None) -> None:
         self.results.append((rec.offset, value))
         self.ready.append(ready_wall_ms)
+        self.traces.append(trace)
 
     def result_too_large(self, rec: SourceRecord, value: bytes) -> str | None:
         return f"result is {len(value)} bytes" if len(value) > self.limit else None
@@ -217,11 +219,11 @@ class DropSecond:
 
 
 def publisher(outcomes: FakeOutcomes, tracker: OffsetTracker, hooks: list, stats: WorkerStats,
-              metrics: WorkerMetrics | None = None) -> Publisher:
+              metrics: WorkerMetrics | None = None, tracer=None) -> Publisher:
     step = ScoringStep(MODEL, ToyCodec(), ToySession(), hooks)  # type: ignore[arg-type]
     failures: list[str] = []
     return Publisher(step, outcomes, tracker, [], metrics or WorkerMetrics("toy", "adaptive"), "toy",  # type: ignore[arg-type]
-                     "adaptive", stats, lambda: None, failures.append)
+                     "adaptive", stats, lambda: None, failures.append, tracer)
 
 
 def finished(batch: Batch, results: list[dict]) -> Finished:
