@@ -31,7 +31,7 @@ def test_promtool_check_config():
 
 def test_promtool_check_rules():
     out = _promtool("check", "rules", "alerts.yml")
-    assert "SUCCESS: 6 rules found" in out
+    assert "SUCCESS: 9 rules found" in out
 
 
 def test_alert_rules_unit_tests():
