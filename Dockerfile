@@ -34,7 +34,7 @@ RUN pip install -r /tmp/requirements.txt && rm /tmp/requirements.txt
 COPY --from=wheel /wheels/*.whl /tmp/wheels/
 RUN pip install --no-deps /tmp/wheels/*.whl \
     && rm -rf /tmp/wheels \
-    && python -c "import onnxruntime as ort; assert ort.get_available_providers()[-1] == 'CPUExecutionProvider'" \
+    && python -c "import onnxruntime as ort; assert 'CUDAExecutionProvider' not in ort.get_available_providers(), 'onnxruntime-gpu in the CPU image'" \
     && useradd --system --uid 10001 --home-dir /app tidebatch \
     && mkdir -p /app/tidebatch-data && chown tidebatch /app/tidebatch-data
 
