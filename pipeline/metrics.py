@@ -162,7 +162,7 @@ class WorkerMetrics(BatchingMetrics):
         )
         self.model_restarts = Counter(
             "tidebatch_model_process_restarts_total",
-            "Times the model process died and was started again (runtime.model_process)",
+            "Times the model process died and a new one was started, or tried to (runtime.model_process)",
             ["pipeline"], registry=r,
         )
 

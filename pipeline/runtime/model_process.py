@@ -225,9 +225,12 @@ class ProcessSession(ProfiledSession):
                 channel.close()
                 self.restarts += 1
                 log.warning("starting model process again (restart %d)", self.restarts)
-                channel = self._channel = self._start()
+                # Counted before the attempt: a model that no longer loads fails every
+                # batch here, and each try must show (tidebatch_model_process_restarts_total
+                # drives the TidebatchModelProcessRestarting alert).
                 if self._on_restart is not None:
                     self._on_restart()
+                channel = self._channel = self._start()
             # A slot per batch in flight: one is written again only after its answer.
             if self._free_slots:
                 slot = self._free_slots.pop()

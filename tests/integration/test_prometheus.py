@@ -33,6 +33,7 @@ from tests.integration.opsutil import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
+JOB = "kubernetes-pods"
 
 pytestmark = pytest.mark.skipif(
     shutil.which("prometheus") is None, reason="prometheus missing: run scripts/ensure_prometheus.sh"
@@ -42,11 +43,13 @@ pytestmark = pytest.mark.skipif(
 @contextlib.contextmanager
 def prometheus(target: str, tmp: Path) -> Iterator[str]:
     """Prometheus on a free loopback port scraping `target` every second, with the
-    project's alert rules; yields its base URL."""
+    project's alert rules; yields its base URL. The job is named as a cluster's
+    annotation scrape config names it, not tidebatch-worker: neither the alerts nor
+    the dashboard may depend on the job's name."""
     config = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(REPO / "ops" / "prometheus" / "alerts.yml")],
-        "scrape_configs": [{"job_name": "tidebatch-worker", "static_configs": [{"targets": [target]}]}],
+        "scrape_configs": [{"job_name": JOB, "static_configs": [{"targets": [target]}]}],
     }
     (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
     port = free_port()
@@ -111,9 +114,9 @@ def test_prometheus_scrapes_a_live_worker(broker, topic_factory, unique_group_id
         load.start()
         try:
             with prometheus(live.url.removeprefix("http://"), tmp_path) as prom:
-                wait_for(lambda: scalar(prom, 'up{job="tidebatch-worker"}') == 1, 30, "the worker target to be up")
+                wait_for(lambda: scalar(prom, f'up{{job="{JOB}"}}') == 1, 30, "the worker target to be up")
                 rate = wait_for(
-                    lambda: scalar(prom, 'sum(rate(tidebatch_records_total{job="tidebatch-worker"}[10s]))'),
+                    lambda: scalar(prom, f'sum(rate(tidebatch_records_total{{job="{JOB}"}}[10s]))'),
                     60, "a non-zero record rate",
                 )
                 assert rate > 0
@@ -142,6 +145,7 @@ def _check_rules_evaluate(prom: str) -> None:
     assert {r["name"] for r in rules} == {
         "TidebatchWorkerDown", "TidebatchNoWorkers", "TidebatchLagGrowing",
         "TidebatchP99OverSLO", "TidebatchDLQRate", "TidebatchNoCommit",
+        "TidebatchDeliveryErrors", "TidebatchRedisDown", "TidebatchModelProcessRestarting",
     }
     # Nothing is wrong: no alert may even be pending.
     _, doc = get_json(prom + "/api/v1/alerts")
@@ -149,11 +153,14 @@ def _check_rules_evaluate(prom: str) -> None:
 
 
 def _check_grafana_queries(prom: str) -> None:
-    must_have_data = {"Throughput", "End-to-end latency p50 / p99 vs SLO", "Mean batch size",
-                      "Queue depth", "Consumer lag", "Partitions per worker", "Where the time goes: p99 by stage"}
+    must_have_data = {"Throughput", "Workers up", "Workers ready", "End-to-end latency p50 / p99 vs SLO",
+                      "Mean batch size", "Queue depth", "Consumer lag", "Partitions per worker", "Where the time goes: p99 by stage"}
     with_data: set[str] = set()
     for title, expr in grafana_queries():
-        promql = expr.replace("$__rate_interval", "10s").replace('"$pipeline"', '".*"')
+        promql = expr.replace("$__rate_interval", "10s")
+        for var in ("job", "namespace", "pipeline"):  # each at its "All" value
+            promql = promql.replace(f'"${var}"', '".*"')
+        assert "$" not in promql, f"{title}: a variable the test does not know: {promql}"
         if query(prom, promql):  # query() asserts that Prometheus accepts it
             with_data.add(title)
     # A panel needs data from one of its queries (the DLQ line has none: no bad input).
@@ -163,7 +170,7 @@ def _check_grafana_queries(prom: str) -> None:
 def _check_status_command(prom: str, capsys: pytest.CaptureFixture) -> None:
     parser = argparse.ArgumentParser()
     status.add_parser(parser.add_subparsers())
-    args = parser.parse_args(["status", "--prometheus", prom, "--window", "10s", "--json"])
+    args = parser.parse_args(["status", "--prometheus", prom, "--job", JOB, "--window", "10s", "--json"])
     args.func(args)
     report = json.loads(capsys.readouterr().out)
     (ctr,) = report["pipelines"]

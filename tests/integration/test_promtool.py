@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 PROM_DIR = Path(__file__).resolve().parents[2] / "ops" / "prometheus"
 
@@ -31,9 +32,19 @@ def test_promtool_check_config():
 
 def test_promtool_check_rules():
     out = _promtool("check", "rules", "alerts.yml")
-    assert "SUCCESS: 6 rules found" in out
+    assert "SUCCESS: 9 rules found" in out
 
 
 def test_alert_rules_unit_tests():
     out = _promtool("test", "rules", "alerts_test.yml")
     assert "SUCCESS" in out
+
+
+def test_promtool_accepts_the_prometheus_rule(tmp_path):
+    """ops/k8s/prometheus-rule.yaml's spec is a rule file the operator hands to
+    Prometheus as is."""
+    (rule,) = [d for d in yaml.safe_load_all((PROM_DIR.parent / "k8s" / "prometheus-rule.yaml").read_text()) if d]
+    path = tmp_path / "rules.yml"
+    path.write_text(yaml.safe_dump(rule["spec"]))
+    out = _promtool("check", "rules", str(path))
+    assert "SUCCESS: 9 rules found" in out

@@ -5,6 +5,7 @@ Grafana provisioning and dashboard (the same charts as the built-in dashboard)."
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from pathlib import Path
@@ -93,15 +94,101 @@ def test_compose_mounts_exist(compose):
                 assert (REPO / source).exists(), volume
 
 
-def test_dockerfile_runs_the_cli_and_exposes_metrics():
-    text = (REPO / "Dockerfile").read_text()
-    assert re.search(r"^FROM python:3\.11", text, re.M)
-    assert 'ENTRYPOINT ["tidebatch"]' in text
-    assert re.search(r"^EXPOSE 9400$", text, re.M)
-    assert "TIDEBATCH_METRICS__HOST=0.0.0.0" in text
-    assert re.search(r"^USER \w+", text, re.M), "do not run as root"
+def _dockerfile(name: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of a Dockerfile, continuation lines joined, comments
+    and the parser directive dropped. Docker cannot run here: this is what checks it."""
+    out: list[tuple[str, str]] = []
+    pending = ""
+    for raw in (REPO / name).read_text().splitlines():
+        line = raw.strip()
+        if not pending and (not line or line.startswith("#")):
+            continue
+        if line.startswith("#"):
+            continue  # a comment inside a continued RUN
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        full = pending + line
+        pending = ""
+        op, _, args = full.partition(" ")
+        out.append((op.upper(), args.strip()))
+    assert not pending, f"{name}: ends in a continuation"
+    return out
+
+
+def _stages(instructions: list[tuple[str, str]]) -> list[dict]:
+    """Each build stage: its base image (global ARG defaults substituted), its name
+    and its instructions."""
+    args: dict[str, str] = {}
+    stages: list[dict] = []
+    for op, rest in instructions:
+        if op == "ARG" and not stages:
+            key, _, value = rest.partition("=")
+            args[key] = value
+        elif op == "FROM":
+            image, _, name = rest.partition(" AS ")
+            image = re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], image)
+            stages.append({"image": image, "name": name.strip(), "steps": []})
+        else:
+            stages[-1]["steps"].append((op, rest))
+    return stages
+
+
+@pytest.mark.parametrize("name", ["Dockerfile", "Dockerfile.cuda"])
+def test_dockerfiles_install_a_wheel_and_run_the_cli(name):
+    stages = _stages(_dockerfile(name))
+    final = stages[-1]
+    steps = final["steps"]
+    runs = " && ".join(rest for op, rest in steps if op == "RUN")
+    everything = " ".join(rest for st in stages for op, rest in st["steps"])
+    # Non-editable: a wheel built in the first stage, deps from the flavour's list.
+    assert not re.search(r"pip install[^&]*(\s-e\s|--editable)", everything), f"{name}: an editable install"
+    assert "pip wheel --no-deps" in everything and stages[0]["name"] == "wheel"
+    assert re.search(r"pip install --no-deps /tmp/wheels/\*\.whl", runs), name
+    assert re.search(r"pip install -r /tmp/requirements\.txt", runs), name
+    assert ("COPY", "--from=wheel /wheels/*.whl /tmp/wheels/") in steps
+    assert not any(op == "COPY" and not rest.startswith("--from=") for op, rest in steps), \
+        f"{name}: the source tree is copied into the image"
+    assert ("ENTRYPOINT", '["tidebatch"]') in steps
+    assert ("EXPOSE", "9400") in steps
+    assert any(op == "ENV" and "TIDEBATCH_METRICS__HOST=0.0.0.0" in rest for op, rest in steps)
+    (user,) = [rest for op, rest in steps if op == "USER"]
+    assert user != "root", "do not run as root"
     ignored = (REPO / ".dockerignore").read_text().split()
     assert ".venv" in ignored and ".git" in ignored
+    assert "scripts" not in ignored  # the wheel stage runs scripts/image_requirements.py
+
+
+def test_cpu_image_has_the_cpu_onnxruntime():
+    stages = _stages(_dockerfile("Dockerfile"))
+    assert stages[-1]["image"].startswith("python:3.11")
+    assert any("image_requirements.py cpu" in rest for op, rest in stages[0]["steps"])
+    from scripts.image_requirements import requirements
+
+    reqs = requirements("cpu", REPO / "pyproject.toml")
+    assert not any(r.startswith("onnxruntime-gpu") for r in reqs)
+    (ort,) = [r for r in reqs if r.startswith("onnxruntime")]
+    gpu = [r for r in requirements("cuda", REPO / "pyproject.toml") if r.startswith("onnxruntime")]
+    assert gpu == [ort.replace("onnxruntime", "onnxruntime-gpu", 1)]  # the same version range
+    compose = _yaml(REPO / "docker-compose.yml")
+    assert compose["services"]["worker"]["build"] == "."  # the CPU Dockerfile
+
+
+def test_cuda_image_has_the_libraries_onnxruntime_gpu_links():
+    stages = _stages(_dockerfile("Dockerfile.cuda"))
+    base = stages[-1]["image"]
+    m = re.fullmatch(r"nvidia/cuda:(\d+)\.(\d+)\.\d+-cudnn-runtime-ubuntu\d+\.\d+", base)
+    assert m, f"not a CUDA runtime image with cuDNN: {base}"
+    assert any("image_requirements.py cuda" in rest for op, rest in stages[0]["steps"])
+    runs = " ".join(rest for op, rest in stages[-1]["steps"] if op == "RUN")
+    assert "ldd" in runs and "libcudnn" in runs, "the build checks the provider's libraries"
+    assert any(op == "ENV" and "TIDEBATCH_RUNTIME__PROVIDERS=cuda" in rest for op, rest in stages[-1]["steps"])
+    # The CUDA major of the image is the one the installed onnxruntime-gpu was built for.
+    info = pytest.importorskip("onnxruntime.capi.build_and_package_info")
+    if getattr(info, "package_name", "") != "onnxruntime-gpu" or not getattr(info, "cuda_version", ""):
+        pytest.skip("onnxruntime here is not the CUDA build")
+    assert m.group(1) == info.cuda_version.split(".")[0], \
+        f"{base} is CUDA {m.group(1)}, onnxruntime-gpu {info.__version__} wants CUDA {info.cuda_version}"
 
 
 # ----------------------------------------------------------------------------- prometheus
@@ -114,19 +201,42 @@ def test_prometheus_scrapes_the_compose_workers(compose):
         assert (OPS / "prometheus" / rules).is_file()
 
 
-def test_alert_rules_are_complete_and_documented():
+ALERTS = {
+    "TidebatchWorkerDown", "TidebatchNoWorkers", "TidebatchLagGrowing", "TidebatchP99OverSLO",
+    "TidebatchDLQRate", "TidebatchNoCommit", "TidebatchDeliveryErrors", "TidebatchRedisDown",
+    "TidebatchModelProcessRestarting",
+}
+
+
+def _alert_rules() -> dict[str, dict]:
     groups = _yaml(OPS / "prometheus" / "alerts.yml")["groups"]
-    rules = {r["alert"]: r for g in groups for r in g["rules"]}
-    assert set(rules) == {"TidebatchWorkerDown", "TidebatchNoWorkers", "TidebatchLagGrowing",
-                          "TidebatchP99OverSLO", "TidebatchDLQRate", "TidebatchNoCommit"}
+    return {r["alert"]: r for g in groups for r in g["rules"]}
+
+
+def test_alert_rules_are_complete_and_documented():
+    rules = _alert_rules()
+    assert set(rules) == ALERTS
     assert rules["TidebatchLagGrowing"]["for"] == "5m"
     ops_doc = (REPO / "docs" / "OPERATIONS.md").read_text()
     anchors = {re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-") for h in re.findall(r"^#+ (.+)$", ops_doc, re.M)}
     for name, rule in rules.items():
         assert rule["labels"]["severity"] in ("warning", "critical"), name
-        assert {"summary", "description", "runbook"} <= set(rule["annotations"]), name
-        anchor = rule["annotations"]["runbook"].split("#")[1]
+        # runbook_url: the annotation Alertmanager, Grafana and the kube-prometheus
+        # runbooks read; a bare `runbook` is shown by nothing.
+        assert {"summary", "description", "runbook_url"} <= set(rule["annotations"]), name
+        assert "runbook" not in rule["annotations"], name
+        path, anchor = rule["annotations"]["runbook_url"].split("#")
+        assert path == "docs/OPERATIONS.md" and anchor == name.lower(), name
         assert anchor in anchors, f"{name}: docs/OPERATIONS.md has no heading for #{anchor}"
+
+
+def test_alert_rules_do_not_depend_on_the_job_name():
+    """The job is named by whoever writes the scrape config (tidebatch-worker under
+    compose, kubernetes-pods or namespace/podmonitor on a cluster): an expression that
+    names it never fires, or (absent()) fires for ever, elsewhere."""
+    for name, rule in _alert_rules().items():
+        assert not re.search(r"\bjob\s*(=|!=|=~|!~)", rule["expr"]), f"{name} selects a job: {rule['expr']}"
+        assert "tidebatch-worker" not in rule["expr"], name
 
 
 # ----------------------------------------------------------------------------- grafana
@@ -153,7 +263,30 @@ def test_grafana_has_the_built_in_dashboard_charts():
     assert len(ids) == len(set(ids))
     for panel in dash["panels"]:
         for target in panel["targets"]:
-            assert "tidebatch_" in target["expr"] or "up{" in target["expr"], target["expr"]
+            assert "tidebatch_" in target["expr"], target["expr"]
+
+
+def test_grafana_filters_by_job_and_namespace_without_naming_a_job():
+    """$job and $namespace (All = ".*", which also matches series without the label,
+    as under docker-compose), and every selector of every panel query uses them."""
+    dash = json.loads((OPS / "grafana" / "dashboards" / "tidebatch.json").read_text())
+    variables = {v["name"]: v for v in dash["templating"]["list"]}
+    assert list(variables) == ["datasource", "job", "namespace", "pipeline"]
+    for name in ("job", "namespace", "pipeline"):
+        var = variables[name]
+        assert var["type"] == "query" and var["includeAll"] and var["allValue"] == ".*", name
+        assert var["current"]["value"] == "$__all", name
+    assert "tidebatch-worker" not in json.dumps(dash["panels"])
+    for panel in dash["panels"]:
+        for target in panel["targets"]:
+            expr = target["expr"]
+            selectors = re.findall(r"\b(tidebatch_\w+|up)(\{[^}]*\})?", expr)
+            assert selectors, expr
+            for metric, sel in selectors:
+                assert sel, f"{panel['title']}: {metric} without a selector in {expr}"
+                for label in ("job", "namespace", "pipeline"):
+                    assert f'{label}=~"${label}"' in sel, f"{panel['title']}: {metric}{sel} lacks ${label}"
+                assert not re.search(r'job\s*=\s*"', sel), f"{panel['title']}: a fixed job in {sel}"
 
 
 # ----------------------------------------------------------------------------- k8s
@@ -307,3 +440,77 @@ def test_keda_scales_the_deployment_on_its_consumer_lag(k8s):
     assert meta["consumerGroup"] == env["TIDEBATCH_GROUP_ID"]
     cfg = yaml.safe_load(k8s["ConfigMap"]["data"]["worker.yaml"])
     assert meta["bootstrapServers"] == cfg["bootstrap_servers"]
+
+
+# ----------------------------------------------------------------------------- k8s: cluster extras
+def test_pod_disruption_budget_covers_the_workers(k8s):
+    (pdb,) = _docs(OPS / "k8s" / "pdb.yaml")
+    assert pdb["apiVersion"] == "policy/v1" and pdb["kind"] == "PodDisruptionBudget"
+    assert pdb["spec"]["selector"]["matchLabels"] == k8s["Deployment"]["spec"]["selector"]["matchLabels"]
+    # maxUnavailable: minAvailable 1 would block every drain at KEDA's one replica.
+    assert pdb["spec"]["maxUnavailable"] == 1 and "minAvailable" not in pdb["spec"]
+
+
+def test_pod_monitor_scrapes_the_workers_with_the_label_the_alerts_use(k8s):
+    (pm,) = _docs(OPS / "k8s" / "podmonitor.yaml")
+    assert pm["apiVersion"] == "monitoring.coreos.com/v1" and pm["kind"] == "PodMonitor"
+    assert pm["spec"]["selector"]["matchLabels"] == k8s["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    (endpoint,) = pm["spec"]["podMetricsEndpoints"]
+    (port,) = _container(k8s)["ports"]
+    assert endpoint["port"] == port["name"]
+    assert endpoint["path"] == k8s["Deployment"]["spec"]["template"]["metadata"]["annotations"]["prometheus.io/path"]
+    relabel = {r["targetLabel"]: r["sourceLabels"] for r in endpoint["relabelings"]}
+    assert relabel["app_kubernetes_io_name"] == ["__meta_kubernetes_pod_label_app_kubernetes_io_name"]
+    # The value it copies is the one TidebatchWorkerDown selects.
+    name = k8s["Deployment"]["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"]
+    assert f'up{{app_kubernetes_io_name="{name}"}}' in _alert_rules()["TidebatchWorkerDown"]["expr"]
+
+
+def test_prometheus_rule_is_the_alert_rules():
+    """ops/k8s/prometheus-rule.yaml is generated from ops/prometheus/alerts.yml; edit
+    that and run scripts/gen_prometheus_rule.py."""
+    from scripts.gen_prometheus_rule import TARGET, render
+
+    (rule,) = _docs(OPS / "k8s" / "prometheus-rule.yaml")
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1" and rule["kind"] == "PrometheusRule"
+    assert rule["spec"]["groups"] == _yaml(OPS / "prometheus" / "alerts.yml")["groups"]
+    assert TARGET.read_text() == render(), "out of date: run python scripts/gen_prometheus_rule.py"
+
+
+@pytest.fixture(scope="module")
+def gpu() -> dict:
+    (dep,) = _docs(OPS / "k8s" / "worker-gpu.yaml")
+    return dep
+
+
+def test_gpu_variant_replaces_the_cpu_deployment(k8s, gpu):
+    """worker-gpu.yaml is worker.yaml's Deployment with these differences and no
+    other, so a change to one that the other lacks fails here: the same name and
+    labels (KEDA's scaleTargetRef, the Service, the PDB and the PodMonitor find it),
+    the -cuda image, a GPU, more CPU and memory, the CUDA provider, a longer startup."""
+    cpu = k8s["Deployment"]
+    assert gpu["metadata"]["name"] == k8s["ScaledObject"]["spec"]["scaleTargetRef"]["name"]
+    (g,) = gpu["spec"]["template"]["spec"]["containers"]
+    c = _container(k8s)
+    assert g["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert "nvidia.com/gpu" not in g["resources"]["requests"]  # limits only, whole GPUs
+    assert g["image"].endswith("-cuda") and g["image"].rsplit(":", 1)[0] == c["image"].rsplit(":", 1)[0]
+    assert g["startupProbe"]["failureThreshold"] >= c["startupProbe"]["failureThreshold"]
+    assert g["env"][0] == {"name": "TIDEBATCH_RUNTIME__PROVIDERS", "value": "cuda"}
+    expected = copy.deepcopy(cpu)
+    (e,) = expected["spec"]["template"]["spec"]["containers"]
+    e["image"], e["resources"] = g["image"], g["resources"]
+    e["startupProbe"]["failureThreshold"] = g["startupProbe"]["failureThreshold"]
+    e["env"] = [g["env"][0], *e["env"]]
+    assert gpu == expected
+    text = (OPS / "k8s" / "worker-gpu.yaml").read_text()
+    assert "# nodeSelector:" in text and "# tolerations:" in text
+
+
+def test_gpu_variant_config_asks_for_cuda(k8s, k8s_secrets, gpu, tmp_path):
+    path = tmp_path / "worker.yaml"
+    path.write_text(k8s["ConfigMap"]["data"]["worker.yaml"])
+    gk8s = dict(k8s, Deployment=gpu)
+    cfg = load_config(path, environ=_pod_environ(gk8s, k8s_secrets))
+    assert cfg.runtime.providers == "cuda"
+    assert load_config(path, environ=_pod_environ(k8s, k8s_secrets)).runtime.providers == "auto"
