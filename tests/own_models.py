@@ -1,0 +1,80 @@
+"""Models the project has never seen, built in the test with onnx.helper (issue 20):
+the user's own model served from configuration (pipeline/user_pipelines.py).
+
+ranker(): two inputs, a dynamic batch dimension and a dynamic sequence dimension:
+    dense  float[batch, 4], tokens int64[batch, seq]
+    prob   float[batch, 1] = sigmoid(sum(dense @ W + mean(E[tokens], seq)))
+    hidden float[batch, 3] = dense @ W + mean(E[tokens], seq)
+fixed_batch(): the same dense half with dimension 0 fixed at 1 (not batchable).
+
+onnx 1.23 writes IR version 14, which ONNX Runtime 1.31 refuses: both are saved as IR 10
+(as models/ctr/build.py does).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+IR_VERSION = 10
+OPSET = 13
+
+
+def _save(graph, path: Path) -> Path:
+    import onnx
+    from onnx import helper
+
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="tidebatch-test")
+    model.ir_version = IR_VERSION
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
+
+
+def ranker(path: Path) -> Path:
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(7)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3)).astype(np.float32), "W")
+    e = numpy_helper.from_array(rng.standard_normal((10, 3)).astype(np.float32), "E")
+    axes = numpy_helper.from_array(np.array([1], dtype=np.int64), "axes")
+    nodes = [
+        helper.make_node("MatMul", ["dense", "W"], ["h"]),
+        helper.make_node("Gather", ["E", "tokens"], ["emb"]),
+        helper.make_node("ReduceMean", ["emb"], ["pooled"], axes=[1], keepdims=0),
+        helper.make_node("Add", ["h", "pooled"], ["hidden"]),
+        helper.make_node("ReduceSum", ["hidden", "axes"], ["logit"], keepdims=1),
+        helper.make_node("Sigmoid", ["logit"], ["prob"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "ranker",
+        [helper.make_tensor_value_info("dense", TensorProto.FLOAT, ["batch", 4]),
+         helper.make_tensor_value_info("tokens", TensorProto.INT64, ["batch", "seq"])],
+        [helper.make_tensor_value_info("prob", TensorProto.FLOAT, ["batch", 1]),
+         helper.make_tensor_value_info("hidden", TensorProto.FLOAT, ["batch", 3])],
+        initializer=[w, e, axes],
+    )
+    return _save(graph, path)
+
+
+def fixed_batch(path: Path) -> Path:
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((4, 1), dtype=np.float32), "W")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"])], "fixed",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1])],
+        initializer=[w],
+    )
+    return _save(graph, path)
+
+
+def run_alone(path: Path, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The reference: ONNX Runtime on one request alone (batch of 1)."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(names, feeds), strict=True))
