@@ -6,6 +6,7 @@ ranker(): two inputs, a dynamic batch dimension and a dynamic sequence dimension
     prob   float[batch, 1] = sigmoid(sum(dense @ W + mean(E[tokens], seq)))
     hidden float[batch, 3] = dense @ W + mean(E[tokens], seq)
 fixed_batch(): the same dense half with dimension 0 fixed at 1 (not batchable).
+tree_classifier(): a tree ensemble with a ZipMap output (list of {class: probability}).
 
 onnx 1.23 writes IR version 14, which ONNX Runtime 1.31 refuses: both are saved as IR 10
 (as models/ctr/build.py does).
@@ -78,3 +79,38 @@ def run_alone(path: Path, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
     return dict(zip(names, session.run(names, feeds), strict=True))
+
+
+def tree_classifier(path: Path) -> Path:
+    """A tree ensemble classifier as skl2onnx/onnxmltools export one (ai.onnx.ml
+    TreeEnsembleClassifier, then ZipMap): x float[batch, 3] -> label int64[batch],
+    probabilities seq(map(int64, float)). Two trees of one split each."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    tree = helper.make_node(
+        "TreeEnsembleClassifier", ["x"], ["label", "probs"], domain="ai.onnx.ml",
+        nodes_treeids=[0, 0, 0, 1, 1, 1], nodes_nodeids=[0, 1, 2, 0, 1, 2],
+        nodes_featureids=[0, 0, 0, 2, 0, 0], nodes_values=[0.5, 0, 0, -1.0, 0, 0],
+        nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF"] * 2,
+        nodes_truenodeids=[1, 0, 0, 1, 0, 0], nodes_falsenodeids=[2, 0, 0, 2, 0, 0],
+        class_treeids=[0, 0, 0, 0, 1, 1, 1, 1], class_nodeids=[1, 1, 2, 2, 1, 1, 2, 2],
+        class_ids=[0, 1] * 4, class_weights=[0.4, 0.1, 0.05, 0.45, 0.3, 0.2, 0.1, 0.4],
+        classlabels_int64s=[0, 1], post_transform="NONE",
+    )
+    zipmap = helper.make_node("ZipMap", ["probs"], ["probabilities"], domain="ai.onnx.ml", classlabels_int64s=[0, 1])
+    seq_map = onnx.helper.make_sequence_type_proto(
+        onnx.helper.make_map_type_proto(TensorProto.INT64, onnx.helper.make_tensor_type_proto(TensorProto.FLOAT, [])))
+    graph = helper.make_graph(
+        [tree, zipmap], "trees",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
+        [helper.make_tensor_value_info("label", TensorProto.INT64, ["N"]),
+         helper.make_value_info("probabilities", seq_map)],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid("ai.onnx.ml", 3)],
+        producer_name="tidebatch-test")
+    model.ir_version = IR_VERSION
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path

@@ -39,6 +39,7 @@ from pipeline.onnx_graph import TensorInfo
 
 RESERVED = ("request_id", "priority", "deadline_ms", "tenant", "user_id")
 ROWS = ("one", "many")
+MAX_DIMS = 32  # numpy takes at most 64; no model input has more than a handful
 _JSON_TYPES = {"f": ("int", "float"), "i": ("int",), "u": ("int",), "b": ("bool",), "O": ("string",)}
 
 
@@ -217,11 +218,13 @@ def _ragged_or_bad(field: str, value: Any, accepted: tuple[str, ...]) -> str:
     """The reason a value did not make an array: its first leaf of a wrong JSON type,
     else a ragged nesting (rows of different lengths)."""
     want = " or ".join(accepted)
-    stack: list[tuple[str, Any]] = [(field, value)]
+    stack: list[tuple[str, Any, int]] = [(field, value, 0)]
     while stack:
-        path, v = stack.pop()
+        path, v, depth = stack.pop()
         if type(v) is list:
-            stack.extend((f"{path}[{i}]", x) for i, x in reversed(list(enumerate(v))))
+            if depth == MAX_DIMS:
+                return f"{field}: nested deeper than {MAX_DIMS} levels"
+            stack.extend((f"{path}[{i}]", x, depth + 1) for i, x in reversed(list(enumerate(v))))
         elif type_name(v) not in accepted:
             return f"{path}: expected {want}, got {type_name(v)}"
     return f"{field}: ragged array (rows of different lengths)"

@@ -23,7 +23,7 @@ from tests.integration.pipeline_helpers import (
     running_worker,
     wait_for,
 )
-from tests.own_models import ranker, run_alone
+from tests.own_models import ranker, run_alone, tree_classifier
 
 pytest.importorskip("onnx")
 
@@ -84,3 +84,35 @@ def test_own_model_served_from_configuration(broker, topic_factory, unique_group
         assert np.allclose(doc["hidden"], alone["hidden"][0], rtol=1e-6, atol=1e-6), (doc, alone)
     reasons = {orjson.loads(m.value())["request_id"]: dict(m.headers())[H_ERROR].decode() for m in dead}
     assert reasons == {doc["request_id"]: reason for doc, reason in BAD}
+
+
+def test_tree_ensemble_zipmap_output_served_from_configuration(broker, topic_factory, unique_group_id, tmp_path) -> None:
+    """A tree ensemble as skl2onnx exports one: its ZipMap output (a sequence of maps)
+    becomes one {"class": probability} object per request."""
+    model = tree_classifier(tmp_path / "trees.onnx")
+    inp = topic_factory("trees-req", partitions=1)
+    out = topic_factory("trees-res", partitions=1)
+    dlq = topic_factory(f"{inp}.dlq", exact=True)
+    cfg = load_config(overrides={
+        "pipeline": "trees", "pipelines": [{"name": "trees", "model": str(model), "input_topic": inp, "output_topic": out}],
+        "bootstrap_servers": broker.bootstrap_servers, "broker_profile": broker.profile,
+        "group_id": unique_group_id, "dlq_topic": dlq, "metrics": {"enabled": False}, "create_topics": False,
+    }, environ={})
+    rng = np.random.default_rng(3)
+    good = [{"request_id": f"t{i}", "x": np.round(rng.uniform(-2, 2, 3), 4).tolist()} for i in range(100)]
+    bad = {"request_id": "t-bad", "x": [1, 2]}
+    items = [(None, orjson.dumps(d)) for d in [*good[:50], bad, *good[50:]]]
+    with running_worker(cfg):
+        produce_values(broker.bootstrap_servers, inp, items)
+        docs = result_docs(read_topic(broker.bootstrap_servers, out, len(good), timeout=60))
+        dead = read_topic(broker.bootstrap_servers, dlq, 1, timeout=30)
+    assert len(docs) == len(good)
+    by_id = {d["request_id"]: d for d in docs}
+    for req in good:
+        alone = run_alone(model, {"x": np.array([req["x"]], np.float32)})
+        doc = by_id[req["request_id"]]
+        assert doc["label"] == int(alone["label"][0])
+        expected = {str(k): v for k, v in alone["probabilities"][0].items()}
+        assert doc["probabilities"].keys() == expected.keys()
+        assert np.allclose([doc["probabilities"][k] for k in expected], list(expected.values()), rtol=1e-6, atol=1e-7)
+    assert [dict(m.headers())[H_ERROR].decode() for m in dead] == ["x: dimension 1 must have size 3, got 2"]

@@ -34,6 +34,13 @@ def codec(model) -> TensorJsonCodec:
     return TensorJsonCodec(g.inputs, g.outputs, {"features": "dense", "tokens": "tokens"}, {"score": "prob"})
 
 
+def _nested(depth: int) -> list:
+    value: list = [1]
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
 def req(**fields) -> bytes:
     return json.dumps({"request_id": "r1", "features": [0.1, 0.2, 0.3, 0.4], "tokens": [1, 2, 3], **fields}).encode()
 
@@ -140,6 +147,8 @@ def test_sequence_lengths_are_separate_buckets(codec):
     ({"tokens": 7}, "tokens: expected 1 dimension(s) [seq], got shape []"),
     ({"tokens": [2**63]}, "tokens: value out of range for int64 (-9223372036854775808..9223372036854775807)"),
     ({"request_id": 5}, "request_id: expected non-empty string, got int"),
+    ({"tokens": _nested(70)}, "tokens: nested deeper than 32 levels"),
+    ({"features": {"a": 1}}, "features: expected int or float, got object"),
 ])
 def test_bad_requests_name_the_field(codec, fields, reason):
     with pytest.raises(DecodeError) as exc:
