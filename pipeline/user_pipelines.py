@@ -127,6 +127,15 @@ class UserPipeline:
 
         if self._codec is None:
             graph = self.load_model().raw["graph"]
+            runtime = getattr(cfg, "runtime", None)
+            if runtime is not None and runtime.model_process:
+                # pipeline/runtime/wire.py moves numeric arrays only: refuse at start, not per batch
+                odd = [t for t in (*graph.inputs, *graph.outputs) if t.dtype is None or t.dtype.hasobject]
+                if odd:
+                    raise UserError(
+                        f"pipeline {self.name!r}: {odd[0].name!r} is a {odd[0].type}, which runtime.model_process "
+                        "cannot carry; set runtime.model_process: false"
+                    )
             try:
                 self._codec = TensorJsonCodec(
                     graph.inputs, graph.outputs, self.entry.get("inputs"), self.entry.get("outputs"),

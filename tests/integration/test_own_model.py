@@ -116,3 +116,47 @@ def test_tree_ensemble_zipmap_output_served_from_configuration(broker, topic_fac
         assert doc["probabilities"].keys() == expected.keys()
         assert np.allclose([doc["probabilities"][k] for k in expected], list(expected.values()), rtol=1e-6, atol=1e-7)
     assert [dict(m.headers())[H_ERROR].decode() for m in dead] == ["x: dimension 1 must have size 3, got 2"]
+
+
+def test_five_commands_of_the_docs(broker, topic_factory, unique_group_id, tmp_path) -> None:
+    """docs/OWN_MODEL.md, "Five commands", as a user runs them: inspect, keep its
+    starter config, produce the user's own requests from a file, `tidebatch run -c`,
+    read the results."""
+    import signal
+    import subprocess
+    import sys
+
+    from tests.integration.pipeline_helpers import REPO
+
+    model = ranker(tmp_path / "my-ranker.onnx")
+    cli = [sys.executable, "-m", "pipeline.cli"]
+    report = subprocess.run([*cli, "inspect", str(model)], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    config = yaml.safe_load(report.split("`tidebatch run -c my-ranker.yaml`):\n", 1)[1])
+    inp, out = topic_factory("five-req", partitions=1), topic_factory("five-res", partitions=1)
+    topic_factory(f"{inp}.dlq", exact=True)
+    config["pipelines"][0].update(input_topic=inp, output_topic=out)
+    config.update(bootstrap_servers=broker.bootstrap_servers, broker_profile=broker.profile, group_id=unique_group_id,
+                  metrics={"enabled": False}, create_topics=False)
+    (tmp_path / "my-ranker.yaml").write_text(yaml.safe_dump(config))
+    sample = orjson.loads(report.split("left out):\n", 1)[1].split("\n", 1)[0])
+    requests = [{**sample, "request_id": f"five-{i}", "tokens": list(range(i % 4 + 1))} for i in range(20)]
+    (tmp_path / "requests.jsonl").write_text("".join(orjson.dumps(r).decode() + "\n" for r in requests))
+    sent = subprocess.run([*cli, "produce", "my-ranker", "-c", str(tmp_path / "my-ranker.yaml"), "--quiet", "--partitions", "1",
+                    "--bootstrap-servers", broker.bootstrap_servers, "--broker-profile", broker.profile,
+                    "--file", str(tmp_path / "requests.jsonl")], cwd=REPO, capture_output=True, text=True)
+    assert sent.returncode == 0, sent.stderr
+    with open(tmp_path / "run.log", "wb") as log:
+        worker = subprocess.Popen([*cli, "run", "-c", str(tmp_path / "my-ranker.yaml")], cwd=REPO,
+                                  stdout=log, stderr=subprocess.STDOUT)
+    try:
+        docs = result_docs(read_topic(broker.bootstrap_servers, out, len(requests), timeout=90))
+    finally:
+        worker.send_signal(signal.SIGINT)
+        worker.wait(60)
+    assert sorted(d["request_id"] for d in docs) == sorted(r["request_id"] for r in requests), (
+        (tmp_path / "run.log").read_text()[-2000:])
+    for d in docs:
+        req = next(r for r in requests if r["request_id"] == d["request_id"])
+        alone = run_alone(model, {"dense": np.array([req["dense"]], np.float32),
+                                  "tokens": np.array([req["tokens"]], np.int64)})
+        assert np.allclose(d["prob"], alone["prob"][0], rtol=1e-6, atol=1e-7)

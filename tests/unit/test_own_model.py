@@ -257,3 +257,15 @@ def test_model_file_missing_is_one_line_at_start(tmp_path):
     cfg = load_config(_config(tmp_path, model=str(tmp_path / "absent.onnx")), environ={})
     with pytest.raises(UserError, match="model file not found: .*absent.onnx"):
         get_pipeline(cfg.pipeline, cfg.pipelines).load_model()
+
+
+def test_model_process_refuses_a_zipmap_output_at_start(tmp_path):
+    from tests.own_models import tree_classifier
+
+    path = _config(tmp_path, model=str(tree_classifier(tmp_path / "trees.onnx")))
+    cfg = load_config(path, {"runtime": {"model_process": True}}, environ={})
+    with pytest.raises(UserError, match="'probabilities' is a seq.*set runtime.model_process: false"):
+        get_pipeline(cfg.pipeline, cfg.pipelines).make_codec(cfg)
+    cfg = load_config(path, environ={})
+    assert get_pipeline(cfg.pipeline, cfg.pipelines).make_codec(cfg).results == {
+        "label": "label", "probabilities": "probabilities"}
