@@ -30,9 +30,13 @@ from pipeline.errors import UserError
 
 if TYPE_CHECKING:
     from models.registry import ModelSpec
-    from pipeline.codecs.tensor_json import InputField, TensorJsonCodec
+    from pipeline.codecs.base import Codec
+    from pipeline.codecs.tensor_json import InputField
 
 CODECS = ("tensor-json",)
+# Or a codec class of the user's own, "package.module:Class" (the Codec protocol,
+# pipeline/codecs/base.py), constructed with the entry's codec_options.
+_CLASS = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*\Z")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}\Z")  # also a topic-name prefix
 # key -> (accepted types, what the error says)
 _KEYS: dict[str, tuple[tuple[type, ...], str]] = {
@@ -49,6 +53,8 @@ _KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "max_batch_rows": ((int,), "int"),
     "max_request_bytes": ((int,), "int"),
     "sample_dims": ((dict,), "mapping of dimension name -> size"),
+    "samples": ((str,), "string (path to a file of requests, one per line)"),
+    "codec_options": ((dict,), "mapping of keyword arguments of the codec class"),
 }
 
 
@@ -77,8 +83,11 @@ def validate_pipelines(cfg: Any, bad: Callable[[str, str], UserError], shipped: 
         if name in seen:
             raise bad(f"{key}.name", f"{name!r} is defined twice")
         seen.add(name)
-        if entry.get("codec", "tensor-json") not in CODECS:
-            raise bad(f"{key}.codec", f"{entry['codec']!r} is not one of {', '.join(CODECS)}")
+        codec = entry.get("codec", "tensor-json")
+        if codec not in CODECS and not _CLASS.match(codec):
+            raise bad(f"{key}.codec", f"{codec!r} is not one of {', '.join(CODECS)}, nor a class as 'package.module:Class'")
+        if "codec_options" in entry and codec in CODECS:
+            raise bad(f"{key}.codec_options", f"only for a codec class of your own; {codec} takes inputs, outputs, rows")
         if entry.get("rows", "one") not in ("one", "many"):
             raise bad(f"{key}.rows", f"{entry['rows']!r} is not one of one, many")
         for k in ("max_rows", "max_batch_rows"):
@@ -106,7 +115,7 @@ class UserPipeline:
         self.input_topic = str(entry.get("input_topic") or f"{self.name}.requests")
         self.output_topic = str(entry.get("output_topic") or f"{self.name}.results")
         self._model: ModelSpec | None = None
-        self._codec: TensorJsonCodec | None = None
+        self._codec: Codec | None = None
 
     def load_model(self) -> ModelSpec:
         from models.registry import ModelSpec
@@ -122,9 +131,11 @@ class UserPipeline:
             )
         return self._model
 
-    def make_codec(self, cfg: Any = None) -> TensorJsonCodec:
+    def make_codec(self, cfg: Any = None) -> Codec:
         from pipeline.codecs.tensor_json import TensorJsonCodec
 
+        if self._codec is None and self.entry.get("codec", "tensor-json") not in CODECS:
+            self._codec = codec_class(self.name, self.entry["codec"], self.entry.get("codec_options") or {})
         if self._codec is None:
             graph = self.load_model().raw["graph"]
             runtime = getattr(cfg, "runtime", None)
@@ -146,12 +157,26 @@ class UserPipeline:
         return self._codec
 
     def make_samples(self, seed: int) -> Callable[[int], tuple[bytes | None, bytes, list[tuple[str, bytes]]]]:
-        """Valid requests with random values (the warm-up profile, `tidebatch produce`):
-        floats from N(0, 1), integers 0 (an index every embedding has), booleans false,
-        strings empty; a dynamic dimension of size sample_dims[name] (default 8)."""
+        """Valid requests for the warm-up profile and `tidebatch produce`: the lines of
+        the entry's `samples` file, round robin; else a codec class's own
+        `sample_request(i) -> bytes`; else, for tensor-json, random values: floats from
+        N(0, 1), integers 0 (an index every embedding has), booleans false, strings
+        empty, a dynamic dimension of size sample_dims[name] (default 8)."""
         import orjson
 
+        from pipeline.codecs.tensor_json import TensorJsonCodec
+
         codec = self.make_codec()
+        if self.entry.get("samples"):
+            path = Path(self.entry["samples"])
+            lines = request_lines(path, f"pipeline {self.name!r}: samples file {path}")
+            return lambda i: (None, lines[i % len(lines)], [])
+        if not isinstance(codec, TensorJsonCodec):
+            own = getattr(codec, "sample_request", None)
+            if own is None:
+                raise UserError(f"pipeline {self.name!r}: codec {self.entry['codec']} has no sample_request(i) and "
+                                "the entry no `samples` file: the warm-up needs valid requests")
+            return lambda i: (None, bytes(own(i)), [])
         dims = dict(self.entry.get("sample_dims") or {})
         rng = np.random.default_rng(seed)
 
@@ -161,6 +186,47 @@ class UserPipeline:
             return rid.encode(), orjson.dumps(doc), []
 
         return make
+
+
+def codec_class(pipeline: str, spec: str, options: Mapping[str, Any]) -> Codec:
+    """An instance of "package.module:Class" with `options`; UserError (one line) when
+    it cannot be imported or made, or lacks a method of the Codec protocol."""
+    import importlib
+    import inspect
+
+    module, _, attr = spec.partition(":")
+    where = f"pipeline {pipeline!r}: codec {spec}"
+    try:
+        cls = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise UserError(f"{where}: cannot import it: {type(exc).__name__}: {exc}") from None
+    try:
+        known = [n for n in inspect.signature(cls).parameters if n != "self"]
+    except (TypeError, ValueError):
+        known = []
+    unknown = [k for k in options if k not in known]
+    if unknown:
+        raise UserError(f"{where}: codec_options.{unknown[0]} is not one of its arguments ({', '.join(known) or 'none'})")
+    try:
+        codec = cls(**options)
+    except (TypeError, ValueError) as exc:
+        raise UserError(f"{where}: {exc}") from None
+    missing = [m for m in ("decode", "collate", "split") if not callable(getattr(codec, m, None))]
+    if missing:
+        raise UserError(f"{where}: not a codec: it has no {', '.join(missing)} (pipeline/codecs/base.py, Codec)")
+    return codec
+
+
+def request_lines(path: Path, what: str) -> list[bytes]:
+    """The non-blank lines of a file of requests (a `samples` file, `produce --file`),
+    each one request value; `what` names the file in the one-line error."""
+    try:
+        lines = [line.strip() for line in path.read_bytes().splitlines() if line.strip()]
+    except OSError as exc:
+        raise UserError(f"{what}: {exc.strerror or exc}") from None
+    if not lines:
+        raise UserError(f"{what}: no requests in it")
+    return lines
 
 
 def sample_fields(

@@ -114,3 +114,37 @@ def tree_classifier(path: Path) -> Path:
     onnx.checker.check_model(model)
     onnx.save(model, str(path))
     return path
+
+
+class CsvCodec:
+    """A codec class of the user's own (config `codec: tests.own_models:CsvCodec`):
+    "id,x0,x1,x2" text lines for tree_classifier()."""
+
+    name = "csv"
+
+    def __init__(self, separator: str = ",") -> None:
+        self.separator = separator
+
+    def decode(self, value, headers=None):
+        from pipeline.codecs.base import Decoded, DecodeError
+
+        parts = (value or b"").decode("utf-8", "replace").split(self.separator)
+        if len(parts) != 4:
+            raise DecodeError(f"expected id and 3 numbers, got {len(parts)} parts")
+        try:
+            x = np.array([[float(p) for p in parts[1:]]], dtype=np.float32)
+        except ValueError as exc:
+            raise DecodeError(str(exc)) from None
+        return Decoded(parts[0], 1, x)
+
+    def collate(self, payloads, pad_to_rows=None):
+        x = np.concatenate(payloads)
+        if pad_to_rows and pad_to_rows > len(x):
+            x = np.concatenate([x, np.zeros((pad_to_rows - len(x), 3), np.float32)])
+        return {"x": x}
+
+    def split(self, outputs, decoded):
+        return [{"label": int(outputs["label"][i])} for i in range(len(decoded))]
+
+    def sample_request(self, i: int) -> bytes:
+        return f"s{i},{i % 3},0.5,-1".replace(",", self.separator).encode()

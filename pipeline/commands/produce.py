@@ -215,7 +215,13 @@ def run(args: argparse.Namespace) -> int:
 
         defined = load_config(args.config, {"pipeline": args.pipeline}).pipelines
     spec = get_pipeline(args.pipeline, defined)
-    requests = _read_requests(args.file) if args.file else None
+    requests = None
+    if args.file:
+        from pathlib import Path
+
+        from pipeline.user_pipelines import request_lines
+
+        requests = request_lines(Path(args.file), f"--file {args.file}")
     count = args.count if args.count is not None else (len(requests) if requests else 10_000)
     topic = args.topic or spec.input_topic
     camera = _camera_load(args) if args.pipeline == "camera" else None
@@ -233,18 +239,6 @@ def run(args: argparse.Namespace) -> int:
     elapsed = time.monotonic() - t0
     print(f"sent {sent} {args.pipeline} requests to {topic} in {elapsed:.1f} s ({sent / elapsed:.1f}/s)")
     return 0
-
-
-def _read_requests(path: str) -> list[bytes]:
-    """The non-blank lines of a JSON-lines file, each one request value as written."""
-    try:
-        with open(path, "rb") as f:
-            lines = [line.strip() for line in f if line.strip()]
-    except OSError as exc:
-        raise UserError(f"--file {path}: {exc.strerror or exc}") from None
-    if not lines:
-        raise UserError(f"--file {path}: no requests in it")
-    return lines
 
 
 def _camera_load(args: argparse.Namespace) -> CameraLoad:

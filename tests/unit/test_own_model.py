@@ -269,3 +269,55 @@ def test_model_process_refuses_a_zipmap_output_at_start(tmp_path):
     cfg = load_config(path, environ={})
     assert get_pipeline(cfg.pipeline, cfg.pipelines).make_codec(cfg).results == {
         "label": "label", "probabilities": "probabilities"}
+
+
+def test_codec_class_of_ones_own(tmp_path):
+    from tests.own_models import tree_classifier
+
+    model = str(tree_classifier(tmp_path / "trees.onnx"))
+    cfg = load_config(_config(tmp_path, model=model, codec="tests.own_models:CsvCodec",
+                              codec_options={"separator": ";"}), environ={})
+    spec = get_pipeline(cfg.pipeline, cfg.pipelines)
+    codec = spec.make_codec(cfg)
+    _key, value, _headers = spec.make_samples(1)(4)  # the class's own sample_request
+    assert value == b"s4;1;0.5;-1"
+    from pipeline.runtime.session import InferenceSession
+    from pipeline.scoring import ScoringStep
+
+    step = ScoringStep(spec.load_model(), codec, InferenceSession(Path(model), "cpu", 1))
+    step.warm_up(spec)  # the worker's warm-up runs on the class's samples
+    results, _ = step.infer([codec.decode(b"a;0.2;0;-3", None), codec.decode(b"b;0.9;0;0", None)])
+    alone = run_alone(Path(model), {"x": np.array([[0.2, 0, -3], [0.9, 0, 0]], np.float32)})
+    assert results == [{"label": int(label)} for label in alone["label"]]
+
+
+@pytest.mark.parametrize(("entry", "reason"), [
+    ({"codec": "tests.nope:Codec"}, "codec tests.nope:Codec: cannot import it: ModuleNotFoundError"),
+    ({"codec": "tests.own_models:Nope"}, "codec tests.own_models:Nope: cannot import it: AttributeError"),
+    ({"codec": "tests.own_models:CsvCodec", "codec_options": {"sep": ";"}},
+     "codec_options.sep is not one of its arguments (separator)"),
+    ({"codec": "collections:OrderedDict"}, "not a codec: it has no decode, collate, split"),
+])
+def test_codec_class_errors_are_one_line(tmp_path, entry, reason):
+    cfg = load_config(_config(tmp_path, model=str(ranker(tmp_path / "m.onnx")), **entry), environ={})
+    with pytest.raises(UserError) as exc:
+        get_pipeline(cfg.pipeline, cfg.pipelines).make_codec(cfg)
+    assert reason in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_codec_name_and_options_are_checked_with_the_config(tmp_path):
+    with pytest.raises(UserError, match="'pipelines\\[0\\].codec': 'a b' is not one of tensor-json, nor a class"):
+        load_config(_config(tmp_path, codec="a b"), environ={})
+    with pytest.raises(UserError, match="'pipelines\\[0\\].codec_options': only for a codec class of your own"):
+        load_config(_config(tmp_path, codec_options={"x": 1}), environ={})
+
+
+def test_samples_file_feeds_the_warm_up(model, tmp_path):
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text('{"request_id": "a", "dense": [1, 2, 3, 4], "tokens": [1, 2]}\n\n')
+    cfg = load_config(_config(tmp_path, model=str(model), samples=str(samples)), environ={})
+    make = get_pipeline(cfg.pipeline, cfg.pipelines).make_samples(1)
+    assert make(0) == make(5) == (None, samples.read_bytes().strip(), [])
+    samples.write_text("\n")
+    with pytest.raises(UserError, match="samples file .*: no requests in it"):
+        get_pipeline(cfg.pipeline, cfg.pipelines).make_samples(1)
