@@ -1,5 +1,7 @@
-"""The pipelines tidebatch ships: which codec, which model, which default topics, and
-how to make sample requests (for the warm-up profile and the load generator)."""
+"""The pipeline registry: which codec, which model, which default topics, and how to
+make sample requests (for the warm-up profile and the load generator). The shipped
+pipelines are PIPELINES; a config's `pipelines:` entries (a user's own ONNX model,
+pipeline/user_pipelines.py) become the same PipelineSpec through get_pipeline."""
 
 from __future__ import annotations
 

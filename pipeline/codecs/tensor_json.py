@@ -92,6 +92,9 @@ class TensorJsonCodec:
         for field, name in self.results.items():
             if name not in out_names:
                 raise ValueError(f"outputs.{field}: the model has no output {name!r}; its outputs: {', '.join(out_names)}")
+            shape = next(t.shape for t in outputs if t.name == name)
+            if shape == ():  # split() gives each request its rows; a scalar has none
+                raise ValueError(f"outputs.{field}: output {name!r} is a scalar, not one row per request")
         self.many = rows == "many"
         self.max_rows = max_rows
 

@@ -205,6 +205,16 @@ def test_mapping_that_does_not_fit_the_model(model, fields, results, reason):
     assert str(exc.value) == reason
 
 
+def test_scalar_output_is_refused_at_start():
+    from pipeline.onnx_graph import TensorInfo
+
+    inputs = [TensorInfo("x", "tensor(float)", ("N", 2))]
+    outputs = [TensorInfo("y", "tensor(float)", ("N",)), TensorInfo("total", "tensor(float)", ())]
+    with pytest.raises(ValueError, match="^outputs.total: output 'total' is a scalar, not one row per request$"):
+        TensorJsonCodec(inputs, outputs)
+    assert TensorJsonCodec(inputs, outputs, results={"y": "y"}).results == {"y": "y"}
+
+
 def test_fixed_batch_model_is_refused_with_the_way_out(tmp_path):
     g = read_graph(fixed_batch(tmp_path / "fixed.onnx"))
     with pytest.raises(ValueError, match="no dynamic batch dimension .*tidebatch inspect"):
