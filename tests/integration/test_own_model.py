@@ -35,7 +35,8 @@ BAD = [
 ]
 
 
-def test_own_model_served_from_configuration(broker, topic_factory, unique_group_id, tmp_path) -> None:
+@pytest.mark.parametrize("model_process", [False, True], ids=["in-process", "model-process"])
+def test_own_model_served_from_configuration(broker, topic_factory, unique_group_id, tmp_path, model_process) -> None:
     model = ranker(tmp_path / "ranker.onnx")
     inp = topic_factory("own-req", partitions=2)
     out = topic_factory("own-res", partitions=2)
@@ -54,6 +55,7 @@ def test_own_model_served_from_configuration(broker, topic_factory, unique_group
     cfg = load_config(config, overrides={
         "bootstrap_servers": broker.bootstrap_servers, "broker_profile": broker.profile,
         "group_id": unique_group_id, "dlq_topic": dlq, "metrics": {"enabled": False}, "create_topics": False,
+        "runtime": {"model_process": model_process},
     }, environ={})
     rng = np.random.default_rng(20)
     good = []
