@@ -23,6 +23,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "pipeline.commands.status",
     "pipeline.commands.etl",
     "pipeline.commands.config",
+    "pipeline.commands.inspect",
 )
 
 

@@ -19,13 +19,13 @@ from consumers.profiles import (
 from consumers.records import Producer, Source, TopicPartition
 from pipeline.config import WorkerConfig
 from pipeline.errors import UserError
-from pipeline.pipelines import get_pipeline
+from pipeline.pipelines import pipeline_for
 
 log = logging.getLogger(__name__)
 
 
 def _large(cfg: WorkerConfig) -> Any:
-    limit = get_pipeline(cfg.pipeline).max_message_bytes
+    limit = pipeline_for(cfg).max_message_bytes
     return large_message_overrides(limit) if limit else None
 
 

@@ -1,9 +1,11 @@
-"""The pipelines tidebatch ships: which codec, which model, which default topics, and
-how to make sample requests (for the warm-up profile and the load generator)."""
+"""The pipeline registry: which codec, which model, which default topics, and how to
+make sample requests (for the warm-up profile and the load generator). The shipped
+pipelines are PIPELINES; a config's `pipelines:` entries (a user's own ONNX model,
+pipeline/user_pipelines.py) become the same PipelineSpec through get_pipeline."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -145,8 +147,31 @@ PIPELINES: dict[str, PipelineSpec] = {
 }
 
 
-def get_pipeline(name: str) -> PipelineSpec:
+def get_pipeline(name: str, defined: Sequence[Mapping[str, Any]] = ()) -> PipelineSpec:
+    """A shipped pipeline, or one of `defined`: the config's `pipelines` entries
+    (pipeline/user_pipelines.py), already checked by the config's validation."""
     spec = PIPELINES.get(name)
-    if spec is None:
-        raise UserError(f"unknown pipeline {name!r}; shipped pipelines: {', '.join(sorted(PIPELINES))}")
-    return spec
+    if spec is not None:
+        return spec
+    for entry in defined:
+        if entry.get("name") == name:
+            return _user_pipeline(entry)
+    raise UserError(f"unknown pipeline {name!r}; shipped pipelines: {', '.join(sorted(PIPELINES))}")
+
+
+def pipeline_for(cfg: Any) -> PipelineSpec:
+    """The pipeline a worker config selects (`pipeline`, maybe defined under `pipelines`)."""
+    return get_pipeline(cfg.pipeline, cfg.pipelines)
+
+
+def _user_pipeline(entry: Mapping[str, Any]) -> PipelineSpec:
+    from pipeline.user_pipelines import UserPipeline
+
+    user = UserPipeline(entry)
+    options = {k: int(entry[k]) for k in ("max_batch_rows", "max_request_bytes") if k in entry}
+    if "max_request_bytes" in entry:  # as for camera frames: room for headers above the limit
+        options["max_message_bytes"] = options["max_request_bytes"] + 64 * 1024
+    return PipelineSpec(
+        user.name, user.input_topic, user.output_topic, user.make_codec, user.load_model, user.make_samples,
+        **options,
+    )

@@ -70,9 +70,9 @@ def prepare_topics(cfg: WorkerConfig) -> None:
     dead-letter and late, with cfg.partitions each."""
     from consumers.admin import ensure_topics, existing_topics
     from pipeline.outcomes import Topics
-    from pipeline.pipelines import get_pipeline
+    from pipeline.pipelines import pipeline_for
 
-    spec = get_pipeline(cfg.pipeline)
+    spec = pipeline_for(cfg)
     inp = cfg.input_topic or spec.input_topic
     names = [inp, *Topics.for_input(inp, cfg.output_topic or spec.output_topic, cfg.dlq_topic, cfg.late_topic).all()]
 

@@ -59,7 +59,8 @@ class Target:
 
 def targets(seed: int, per_codec: int = 8) -> list[Target]:
     """Every codec in pipeline/codecs (and the CTR id codec), each with valid sample
-    requests from the load generators (PIPELINES[name].make_samples)."""
+    requests from the load generators (PIPELINES[name].make_samples; tensor-json's
+    from its own sample_fields)."""
     from pipeline.codecs.camera import CameraCodec
     from pipeline.codecs.ctr import CtrCodec
     from pipeline.codecs.text import TextCodec
@@ -81,7 +82,27 @@ def targets(seed: int, per_codec: int = 8) -> list[Target]:
         Target("ctr_id", CtrIdCodec(max_items=200), ctr[: per_codec // 2] + [(v, {}) for v in ids]),
         Target("camera", CameraCodec(), samples("camera", min(per_codec, 4))),
         Target("text", TextCodec(), samples("text", per_codec)),
+        Target("tensor_json", *_tensor_json(seed, per_codec)),
     ]
+
+
+def _tensor_json(seed: int, n: int) -> tuple[Codec, list[Message]]:
+    """The generic codec (pipeline/codecs/tensor_json.py) over inputs of every element
+    kind, with a dynamic dimension two of them share; no ONNX file is needed."""
+    from pipeline.codecs.tensor_json import TensorJsonCodec
+    from pipeline.onnx_graph import TensorInfo
+    from pipeline.user_pipelines import sample_fields
+
+    inputs = [
+        TensorInfo("dense", "tensor(float)", ("batch", 4)),
+        TensorInfo("tokens", "tensor(int32)", ("batch", "seq")),
+        TensorInfo("mask", "tensor(bool)", ("batch", "seq")),
+        TensorInfo("tags", "tensor(string)", ("batch", 2)),
+    ]
+    codec = TensorJsonCodec(inputs, [TensorInfo("prob", "tensor(float)", ("batch", 1))])
+    rng = np.random.default_rng(seed)
+    docs = [{"request_id": f"tj-{i}", **sample_fields(codec.fields, False, rng, {"seq": 1 + i % 5})} for i in range(n)]
+    return codec, [(orjson.dumps(d), {}) for d in docs]
 
 
 # ------------------------------------------------------------------ byte-level mutators
@@ -277,6 +298,7 @@ MUTATORS: dict[str, tuple[Mutator, ...]] = {
     "ctr_binary": _BYTES + _JSON,
     "ctr_id": _BYTES + _JSON,
     "text": _BYTES + _JSON,
+    "tensor_json": _BYTES + _JSON,
     "camera": (*_BYTES, bad_header, bad_header, declared_size, zero_png),
 }
 

@@ -26,12 +26,20 @@ DEFAULT_FPS = 5.0
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("produce", help="generate requests to a Kafka topic (Poisson arrivals)")
-    p.add_argument("pipeline", choices=sorted(PIPELINES), help="which kind of request")
+    p.add_argument(
+        "pipeline", metavar="PIPELINE",
+        help=f"which kind of request: {', '.join(sorted(PIPELINES))}, or one under the --config's `pipelines:`",
+    )
+    p.add_argument("-c", "--config", help="worker config whose `pipelines:` define PIPELINE (docs/OWN_MODEL.md)")
+    p.add_argument(
+        "--file", metavar="JSONL",
+        help="send these requests, one per line, instead of generated ones (--count default: the lines)",
+    )
     p.add_argument("--bootstrap-servers", required=True, metavar="HOST:PORT")
     p.add_argument("--topic", help="default: the pipeline's input topic")
     p.add_argument("--partitions", type=int, default=4, help="partitions if the topic is created (default 4)")
     p.add_argument("--rate", type=float, help=f"requests per second, Poisson (default {DEFAULT_RATE:g}; camera: see --fps)")
-    p.add_argument("--count", type=int, default=10_000, help="requests to send (default 10000; camera: frames of all cameras)")
+    p.add_argument("--count", type=int, help="requests to send (default 10000; camera: frames of all cameras)")
     cam = p.add_argument_group("camera")
     cam.add_argument("--cameras", type=int, default=4, help="cameras sending frames, one key each (default 4)")
     cam.add_argument(
@@ -77,18 +85,26 @@ def produce(
     camera: CameraLoad | None = None,
     encoding: str = "json",
     kafka: Mapping[str, Any] | None = None,
+    defined: Sequence[Mapping[str, Any]] = (),
+    requests: Sequence[bytes] | None = None,
 ) -> tuple[int, float]:
     """Send `count` requests at `rate`/s (Poisson), or, for the camera pipeline with
     `camera` given, `count` frames of camera.cameras cameras at their own frame rate;
     returns (sent, seconds). Flushes at the end. `kafka`: the producer's settings
-    (KafkaOverrides.client("producer"))."""
-    spec = get_pipeline(pipeline)
+    (KafkaOverrides.client("producer")). `defined`: the config's `pipelines` entries;
+    `requests`: request values to send round robin instead of generated ones."""
+    spec = get_pipeline(pipeline, defined)
     topic = topic or spec.input_topic
     schedule: Iterator[float]
     if camera is not None:
         if pipeline != "camera":
             raise UserError(f"camera options (--cameras, --fps, ...) apply to the camera pipeline, not {pipeline!r}")
         schedule, make = camera.plan(count, seed, start_index)
+    elif requests:
+        schedule = poisson_schedule(rate, count, seed)
+
+        def make(i: int) -> Sample:
+            return None, requests[(start_index + i) % len(requests)], []
     else:
         schedule = poisson_schedule(rate, count, seed)
         samples = spec.make_samples(seed)
@@ -193,7 +209,20 @@ def warm_up_producer(producer: Producer, topic: str, timeout: float = 10.0) -> N
 
 
 def run(args: argparse.Namespace) -> int:
-    spec = get_pipeline(args.pipeline)
+    defined: list[dict[str, Any]] = []
+    if args.config:
+        from pipeline.config import load_config
+
+        defined = load_config(args.config, {"pipeline": args.pipeline}).pipelines
+    spec = get_pipeline(args.pipeline, defined)
+    requests = None
+    if args.file:
+        from pathlib import Path
+
+        from pipeline.user_pipelines import request_lines
+
+        requests = request_lines(Path(args.file), f"--file {args.file}")
+    count = args.count if args.count is not None else (len(requests) if requests else 10_000)
     topic = args.topic or spec.input_topic
     camera = _camera_load(args) if args.pipeline == "camera" else None
     if args.connect_timeout <= 0:
@@ -203,9 +232,9 @@ def run(args: argparse.Namespace) -> int:
     ensure_topics(args.bootstrap_servers, {topic: args.partitions}, admin_config=kafka.client("admin"))
     t0 = time.monotonic()
     sent, _ = produce(
-        args.bootstrap_servers, args.pipeline, args.rate or DEFAULT_RATE, args.count,
+        args.bootstrap_servers, args.pipeline, args.rate or DEFAULT_RATE, count,
         topic=topic, seed=args.seed, profile=args.broker_profile, progress=not args.quiet, camera=camera,
-        encoding=args.encoding, kafka=kafka.client("producer"),
+        encoding=args.encoding, kafka=kafka.client("producer"), defined=defined, requests=requests,
     )
     elapsed = time.monotonic() - t0
     print(f"sent {sent} {args.pipeline} requests to {topic} in {elapsed:.1f} s ({sent / elapsed:.1f}/s)")

@@ -19,7 +19,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run a worker (consumer-group member)")
     p.add_argument("-c", "--config", help="YAML config file (env TIDEBATCH_* and flags override it)")
     p.add_argument("--bootstrap-servers", metavar="HOST:PORT")
-    p.add_argument("--pipeline", choices=sorted(PIPELINES))
+    p.add_argument(
+        "--pipeline", metavar="NAME",
+        help=f"a shipped pipeline ({', '.join(sorted(PIPELINES))}) or one under the config's `pipelines:`",
+    )
     p.add_argument("--policy", choices=POLICY_NAMES)
     p.add_argument("--group-id")
     p.add_argument(

@@ -15,10 +15,10 @@ def build_sinks(cfg: Any) -> list[ResultSink]:
     sinks: list[ResultSink] = []
     pc = cfg.sinks.parquet
     if pc.enabled:
-        from pipeline.pipelines import get_pipeline
+        from pipeline.pipelines import pipeline_for
         from pipeline.sinks.parquet import ParquetSink
 
-        model = get_pipeline(cfg.pipeline).load_model().name  # names the model= directory
+        model = pipeline_for(cfg).load_model().name  # names the model= directory
         sinks.append(ParquetSink(pc, cfg.pipeline, model))
         log.info(
             "parquet sink at %s (roll %d rows / %d bytes / %.0f s record time, max open %.0f s)",

@@ -33,7 +33,7 @@ from pipeline.hooks import WorkerHook
 from pipeline.kafka_backend import make_producer
 from pipeline.metrics import WorkerMetrics
 from pipeline.outcomes import Topics
-from pipeline.pipelines import PipelineSpec, get_pipeline
+from pipeline.pipelines import PipelineSpec, pipeline_for
 from pipeline.runtime.model_process import ProcessSession
 from pipeline.runtime.session import InferenceSession
 from pipeline.scoring import ScoringStep
@@ -103,7 +103,7 @@ def build_parts(
     """Build every part of a worker for `cfg`. redis: also the `redis` section's hooks,
     sinks and codec (docs/REDIS.md; nothing connects when every Redis feature is off).
     The model session (a model process, maybe) is closed again if a later step fails."""
-    pipeline = get_pipeline(cfg.pipeline)
+    pipeline = pipeline_for(cfg)
     input_topic = cfg.input_topic or pipeline.input_topic
     topics = Topics.for_input(input_topic, cfg.output_topic or pipeline.output_topic, cfg.dlq_topic, cfg.late_topic)
     model = pipeline.load_model()

@@ -1,0 +1,233 @@
+"""`tensor-json`: a generic codec for any ONNX model, configured rather than coded
+(docs/OWN_MODEL.md). A request is a JSON object whose fields hold the model's inputs as
+(nested) arrays; the dtypes and shapes come from the ONNX graph (pipeline/onnx_graph.py).
+
+Request (rows "one", the default: one example per request, the batch dimension left out):
+
+    {"request_id": "r1", "dense": [0.1, 0.2, 0.3, 0.4], "tokens": [5, 7, 9]}
+
+With rows "many" each field carries its own leading rows dimension (a ranker's
+candidates), all fields the same number of rows. ``request_id`` (required), ``priority``,
+``deadline_ms`` and ``tenant`` mean what they mean for CTR requests (pipeline/codecs/
+ctr_fields.py reads them). Field names map to model inputs by configuration (default:
+the input's own name).
+
+Validation, one line per refused request, naming the field: missing field, wrong type
+("tokens[1]: expected int, got float"), wrong number of dimensions, a fixed dimension of
+the wrong size, or a named dimension (e.g. "seq") whose size differs between two fields.
+
+Batching: requests whose non-batch shapes are equal share a bucket (Decoded.bucket), so
+a batch never mixes sequence lengths and needs no padding; each result is then the one
+a model run on the request alone gives.
+
+Result: one field per configured output (default: every output under its own name):
+the request's row (rows "one") or rows as nested lists; a sequence-of-maps output (a
+tree ensemble's ZipMap probabilities) gives one object per row, its keys as strings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pipeline.codecs.base import Decoded, DecodeError
+from pipeline.codecs.ctr_fields import parse_json, read_meta, read_request_id, type_name
+from pipeline.onnx_graph import TensorInfo
+
+RESERVED = ("request_id", "priority", "deadline_ms", "tenant", "user_id")
+ROWS = ("one", "many")
+MAX_DIMS = 32  # numpy takes at most 64; no model input has more than a handful
+_JSON_TYPES = {"f": ("int", "float"), "i": ("int",), "u": ("int",), "b": ("bool",), "O": ("string",)}
+
+
+@dataclass(frozen=True, slots=True)
+class InputField:
+    field: str  # the request's field
+    name: str  # the model's input
+    dtype: np.dtype
+    dims: tuple[int | str, ...]  # after the batch dimension; str: dynamic
+
+
+class TensorJsonCodec:
+    name = "tensor-json"
+
+    def __init__(
+        self,
+        inputs: Sequence[TensorInfo],
+        outputs: Sequence[TensorInfo],
+        fields: Mapping[str, str] | None = None,
+        results: Mapping[str, str] | None = None,
+        rows: str = "one",
+        max_rows: int = 1000,
+    ) -> None:
+        """fields: request field -> model input (default: every input by its name);
+        results: result field -> model output (default: every output by its name).
+        Raises ValueError (one line) for a mapping that does not fit the model."""
+        if rows not in ROWS:
+            raise ValueError(f"rows must be one of {', '.join(ROWS)}, got {rows!r}")
+        by_name = {t.name: t for t in inputs}
+        fields = dict(fields) if fields else {t.name: t.name for t in inputs}
+        for field, name in fields.items():
+            if name not in by_name:
+                raise ValueError(f"inputs.{field}: the model has no input {name!r}; its inputs: {', '.join(by_name)}")
+            if field in RESERVED:
+                raise ValueError(f"inputs.{field}: {field!r} is a reserved request field")
+        unmapped = [n for n in by_name if n not in fields.values()]
+        if unmapped:
+            raise ValueError(f"inputs: model input(s) {', '.join(unmapped)} have no request field")
+        self.fields: list[InputField] = []
+        for field, name in fields.items():
+            t = by_name[name]
+            if t.dtype is None or t.shape is None:
+                raise ValueError(f"input {name!r} has type {t.type}, which tensor-json cannot fill")
+            if not t.shape or isinstance(t.shape[0], int):
+                raise ValueError(f"input {name!r} has no dynamic batch dimension (shape {t.shape_text()}): "
+                                 "`tidebatch inspect` shows how to make dimension 0 dynamic")
+            self.fields.append(InputField(field, name, t.dtype, t.shape[1:]))
+        out_names = [t.name for t in outputs]
+        self.results = dict(results) if results else {n: n for n in out_names}
+        for field, name in self.results.items():
+            if name not in out_names:
+                raise ValueError(f"outputs.{field}: the model has no output {name!r}; its outputs: {', '.join(out_names)}")
+            shape = next(t.shape for t in outputs if t.name == name)
+            if shape == ():  # split() gives each request its rows; a scalar has none
+                raise ValueError(f"outputs.{field}: output {name!r} is a scalar, not one row per request")
+        self.many = rows == "many"
+        self.max_rows = max_rows
+
+    # ------------------------------------------------------------------------ decode
+    def decode(self, value: bytes | None, headers: Mapping[str, bytes] | None = None) -> Decoded:
+        doc = parse_json(value)
+        request_id = read_request_id(doc)
+        priority, deadline_ms, tenant = read_meta(doc, value or b"")
+        payload: dict[str, np.ndarray] = {}
+        named: dict[str, tuple[int, str]] = {}  # dimension name -> (size, first field with it)
+        n_rows: tuple[int, str] | None = None
+        for f in self.fields:
+            if f.field not in doc:
+                raise DecodeError(f"missing field {f.field!r}")
+            arr = to_array(f.field, doc[f.field], f.dtype)
+            if self.many:
+                if arr.ndim == 0:
+                    raise DecodeError(f"{f.field}: expected an array of rows, got a {type_name(doc[f.field])}")
+                if n_rows is None:
+                    n_rows = (arr.shape[0], f.field)
+                    if not 1 <= arr.shape[0] <= self.max_rows:
+                        raise DecodeError(f"{f.field}: expected 1..{self.max_rows} rows, got {arr.shape[0]}")
+                elif arr.shape[0] != n_rows[0]:
+                    raise DecodeError(f"{f.field}: {arr.shape[0]} rows, but {n_rows[0]} in field {n_rows[1]!r}")
+                check_dims(f, arr.shape[1:], named)
+            else:
+                check_dims(f, arr.shape, named)
+                arr = arr[None]
+            payload[f.name] = arr
+        rows = n_rows[0] if n_rows is not None else 1
+        bucket = tuple(a.shape[1:] for a in payload.values())
+        return Decoded(request_id, rows, payload, priority, deadline_ms, tenant, bucket)
+
+    # ------------------------------------------------------------------------ collate
+    def collate(self, payloads: Sequence[dict[str, np.ndarray]], pad_to_rows: int | None = None) -> dict[str, np.ndarray]:
+        feeds: dict[str, np.ndarray] = {}
+        for f in self.fields:
+            parts = [p[f.name] for p in payloads]
+            total = sum(len(a) for a in parts)
+            if pad_to_rows is not None and pad_to_rows > total:
+                pad = np.zeros((pad_to_rows - total, *parts[0].shape[1:]), dtype=f.dtype)
+                if f.dtype == object:
+                    pad[...] = ""
+                parts.append(pad)
+            feeds[f.name] = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        return feeds
+
+    # ------------------------------------------------------------------------ split
+    def split(self, outputs: Mapping[str, Any], decoded: Sequence[Decoded]) -> list[dict[str, Any]]:
+        results: list[dict[str, Any]] = [{} for _ in decoded]
+        total = sum(d.rows for d in decoded)
+        for field, name in self.results.items():
+            out = outputs[name]
+            if len(out) < total:
+                raise ValueError(f"output {name!r} has {len(out)} rows for a batch of {total}")
+            start = 0
+            for doc, d in zip(results, decoded, strict=True):
+                part = [_json_value(out[i]) for i in range(start, start + d.rows)]
+                doc[field] = part if self.many else part[0]
+                start += d.rows
+        return results
+
+
+def _json_value(row: Any) -> Any:
+    """One output row as JSON: arrays as nested lists, a map (ZipMap) as an object
+    with string keys (JSON has no other), numpy scalars as Python numbers."""
+    if isinstance(row, np.ndarray | np.generic):
+        return row.tolist()
+    if isinstance(row, Mapping):
+        return {str(k): _json_value(v) for k, v in row.items()}
+    if isinstance(row, list | tuple):
+        return [_json_value(v) for v in row]
+    return row
+
+
+def check_dims(f: InputField, shape: tuple[int, ...], named: dict[str, tuple[int, str]]) -> None:
+    """A request's value for `f` (batch dimension removed) against the input's dims."""
+    if len(shape) != len(f.dims):
+        want = "[" + ", ".join(map(str, f.dims)) + "]"
+        raise DecodeError(f"{f.field}: expected {len(f.dims)} dimension(s) {want}, got shape {list(shape)}")
+    for i, (want, got) in enumerate(zip(f.dims, shape, strict=True)):
+        if isinstance(want, int):
+            if got != want:
+                raise DecodeError(f"{f.field}: dimension {i + 1} must have size {want}, got {got}")
+            continue
+        if got == 0:
+            raise DecodeError(f"{f.field}: dimension {want!r} is empty")
+        if want in named and named[want][0] != got:
+            size, other = named[want]
+            raise DecodeError(f"{f.field}: dimension {want!r} has size {got}, but {size} in field {other!r}")
+        named.setdefault(want, (got, f.field))
+
+
+def to_array(field: str, value: Any, dtype: np.dtype) -> np.ndarray:
+    """A JSON value (number, bool, string or nested arrays of them) as an array of
+    `dtype`; DecodeError names the first wrong element ("tokens[2]: expected int, got
+    float"), a ragged array, or a number out of the dtype's range."""
+    kind = dtype.kind
+    accepted = _JSON_TYPES[kind]
+    try:
+        arr = np.array(value, dtype=object if kind == "O" else None)
+    except (ValueError, OverflowError):
+        raise DecodeError(_ragged_or_bad(field, value, accepted)) from None
+    if arr.size == 0 and arr.dtype.kind != "O":  # `[]` reads as float64; its shape is refused later
+        return arr.astype(dtype)
+    got = arr.dtype.kind
+    ok = {"f": "fiu", "i": "iu", "u": "iu", "b": "b", "O": "O"}[kind]
+    if got not in ok or (kind == "O" and not all(type(v) is str for v in arr.flat)):
+        raise DecodeError(_ragged_or_bad(field, value, accepted))
+    if kind in "iu":
+        info = np.iinfo(dtype)
+        if arr.size and (arr.min() < info.min or arr.max() > info.max):
+            raise DecodeError(f"{field}: value out of range for {dtype.name} ({info.min}..{info.max})")
+    if kind == "f":
+        with np.errstate(over="ignore"):
+            arr = arr.astype(dtype)
+        if not np.isfinite(arr).all():
+            raise DecodeError(f"{field}: number out of range for {dtype.name}")
+        return arr
+    return arr.astype(dtype, copy=False)
+
+
+def _ragged_or_bad(field: str, value: Any, accepted: tuple[str, ...]) -> str:
+    """The reason a value did not make an array: its first leaf of a wrong JSON type,
+    else a ragged nesting (rows of different lengths)."""
+    want = " or ".join(accepted)
+    stack: list[tuple[str, Any, int]] = [(field, value, 0)]
+    while stack:
+        path, v, depth = stack.pop()
+        if type(v) is list:
+            if depth == MAX_DIMS:
+                return f"{field}: nested deeper than {MAX_DIMS} levels"
+            stack.extend((f"{path}[{i}]", x, depth + 1) for i, x in reversed(list(enumerate(v))))
+        elif type_name(v) not in accepted:
+            return f"{path}: expected {want}, got {type_name(v)}"
+    return f"{field}: ragged array (rows of different lengths)"

@@ -1,0 +1,120 @@
+"""The report of `tidebatch inspect MODEL.onnx` (pipeline/commands/inspect.py): what the
+graph takes and gives, whether tidebatch can batch it (and the fix when it cannot), a
+sample `tensor-json` request and a starter config (docs/OWN_MODEL.md). Pure: a
+GraphInfo (pipeline/onnx_graph.py) in, text out."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import orjson
+import yaml
+
+from pipeline.codecs.tensor_json import InputField
+from pipeline.onnx_graph import GraphInfo, TensorInfo
+from pipeline.user_pipelines import sample_fields
+
+SAMPLE_DIM = 3  # size of a dynamic non-batch dimension in the sample request
+MAX_SAMPLE_CHARS = 4000  # a larger sample (an image) is described, not printed
+
+
+def batching_problems(graph: GraphInfo) -> list[str]:
+    """Why requests cannot share a batch: one line per input that has no dynamic
+    dimension 0 (empty: batching is possible)."""
+    problems = []
+    for t in graph.inputs:
+        if t.shape is None or t.dtype is None:
+            problems.append(f"input {t.name!r} is a {t.type}, not a tensor: tensor-json cannot fill it")
+        elif not t.shape:
+            problems.append(f"input {t.name!r} is a scalar: it has no batch dimension")
+        elif isinstance(t.shape[0], int):
+            problems.append(f"input {t.name!r} has a fixed batch dimension of {t.shape[0]} (shape {t.shape_text()})")
+    return problems
+
+
+def fix_text(graph: GraphInfo, file_name: str) -> str:
+    """How to make dimension 0 of every input and output dynamic with onnx's own tool
+    (only names change; a graph that reshapes to a fixed 1 inside needs a re-export)."""
+
+    def dims(t: TensorInfo) -> list[int | str]:
+        shape = list(t.shape or ())
+        return ["batch", *shape[1:]] if shape else shape
+
+    ins = {t.name: dims(t) for t in graph.inputs if t.shape is not None}
+    outs = {t.name: dims(t) for t in graph.outputs if t.shape is not None}
+    out_file = re.sub(r"(\.onnx)?$", "_batch.onnx", file_name, count=1)
+    return (
+        "python -c \"import onnx; from onnx.tools.update_model_dims import update_inputs_outputs_dims as u; "
+        f"m = u(onnx.load('{file_name}'), {ins!r}, {outs!r}); onnx.checker.check_model(m); onnx.save(m, '{out_file}')\"\n"
+        "  (a graph that reshapes to a fixed batch of 1 inside needs a re-export instead, e.g. torch.onnx.export(..., "
+        "dynamic_axes={'<input>': {0: 'batch'}}))"
+    )
+
+
+def pipeline_name(graph: GraphInfo) -> str:
+    """A pipeline name from the file name: letters, digits, '_', '.', '-'."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", graph.path.stem).strip("-.") or "my-model"
+
+
+def sample_request(graph: GraphInfo, name: str) -> dict:
+    fields = [InputField(t.name, t.name, t.dtype, t.shape[1:]) for t in graph.inputs
+              if t.dtype is not None and t.shape]
+    dims = {d: SAMPLE_DIM for f in fields for d in f.dims if isinstance(d, str)}
+    return {"request_id": f"{name}-1", **sample_fields(fields, False, np.random.default_rng(0), dims)}
+
+
+def starter_config(graph: GraphInfo, name: str) -> str:
+    entry = {
+        "name": name,
+        "model": str(graph.path),
+        "version": "1",
+        "codec": "tensor-json",
+        "input_topic": f"{name}.requests",
+        "output_topic": f"{name}.results",
+        "inputs": {t.name: t.name for t in graph.inputs},  # request field -> model input
+        "outputs": {t.name: t.name for t in graph.outputs},  # result field -> model output
+    }
+    doc = {
+        "pipeline": name,
+        "bootstrap_servers": "127.0.0.1:9092",
+        "batching": {"policy": "adaptive", "slo_ms": 100},
+        "pipelines": [entry],
+    }
+    return yaml.safe_dump(doc, sort_keys=False, width=1000)
+
+
+def report(graph: GraphInfo) -> str:
+    name = pipeline_name(graph)
+    opsets = ", ".join(f"{d or 'ai.onnx'} {v}" for d, v in sorted(graph.opsets.items()))
+    lines = [
+        f"model       {graph.path}",
+        f"format      IR version {graph.ir_version}; opsets {opsets}" + (f"; producer {graph.producer}" if graph.producer else ""),
+        "inputs",
+        *_table(graph.inputs),
+        "outputs",
+        *_table(graph.outputs),
+    ]
+    problems = batching_problems(graph)
+    dynamic = sorted({d for t in graph.inputs for d in (t.shape or ())[1:] if isinstance(d, str)})
+    if problems:
+        lines += ["batching    NO: " + problems[0], *("            " + p for p in problems[1:])]
+        lines += ["fix         make dimension 0 dynamic:", "  " + fix_text(graph, graph.path.name)]
+    else:
+        first = {str(t.shape[0]) for t in graph.inputs if t.shape}
+        lines.append(f"batching    yes: dimension 0 of every input is dynamic ({', '.join(sorted(first))})")
+    if dynamic:
+        lines.append(f"dynamic     {', '.join(dynamic)}: requests of equal sizes share a batch (no padding)")
+    sample = orjson.dumps(sample_request(graph, name)).decode()
+    lines += ["", "sample request (tensor-json; the batch dimension is left out):"]
+    if len(sample) <= MAX_SAMPLE_CHARS:
+        lines.append(sample)
+    else:
+        lines.append(f"  ({len(sample)} characters: one field per input, each an array of the input's shape without dimension 0)")
+    lines += ["", f"starter config ({name}.yaml; run it with `tidebatch run -c {name}.yaml`):", starter_config(graph, name)]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _table(tensors: tuple[TensorInfo, ...]) -> list[str]:
+    width = max((len(t.name) for t in tensors), default=0)
+    return [f"  {t.name:<{width}}  {t.type:<18} {t.shape_text()}" for t in tensors]

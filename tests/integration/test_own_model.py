@@ -1,0 +1,164 @@
+"""Issue 20: a model the project has never seen (tests/own_models.py: two inputs, a
+dynamic batch and a dynamic sequence dimension), served over Kafka purely from a
+YAML configuration (pipeline/user_pipelines.py, the tensor-json codec). Results equal
+ONNX Runtime on each request alone; bad requests are dead-lettered with a reason that
+names the field, and the worker keeps going."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import orjson
+import pytest
+import yaml
+
+from consumers.dead_letter import H_ERROR
+from pipeline.config import load_config
+from tests.integration.pipeline_helpers import (
+    committed_offsets,
+    produce_values,
+    read_topic,
+    result_docs,
+    running_worker,
+    wait_for,
+)
+from tests.own_models import ranker, run_alone, tree_classifier
+
+pytest.importorskip("onnx")
+
+BAD = [
+    ({"request_id": "bad-missing", "features": [0, 0, 0, 0]}, "missing field 'tokens'"),
+    ({"request_id": "bad-type", "features": [0, 0, "x", 0], "tokens": [1]}, "features[2]: expected int or float, got string"),
+    ({"request_id": "bad-shape", "features": [0, 0, 0], "tokens": [1]}, "features: dimension 1 must have size 4, got 3"),
+    ({"request_id": "bad-int", "features": [0, 0, 0, 0], "tokens": [1.5]}, "tokens[0]: expected int, got float"),
+]
+
+
+@pytest.mark.parametrize("model_process", [False, True], ids=["in-process", "model-process"])
+def test_own_model_served_from_configuration(broker, topic_factory, unique_group_id, tmp_path, model_process) -> None:
+    model = ranker(tmp_path / "ranker.onnx")
+    inp = topic_factory("own-req", partitions=2)
+    out = topic_factory("own-res", partitions=2)
+    dlq = topic_factory(f"{inp}.dlq", exact=True)
+    config = tmp_path / "ranker.yaml"
+    config.write_text(yaml.safe_dump({
+        "pipeline": "my-ranker",
+        "pipelines": [{
+            "name": "my-ranker", "model": str(model), "version": "2", "codec": "tensor-json",
+            "input_topic": inp, "output_topic": out,
+            "inputs": {"features": "dense", "tokens": "tokens"},
+            "outputs": {"score": "prob", "hidden": "hidden"},
+            "max_batch_rows": 64,
+        }],
+    }))
+    cfg = load_config(config, overrides={
+        "bootstrap_servers": broker.bootstrap_servers, "broker_profile": broker.profile,
+        "group_id": unique_group_id, "dlq_topic": dlq, "metrics": {"enabled": False}, "create_topics": False,
+        "runtime": {"model_process": model_process},
+    }, environ={})
+    rng = np.random.default_rng(20)
+    good = []
+    for i in range(300):
+        seq = int(rng.choice([1, 3, 7]))  # three sequence lengths: three buckets
+        good.append({"request_id": f"r{i}", "features": np.round(rng.standard_normal(4), 5).tolist(),
+                     "tokens": rng.integers(0, 10, seq).tolist()})
+    items = [(d["request_id"].encode(), orjson.dumps(d)) for d in good]
+    for j, (doc, _) in enumerate(BAD):
+        items.insert(50 * j + 7, (doc["request_id"].encode(), orjson.dumps(doc)))
+    with running_worker(cfg) as worker:
+        produce_values(broker.bootstrap_servers, inp, items)
+        msgs = read_topic(broker.bootstrap_servers, out, len(good), timeout=120)
+        dead = read_topic(broker.bootstrap_servers, dlq, len(BAD), timeout=30)
+        wait_for(lambda: worker.tracker.pending() == 0, 30, "offsets pending")
+        wait_for(lambda: sum(committed_offsets(broker.bootstrap_servers, unique_group_id, inp, 2).values()) == len(items),
+                 30, "offsets not committed past every request")
+    docs = result_docs(msgs)
+    assert len(docs) == len(good) and max(Counter(d["request_id"] for d in docs).values()) == 1
+    assert worker.stats.batches < len(good)  # requests really shared batches
+    by_id = {d["request_id"]: d for d in docs}
+    for req in good:
+        doc = by_id[req["request_id"]]
+        assert (doc["model"], doc["model_version"]) == ("my-ranker", "2")
+        alone = run_alone(model, {"dense": np.array([req["features"]], np.float32),
+                                  "tokens": np.array([req["tokens"]], np.int64)})
+        assert np.allclose(doc["score"], alone["prob"][0], rtol=1e-6, atol=1e-7), (doc, alone)
+        assert np.allclose(doc["hidden"], alone["hidden"][0], rtol=1e-6, atol=1e-6), (doc, alone)
+    reasons = {orjson.loads(m.value())["request_id"]: dict(m.headers())[H_ERROR].decode() for m in dead}
+    assert reasons == {doc["request_id"]: reason for doc, reason in BAD}
+
+
+def test_tree_ensemble_zipmap_output_served_from_configuration(broker, topic_factory, unique_group_id, tmp_path) -> None:
+    """A tree ensemble as skl2onnx exports one: its ZipMap output (a sequence of maps)
+    becomes one {"class": probability} object per request."""
+    model = tree_classifier(tmp_path / "trees.onnx")
+    inp = topic_factory("trees-req", partitions=1)
+    out = topic_factory("trees-res", partitions=1)
+    dlq = topic_factory(f"{inp}.dlq", exact=True)
+    cfg = load_config(overrides={
+        "pipeline": "trees", "pipelines": [{"name": "trees", "model": str(model), "input_topic": inp, "output_topic": out}],
+        "bootstrap_servers": broker.bootstrap_servers, "broker_profile": broker.profile,
+        "group_id": unique_group_id, "dlq_topic": dlq, "metrics": {"enabled": False}, "create_topics": False,
+    }, environ={})
+    rng = np.random.default_rng(3)
+    good = [{"request_id": f"t{i}", "x": np.round(rng.uniform(-2, 2, 3), 4).tolist()} for i in range(100)]
+    bad = {"request_id": "t-bad", "x": [1, 2]}
+    items = [(None, orjson.dumps(d)) for d in [*good[:50], bad, *good[50:]]]
+    with running_worker(cfg):
+        produce_values(broker.bootstrap_servers, inp, items)
+        docs = result_docs(read_topic(broker.bootstrap_servers, out, len(good), timeout=60))
+        dead = read_topic(broker.bootstrap_servers, dlq, 1, timeout=30)
+    assert len(docs) == len(good)
+    by_id = {d["request_id"]: d for d in docs}
+    for req in good:
+        alone = run_alone(model, {"x": np.array([req["x"]], np.float32)})
+        doc = by_id[req["request_id"]]
+        assert doc["label"] == int(alone["label"][0])
+        expected = {str(k): v for k, v in alone["probabilities"][0].items()}
+        assert doc["probabilities"].keys() == expected.keys()
+        assert np.allclose([doc["probabilities"][k] for k in expected], list(expected.values()), rtol=1e-6, atol=1e-7)
+    assert [dict(m.headers())[H_ERROR].decode() for m in dead] == ["x: dimension 1 must have size 3, got 2"]
+
+
+def test_five_commands_of_the_docs(broker, topic_factory, unique_group_id, tmp_path) -> None:
+    """docs/OWN_MODEL.md, "Five commands", as a user runs them: inspect, keep its
+    starter config, produce the user's own requests from a file, `tidebatch run -c`,
+    read the results."""
+    import signal
+    import subprocess
+    import sys
+
+    from tests.integration.pipeline_helpers import REPO
+
+    model = ranker(tmp_path / "my-ranker.onnx")
+    cli = [sys.executable, "-m", "pipeline.cli"]
+    report = subprocess.run([*cli, "inspect", str(model)], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    config = yaml.safe_load(report.split("`tidebatch run -c my-ranker.yaml`):\n", 1)[1])
+    inp, out = topic_factory("five-req", partitions=1), topic_factory("five-res", partitions=1)
+    topic_factory(f"{inp}.dlq", exact=True)
+    config["pipelines"][0].update(input_topic=inp, output_topic=out)
+    config.update(bootstrap_servers=broker.bootstrap_servers, broker_profile=broker.profile, group_id=unique_group_id,
+                  metrics={"enabled": False}, create_topics=False)
+    (tmp_path / "my-ranker.yaml").write_text(yaml.safe_dump(config))
+    sample = orjson.loads(report.split("left out):\n", 1)[1].split("\n", 1)[0])
+    requests = [{**sample, "request_id": f"five-{i}", "tokens": list(range(i % 4 + 1))} for i in range(20)]
+    (tmp_path / "requests.jsonl").write_text("".join(orjson.dumps(r).decode() + "\n" for r in requests))
+    sent = subprocess.run([*cli, "produce", "my-ranker", "-c", str(tmp_path / "my-ranker.yaml"), "--quiet", "--partitions", "1",
+                    "--bootstrap-servers", broker.bootstrap_servers, "--broker-profile", broker.profile,
+                    "--file", str(tmp_path / "requests.jsonl")], cwd=REPO, capture_output=True, text=True)
+    assert sent.returncode == 0, sent.stderr
+    with open(tmp_path / "run.log", "wb") as log:
+        worker = subprocess.Popen([*cli, "run", "-c", str(tmp_path / "my-ranker.yaml")], cwd=REPO,
+                                  stdout=log, stderr=subprocess.STDOUT)
+    try:
+        docs = result_docs(read_topic(broker.bootstrap_servers, out, len(requests), timeout=90))
+    finally:
+        worker.send_signal(signal.SIGINT)
+        worker.wait(60)
+    assert sorted(d["request_id"] for d in docs) == sorted(r["request_id"] for r in requests), (
+        (tmp_path / "run.log").read_text()[-2000:])
+    for d in docs:
+        req = next(r for r in requests if r["request_id"] == d["request_id"])
+        alone = run_alone(model, {"dense": np.array([req["dense"]], np.float32),
+                                  "tokens": np.array([req["tokens"]], np.int64)})
+        assert np.allclose(d["prob"], alone["prob"][0], rtol=1e-6, atol=1e-7)

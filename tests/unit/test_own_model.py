@@ -1,0 +1,333 @@
+"""Issue 20, "Your own model": `tidebatch inspect`, the tensor-json codec and pipelines
+defined in the configuration, on models built here with onnx.helper (tests/own_models.py).
+Fast: no Kafka."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from pipeline.cli import main
+from pipeline.codecs.base import DecodeError
+from pipeline.codecs.tensor_json import TensorJsonCodec
+from pipeline.config import load_config
+from pipeline.errors import UserError
+from pipeline.onnx_graph import read_graph, read_header
+from pipeline.pipelines import get_pipeline
+from tests.own_models import fixed_batch, ranker, run_alone
+
+pytest.importorskip("onnx")
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> Path:
+    return ranker(tmp_path_factory.mktemp("own") / "ranker.onnx")
+
+
+@pytest.fixture(scope="module")
+def codec(model) -> TensorJsonCodec:
+    g = read_graph(model)
+    return TensorJsonCodec(g.inputs, g.outputs, {"features": "dense", "tokens": "tokens"}, {"score": "prob"})
+
+
+def _nested(depth: int) -> list:
+    value: list = [1]
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+def req(**fields) -> bytes:
+    return json.dumps({"request_id": "r1", "features": [0.1, 0.2, 0.3, 0.4], "tokens": [1, 2, 3], **fields}).encode()
+
+
+# ----------------------------------------------------------------------------- graph
+def test_read_graph_names_dynamic_dims(model):
+    g = read_graph(model)
+    assert [(t.name, t.type, t.shape) for t in g.inputs] == [
+        ("dense", "tensor(float)", ("batch", 4)), ("tokens", "tensor(int64)", ("batch", "seq"))]
+    assert [t.name for t in g.outputs] == ["prob", "hidden"]
+    assert (g.ir_version, g.opsets, g.producer) == (10, {"": 13}, "tidebatch-test")
+
+
+@pytest.mark.parametrize("data", [b"", b"garbage\n", b"\x08\x0a"])
+def test_read_header_refuses_what_is_not_a_model(data):
+    with pytest.raises(ValueError):
+        read_header(data)
+
+
+@pytest.mark.parametrize("content", [None, b"not a model at all", "truncated"])
+def test_missing_or_corrupt_file_is_one_line(model, tmp_path, capsys, content):
+    path = tmp_path / "m.onnx"
+    if content == "truncated":
+        path.write_bytes(model.read_bytes()[:200])
+    elif content is not None:
+        path.write_bytes(content)
+    assert main(["inspect", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("tidebatch: error: ") and "m.onnx" in err
+
+
+def test_ir_version_too_new_names_the_fix(model, tmp_path):
+    import onnx
+
+    proto = onnx.load(str(model))
+    proto.ir_version = 14
+    onnx.save(proto, str(tmp_path / "new.onnx"))
+    with pytest.raises(UserError, match="IR version 14 .*model.ir_version = 10"):
+        read_graph(tmp_path / "new.onnx")
+
+
+# ----------------------------------------------------------------------------- inspect
+def test_inspect_report_sample_and_config_work(model, tmp_path, capsys):
+    assert main(["inspect", str(model)]) == 0
+    out = capsys.readouterr().out
+    assert "dense   tensor(float)      [batch, 4]" in out and "tokens  tensor(int64)      [batch, seq]" in out
+    assert "IR version 10; opsets ai.onnx 13" in out and "batching    yes" in out and "seq:" in out
+    sample = out.split("left out):\n", 1)[1].split("\n", 1)[0]
+    config_text = out.split("ranker.yaml`):\n", 1)[1]
+    (tmp_path / "ranker.yaml").write_text(config_text)
+    cfg = load_config(tmp_path / "ranker.yaml", environ={})
+    spec = get_pipeline(cfg.pipeline, cfg.pipelines)
+    d = spec.make_codec(cfg).decode(sample.encode(), None)  # the sample is a valid request
+    assert d.rows == 1 and d.payload["tokens"].shape == (1, 3)
+
+
+def test_inspect_fixed_batch_reports_the_fix_and_it_works(tmp_path, capsys):
+    import subprocess
+    import sys
+
+    fixed_batch(tmp_path / "fixed.onnx")
+    assert main(["inspect", str(tmp_path / "fixed.onnx")]) == 0
+    out = capsys.readouterr().out
+    assert "batching    NO: input 'x' has a fixed batch dimension of 1" in out
+    command = out.split("make dimension 0 dynamic:\n", 1)[1].split("\n", 1)[0].strip()
+    assert command.startswith('python -c "')
+    subprocess.run([sys.executable, "-c", command[len('python -c "'):-1]], cwd=tmp_path, check=True)
+    assert read_graph(tmp_path / "fixed_batch.onnx").inputs[0].shape == ("batch", 4)
+
+
+# ----------------------------------------------------------------------------- codec
+def test_results_equal_the_model_on_each_request_alone(model, codec):
+    bodies = [req(request_id=f"r{i}", tokens=[i, i + 1, 9 - i], features=[i / 3, -1.5, 2, 0]) for i in range(5)]
+    decoded = [codec.decode(b, None) for b in bodies]
+    assert len({d.bucket for d in decoded}) == 1
+    g = read_graph(model)
+    from pipeline.runtime.session import InferenceSession
+
+    session = InferenceSession(g.path, "cpu", 1)
+    results = codec.split(session.run(codec.collate([d.payload for d in decoded], pad_to_rows=8)), decoded)
+    for body, result in zip(bodies, results, strict=True):
+        doc = json.loads(body)
+        alone = run_alone(model, {"dense": np.array([doc["features"]], np.float32),
+                                  "tokens": np.array([doc["tokens"]], np.int64)})
+        assert set(result) == {"score"}
+        assert np.allclose(result["score"], alone["prob"][0], rtol=1e-6, atol=1e-7)
+
+
+def test_sequence_lengths_are_separate_buckets(codec):
+    a, b = codec.decode(req(tokens=[1, 2]), None), codec.decode(req(tokens=[1, 2, 3]), None)
+    assert a.bucket != b.bucket
+
+
+@pytest.mark.parametrize(("fields", "reason"), [
+    ({"features": None}, "features: expected int or float, got null"),
+    ({"features": [0.1, "x", 0.3, 0.4]}, "features[1]: expected int or float, got string"),
+    ({"features": [0.1, 0.2, 0.3]}, "features: dimension 1 must have size 4, got 3"),
+    ({"features": [[0.1, 0.2, 0.3, 0.4]]}, "features: expected 1 dimension(s) [4], got shape [1, 4]"),
+    ({"features": [True, False, True, False]}, "features[0]: expected int or float, got bool"),
+    ({"features": [1e39, 0, 0, 0]}, "features: number out of range for float32"),
+    ({"tokens": [1, 2.5]}, "tokens[1]: expected int, got float"),
+    ({"tokens": [[1, 2], [3]]}, "tokens: ragged array (rows of different lengths)"),
+    ({"tokens": []}, "tokens: dimension 'seq' is empty"),
+    ({"tokens": 7}, "tokens: expected 1 dimension(s) [seq], got shape []"),
+    ({"tokens": [2**63]}, "tokens: value out of range for int64 (-9223372036854775808..9223372036854775807)"),
+    ({"request_id": 5}, "request_id: expected non-empty string, got int"),
+    ({"tokens": _nested(70)}, "tokens: nested deeper than 32 levels"),
+    ({"features": {"a": 1}}, "features: expected int or float, got object"),
+])
+def test_bad_requests_name_the_field(codec, fields, reason):
+    with pytest.raises(DecodeError) as exc:
+        codec.decode(req(**fields), None)
+    assert str(exc.value) == reason
+
+
+def test_missing_field_and_malformed_json(codec):
+    with pytest.raises(DecodeError, match="^missing field 'tokens'$"):
+        codec.decode(b'{"request_id": "r", "features": [1, 2, 3, 4]}', None)
+    with pytest.raises(DecodeError, match="^malformed JSON"):
+        codec.decode(b'{"request_id": ', None)
+
+
+def test_named_dimension_must_agree_between_fields(model):
+    g = read_graph(model)
+    c = TensorJsonCodec(g.inputs, g.outputs)
+    c.fields[0] = type(c.fields[0])("dense", "dense", np.dtype(np.float32), ("seq",))  # both fields share 'seq'
+    with pytest.raises(DecodeError, match="^tokens: dimension 'seq' has size 2, but 4 in field 'dense'$"):
+        c.decode(b'{"request_id": "r", "dense": [1, 2, 3, 4], "tokens": [1, 2]}', None)
+
+
+def test_rows_many_splits_per_row(model):
+    g = read_graph(model)
+    c = TensorJsonCodec(g.inputs, g.outputs, rows="many", max_rows=3)
+    d = c.decode(b'{"request_id": "r", "dense": [[1, 2, 3, 4], [0, 0, 0, 0]], "tokens": [[1], [2]]}', None)
+    assert d.rows == 2
+    out = c.split({"prob": np.ones((2, 1)), "hidden": np.zeros((2, 3))}, [d])[0]
+    assert out == {"prob": [[1.0], [1.0]], "hidden": [[0.0] * 3] * 2}
+    with pytest.raises(DecodeError, match="^tokens: 1 rows, but 2 in field 'dense'$"):
+        c.decode(b'{"request_id": "r", "dense": [[1, 2, 3, 4], [0, 0, 0, 0]], "tokens": [[1]]}', None)
+    with pytest.raises(DecodeError, match=r"^dense: expected 1\.\.3 rows, got 4$"):
+        c.decode(json.dumps({"request_id": "r", "dense": [[1, 2, 3, 4]] * 4, "tokens": [[1]] * 4}).encode(), None)
+
+
+def test_zipmap_output_becomes_objects_with_string_keys(codec):
+    d = codec.decode(req(), None)
+    c = TensorJsonCodec.__new__(TensorJsonCodec)
+    c.results, c.many = {"probabilities": "zipmap"}, False
+    assert c.split({"zipmap": [{0: np.float32(0.25), 1: np.float32(0.75)}]}, [d]) == [
+        {"probabilities": {"0": 0.25, "1": 0.75}}]
+
+
+@pytest.mark.parametrize(("fields", "results", "reason"), [
+    ({"f": "nope", "tokens": "tokens"}, None, "inputs.f: the model has no input 'nope'; its inputs: dense, tokens"),
+    ({"features": "dense"}, None, "inputs: model input(s) tokens have no request field"),
+    ({"request_id": "dense", "tokens": "tokens"}, None, "inputs.request_id: 'request_id' is a reserved request field"),
+    (None, {"p": "nope"}, "outputs.p: the model has no output 'nope'; its outputs: prob, hidden"),
+])
+def test_mapping_that_does_not_fit_the_model(model, fields, results, reason):
+    g = read_graph(model)
+    with pytest.raises(ValueError) as exc:
+        TensorJsonCodec(g.inputs, g.outputs, fields, results)
+    assert str(exc.value) == reason
+
+
+def test_scalar_output_is_refused_at_start():
+    from pipeline.onnx_graph import TensorInfo
+
+    inputs = [TensorInfo("x", "tensor(float)", ("N", 2))]
+    outputs = [TensorInfo("y", "tensor(float)", ("N",)), TensorInfo("total", "tensor(float)", ())]
+    with pytest.raises(ValueError, match="^outputs.total: output 'total' is a scalar, not one row per request$"):
+        TensorJsonCodec(inputs, outputs)
+    assert TensorJsonCodec(inputs, outputs, results={"y": "y"}).results == {"y": "y"}
+
+
+def test_fixed_batch_model_is_refused_with_the_way_out(tmp_path):
+    g = read_graph(fixed_batch(tmp_path / "fixed.onnx"))
+    with pytest.raises(ValueError, match="no dynamic batch dimension .*tidebatch inspect"):
+        TensorJsonCodec(g.inputs, g.outputs)
+
+
+# ----------------------------------------------------------------------------- config
+def _config(tmp_path: Path, **entry) -> Path:
+    doc = {"pipeline": "mine", "pipelines": [{"name": "mine", "model": "m.onnx", **entry}]}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+@pytest.mark.parametrize(("entry", "reason"), [
+    ({"codec": "msgpack"}, "config key 'pipelines[0].codec': 'msgpack' is not one of tensor-json"),
+    ({"rows": "some"}, "config key 'pipelines[0].rows': 'some' is not one of one, many"),
+    ({"max_batch_rows": 0}, "config key 'pipelines[0].max_batch_rows': must be >= 1"),
+    ({"inputs": {"a": 3}}, "config key 'pipelines[0].inputs.a': expected str, got 3"),
+    ({"modle": "x"}, "config key 'pipelines[0].modle': is not known"),
+    ({"name": "ctr"}, "config key 'pipelines[0].name': 'ctr' is a shipped pipeline"),
+    ({"name": "a b"}, "config key 'pipelines[0].name': 'a b' must be letters"),
+])
+def test_config_errors_name_the_key(tmp_path, entry, reason):
+    with pytest.raises(UserError) as exc:
+        load_config(_config(tmp_path, **entry), environ={})
+    assert str(exc.value).startswith(reason)
+
+
+def test_unknown_pipeline_lists_the_defined_ones(tmp_path):
+    with pytest.raises(UserError, match="unknown pipeline 'other'.*defined under pipelines: mine"):
+        load_config(_config(tmp_path), {"pipeline": "other"}, environ={})
+
+
+def test_defined_pipeline_is_a_pipeline_spec(model, tmp_path):
+    cfg = load_config(_config(tmp_path, model=str(model), version=3, max_batch_rows=64,
+                              outputs={"score": "prob"}, sample_dims={"seq": 5}), environ={})
+    spec = get_pipeline(cfg.pipeline, cfg.pipelines)
+    assert (spec.name, spec.input_topic, spec.output_topic, spec.max_batch_rows) == (
+        "mine", "mine.requests", "mine.results", 64)
+    m = spec.load_model()
+    assert (m.name, m.version, m.onnx_path) == ("mine", "3", model.resolve())
+    codec = spec.make_codec(cfg)
+    key, value, headers = spec.make_samples(1)(0)
+    d = codec.decode(value, dict(headers))
+    assert key == b"mine-1-0" and d.payload["tokens"].shape == (1, 5)
+
+
+def test_model_file_missing_is_one_line_at_start(tmp_path):
+    cfg = load_config(_config(tmp_path, model=str(tmp_path / "absent.onnx")), environ={})
+    with pytest.raises(UserError, match="model file not found: .*absent.onnx"):
+        get_pipeline(cfg.pipeline, cfg.pipelines).load_model()
+
+
+def test_model_process_refuses_a_zipmap_output_at_start(tmp_path):
+    from tests.own_models import tree_classifier
+
+    path = _config(tmp_path, model=str(tree_classifier(tmp_path / "trees.onnx")))
+    cfg = load_config(path, {"runtime": {"model_process": True}}, environ={})
+    with pytest.raises(UserError, match="'probabilities' is a seq.*set runtime.model_process: false"):
+        get_pipeline(cfg.pipeline, cfg.pipelines).make_codec(cfg)
+    cfg = load_config(path, environ={})
+    assert get_pipeline(cfg.pipeline, cfg.pipelines).make_codec(cfg).results == {
+        "label": "label", "probabilities": "probabilities"}
+
+
+def test_codec_class_of_ones_own(tmp_path):
+    from tests.own_models import tree_classifier
+
+    model = str(tree_classifier(tmp_path / "trees.onnx"))
+    cfg = load_config(_config(tmp_path, model=model, codec="tests.own_models:CsvCodec",
+                              codec_options={"separator": ";"}), environ={})
+    spec = get_pipeline(cfg.pipeline, cfg.pipelines)
+    codec = spec.make_codec(cfg)
+    _key, value, _headers = spec.make_samples(1)(4)  # the class's own sample_request
+    assert value == b"s4;1;0.5;-1"
+    from pipeline.runtime.session import InferenceSession
+    from pipeline.scoring import ScoringStep
+
+    step = ScoringStep(spec.load_model(), codec, InferenceSession(Path(model), "cpu", 1))
+    step.warm_up(spec)  # the worker's warm-up runs on the class's samples
+    results, _ = step.infer([codec.decode(b"a;0.2;0;-3", None), codec.decode(b"b;0.9;0;0", None)])
+    alone = run_alone(Path(model), {"x": np.array([[0.2, 0, -3], [0.9, 0, 0]], np.float32)})
+    assert results == [{"label": int(label)} for label in alone["label"]]
+
+
+@pytest.mark.parametrize(("entry", "reason"), [
+    ({"codec": "tests.nope:Codec"}, "codec tests.nope:Codec: cannot import it: ModuleNotFoundError"),
+    ({"codec": "tests.own_models:Nope"}, "codec tests.own_models:Nope: cannot import it: AttributeError"),
+    ({"codec": "tests.own_models:CsvCodec", "codec_options": {"sep": ";"}},
+     "codec_options.sep is not one of its arguments (separator)"),
+    ({"codec": "collections:OrderedDict"}, "not a codec: it has no decode, collate, split"),
+])
+def test_codec_class_errors_are_one_line(tmp_path, entry, reason):
+    cfg = load_config(_config(tmp_path, model=str(ranker(tmp_path / "m.onnx")), **entry), environ={})
+    with pytest.raises(UserError) as exc:
+        get_pipeline(cfg.pipeline, cfg.pipelines).make_codec(cfg)
+    assert reason in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_codec_name_and_options_are_checked_with_the_config(tmp_path):
+    with pytest.raises(UserError, match="'pipelines\\[0\\].codec': 'a b' is not one of tensor-json, nor a class"):
+        load_config(_config(tmp_path, codec="a b"), environ={})
+    with pytest.raises(UserError, match="'pipelines\\[0\\].codec_options': only for a codec class of your own"):
+        load_config(_config(tmp_path, codec_options={"x": 1}), environ={})
+
+
+def test_samples_file_feeds_the_warm_up(model, tmp_path):
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text('{"request_id": "a", "dense": [1, 2, 3, 4], "tokens": [1, 2]}\n\n')
+    cfg = load_config(_config(tmp_path, model=str(model), samples=str(samples)), environ={})
+    make = get_pipeline(cfg.pipeline, cfg.pipelines).make_samples(1)
+    assert make(0) == make(5) == (None, samples.read_bytes().strip(), [])
+    samples.write_text("\n")
+    with pytest.raises(UserError, match="samples file .*: no requests in it"):
+        get_pipeline(cfg.pipeline, cfg.pipelines).make_samples(1)
