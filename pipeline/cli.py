@@ -22,6 +22,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "pipeline.commands.features",
     "pipeline.commands.status",
     "pipeline.commands.etl",
+    "pipeline.commands.dlq",
 )
 
 

@@ -1,0 +1,95 @@
+"""`tidebatch dlq` without a broker: what a dead letter's headers say, how reasons are
+grouped, what a selection keeps and what a replay would send (pipeline/dlq/)."""
+
+from __future__ import annotations
+
+import pytest
+
+from consumers.dead_letter import Origin, dead_letter_copy
+from consumers.records import SourceRecord
+from pipeline.cli import build_parser
+from pipeline.dlq.inspect import summarize, text_lines
+from pipeline.dlq.letters import H_REPLAYED_FROM, DeadLetter, Selection, reason_group
+
+
+def _letter(offset: int, reason: str, stage: str = "decode", value: bytes = b"{bad", ts: int = 1_000, limit: int = 1_000_000) -> DeadLetter:
+    rec = SourceRecord("ctr.requests", 1, 100 + offset, b"user-7", value, {"traceparent": b"00-abc-01"}, 5)
+    copy = dead_letter_copy(rec, reason, stage, limit, 64, origin=Origin("g", "w", "C"))
+    return DeadLetter("ctr.requests.dlq", 0, offset, ts, copy.key, copy.value, copy.headers)
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("request is 600123 bytes, over the 524288-byte limit (limits.max_request_bytes)",
+         "request is 700001 bytes, over the 524288-byte limit (limits.max_request_bytes)"),
+        ("malformed JSON: unexpected character: line 1 column 2 (char 1)",
+         "malformed JSON: unexpected character: line 3 column 40 (char 77)"),
+        ("unknown request 3f2b8c1e-0d5a-4c7b-9a51-2b1f3e4d5c6a", "unknown request 00000000-1111-2222-3333-444444444444"),
+        ("model rejected the request: score 0.25 for a1b2c3d4e5f60718293a", "model rejected the request: score 7 for ffeeddccbbaa99887766"),
+    ],
+)
+def test_reasons_that_differ_only_in_numbers_and_ids_group_together(a: str, b: str) -> None:
+    assert reason_group(a) == reason_group(b)
+
+
+def test_words_keep_reasons_apart() -> None:
+    assert reason_group("missing field 'user_id'") != reason_group("missing field 'ad_id'")
+    assert reason_group("request is 600123 bytes, over the 524288-byte limit") == "request is N bytes, over the N-byte limit"
+
+
+def test_a_dead_letter_reads_back_what_the_worker_wrote() -> None:
+    letter = _letter(3, "malformed JSON")
+    assert (letter.reason, letter.stage, letter.source_topic) == ("malformed JSON", "decode", "ctr.requests")
+    assert letter.source == "ctr.requests[1]@103" and letter.truncated is None
+
+
+def test_a_replay_sends_the_requests_own_headers_and_where_it_came_from() -> None:
+    headers = _letter(3, "malformed JSON").replay_headers()
+    assert headers == [("traceparent", b"00-abc-01"), (H_REPLAYED_FROM, b"ctr.requests.dlq/0/3")]
+
+
+def test_a_truncated_dead_letter_says_so() -> None:
+    letter = _letter(4, "too big", "admit", value=b"x" * 50_000, limit=20_000)
+    assert letter.truncated == "value"
+
+
+def test_a_selection_by_time_reason_and_stage() -> None:
+    a, b, c = _letter(1, "malformed JSON", ts=1_000), _letter(2, "request is 9 bytes", "admit", ts=2_000), _letter(3, "x", ts=None)  # type: ignore[arg-type]
+    assert [x.offset for x in (a, b, c) if Selection.of(since_ms=1_500).matches(x)] == [2]
+    assert [x.offset for x in (a, b, c) if Selection.of(reason="^malformed").matches(x)] == [1]
+    assert [x.offset for x in (a, b, c) if Selection.of(stages=["admit"]).matches(x)] == [2]
+    assert [x.offset for x in (a, b, c) if Selection.of().matches(x)] == [1, 2, 3]
+    with pytest.raises(ValueError, match="not a regular expression"):
+        Selection.of(reason="(")
+
+
+def test_inspect_counts_by_grouped_reason_stage_and_source() -> None:
+    letters = [
+        _letter(0, "request is 600123 bytes, over the 524288-byte limit", "admit", ts=2_000),
+        _letter(1, "request is 700001 bytes, over the 524288-byte limit", "admit", ts=1_000),
+        _letter(2, "malformed JSON", ts=3_000),
+        _letter(3, "too big", "admit", value=b"x" * 50_000, limit=20_000),
+    ]
+    summary = summarize("ctr.requests.dlq", letters)
+    doc = summary.as_dict()
+    assert doc["total"] == 4 and doc["truncated"] == 1 and (doc["first_ms"], doc["last_ms"]) == (1_000, 3_000)
+    assert doc["reasons"][0] == {
+        "reason": "request is N bytes, over the N-byte limit", "count": 2,
+        "sample": {"dead_letter": "ctr.requests.dlq/0/0", "source": "ctr.requests[1]@100",
+                   "reason": "request is 600123 bytes, over the 524288-byte limit",
+                   "value": "{bad", "value_bytes": 4, "truncated": None},
+    }
+    assert doc["stages"] == {"admit": 3, "decode": 1} and doc["source_topics"] == {"ctr.requests": 4}
+    text = "\n".join(text_lines(summary))
+    assert "2  request is N bytes" in text and "cannot be replayed): 1" in text
+    only = summarize("ctr.requests.dlq", letters, Selection.of(stages=["decode"]))
+    assert only.total == 1
+
+
+def test_the_dlq_commands_take_the_kafka_flags() -> None:
+    args = build_parser().parse_args(
+        ["dlq", "replay", "--topic", "in.dlq", "--bootstrap-servers", "b:9092", "--to", "in",
+         "--reason", "JSON", "--since", "2026-01-01T00:00:00Z", "-X", "security.protocol=SSL", "--rate", "5"]
+    )
+    assert (args.to, args.rate, args.kafka_settings, args.since) == ("in", 5.0, ["security.protocol=SSL"], 1767225600000)
