@@ -35,9 +35,10 @@ class Summary:
         self.sources[letter.source_topic] += 1
         self.samples.setdefault(group, letter)
         self.truncated += letter.truncated is not None
-        if letter.timestamp_ms is not None:
-            self.first_ms = min(self.first_ms or letter.timestamp_ms, letter.timestamp_ms)
-            self.last_ms = max(self.last_ms or letter.timestamp_ms, letter.timestamp_ms)
+        ts = letter.timestamp_ms
+        if ts is not None:
+            self.first_ms = ts if self.first_ms is None else min(self.first_ms, ts)
+            self.last_ms = ts if self.last_ms is None else max(self.last_ms, ts)
 
     def as_dict(self) -> dict[str, Any]:
         return {

@@ -137,8 +137,11 @@ class _Sender:
         self.last_checkpoint = time.monotonic()
 
     def send(self, letter: DeadLetter, wait_s: float) -> None:
-        if wait_s > 0:
-            self.producer.poll(wait_s)  # the rate bound; serves delivery reports meanwhile
+        # The rate bound, serving delivery reports meanwhile. poll() returns as soon as
+        # it served one, so it is called until the time is up.
+        until = time.monotonic() + wait_s
+        while (left := until - time.monotonic()) > 0:
+            self.producer.poll(left)
 
         def delivered(err: SendError | None, letter: DeadLetter = letter) -> None:
             if err is None:

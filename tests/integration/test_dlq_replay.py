@@ -5,6 +5,7 @@ the chosen requests again, and a second run sends nothing new (pipeline/dlq/).""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -86,3 +87,10 @@ def test_dead_letters_are_inspected_and_replayed_once(broker, topic_factory, uni
     dry = _run(capsys, *replay, "--dry-run")
     assert dry.startswith("would replay 3 of 5") and "2 already replayed" in dry
     assert len(read_topic(broker.bootstrap_servers, target, 3, timeout=3)) == 2  # nothing more was sent
+
+    # The rate bound: 3 records at 10/s take at least 0.2 s (the first goes at once).
+    elsewhere = topic_factory("replayed-again", 1)
+    t0 = time.monotonic()
+    out = _run(capsys, "dlq", "replay", *kafka, "--to", elsewhere, "--rate", "10", "--stage", "decode")
+    assert out.startswith("replayed 3 of 3") and time.monotonic() - t0 >= 0.2
+    assert sorted(m.value() for m in read_topic(broker.bootstrap_servers, elsewhere, 3, timeout=30)) == [b"{not json"] * 3

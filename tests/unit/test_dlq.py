@@ -93,3 +93,63 @@ def test_the_dlq_commands_take_the_kafka_flags() -> None:
          "--reason", "JSON", "--since", "2026-01-01T00:00:00Z", "-X", "security.protocol=SSL", "--rate", "5"]
     )
     assert (args.to, args.rate, args.kafka_settings, args.since) == ("in", 5.0, ["security.protocol=SSL"], 1767225600000)
+
+
+# ----------------------------------------------------------------------------- replay, without Kafka
+class _FakeSender:
+    sent: list[tuple[int, float]] = []
+    checkpoints = 0
+
+    def __init__(self, job: object, ledger: str) -> None:
+        _FakeSender.sent, _FakeSender.checkpoints = [], 0
+
+    def send(self, letter: DeadLetter, wait_s: float) -> None:
+        _FakeSender.sent.append((letter.offset, wait_s))
+
+    def checkpoint(self) -> None:
+        _FakeSender.checkpoints += 1
+
+
+def _replay(monkeypatch: pytest.MonkeyPatch, letters: list[DeadLetter], ledger: list[bytes], **job: object):
+    from pipeline.dlq import replay as r
+
+    def read(_b: str, _p: str, topic: str, **_kw: object) -> list[DeadLetter]:
+        if topic.endswith(".replayed"):
+            return [DeadLetter(topic, 0, i, None, k, b"{}", []) for i, k in enumerate(ledger)]
+        return letters
+
+    monkeypatch.setattr(r, "read_topic", read)
+    monkeypatch.setattr(r, "topic_exists", lambda *_a, **_k: True)
+    monkeypatch.setattr(r, "_Sender", _FakeSender)
+    ticks = iter(range(1000))
+    settings = {"selection": Selection.of(), "rate": 10.0, **job}
+    report = r.replay(r.ReplayJob("b:9092", "kafka", "ctr.requests.dlq", "ctr.requests", **settings),  # type: ignore[arg-type]
+                      clock=lambda: next(ticks) * 0.01)
+    return report
+
+
+def test_replay_skips_what_the_ledger_lists_and_never_sends_a_truncated_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    letters = [_letter(0, "malformed JSON"), _letter(1, "too big", "admit", value=b"x" * 50_000, limit=20_000),
+               _letter(2, "malformed JSON"), _letter(3, "malformed JSON"), _letter(4, "other")]
+    report = _replay(monkeypatch, letters, [b"0/2"], selection=Selection.of(reason="JSON|too big"))
+    assert (report.selected, report.replayed, report.already, report.truncated) == (4, 2, 1, 1)
+    assert [o for o, _ in _FakeSender.sent] == [0, 3] and _FakeSender.checkpoints == 1
+    assert report.line("ctr.requests", False) == (
+        "replayed 2 of 4 selected dead letters to ctr.requests; 1 already replayed by an earlier run (skipped); "
+        "1 truncated to fit the dead-letter topic: cannot be replayed"
+    )
+
+
+def test_replay_is_paced_at_the_rate(monkeypatch: pytest.MonkeyPatch) -> None:
+    letters = [_letter(i, "malformed JSON") for i in range(4)]
+    _replay(monkeypatch, letters, [], rate=10.0)
+    # 10/s: record i is due 0.1 s * i after the start; the fake clock moves 10 ms a call.
+    assert [round(w, 3) for _, w in _FakeSender.sent] == [0.0, 0.08, 0.17, 0.26]
+
+
+def test_a_dry_run_or_again_changes_what_is_sent(monkeypatch: pytest.MonkeyPatch) -> None:
+    letters = [_letter(i, "malformed JSON") for i in range(3)]
+    dry = _replay(monkeypatch, letters, [b"0/0"], dry_run=True)
+    assert (dry.replayed, dry.already) == (2, 1) and dry.line("t", True).startswith("would replay 2 of 3")
+    again = _replay(monkeypatch, letters, [b"0/0"], again=True)
+    assert (again.replayed, again.already) == (3, 0) and len(_FakeSender.sent) == 3
