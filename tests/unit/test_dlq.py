@@ -153,3 +153,62 @@ def test_a_dry_run_or_again_changes_what_is_sent(monkeypatch: pytest.MonkeyPatch
     assert (dry.replayed, dry.already) == (2, 1) and dry.line("t", True).startswith("would replay 2 of 3")
     again = _replay(monkeypatch, letters, [b"0/0"], again=True)
     assert (again.replayed, again.already) == (3, 0) and len(_FakeSender.sent) == 3
+
+
+class _FakeProducer:
+    """Records sends and flushes in order; delivery reports come at flush."""
+
+    def __init__(self, _config: object, fail: set[int] | None = None) -> None:
+        self.calls: list[tuple[str, ...]] = []
+        self.pending: list[tuple[object, object]] = []
+        self.fail = fail or set()
+
+    def send(self, topic: str, key: bytes | None, value: bytes | None, headers: object, on_ack) -> None:
+        self.calls.append(("send", topic, (key or b"").decode()))
+        from consumers.records import SendError
+
+        offset = int(dict(headers or []).get(H_REPLAYED_FROM, b"x/0/-1").split(b"/")[-1])
+        self.pending.append((on_ack, SendError("broker said no") if offset in self.fail else None))
+
+    def poll(self, _timeout: float = 0.0) -> int:
+        return 0
+
+    def flush(self, _timeout: float) -> int:
+        self.calls.append(("flush",))
+        done, self.pending = self.pending, []
+        for on_ack, err in done:
+            on_ack(err)
+        return 0
+
+
+def _sender(monkeypatch: pytest.MonkeyPatch, fail: set[int] | None = None):
+    import consumers.admin
+    from pipeline.dlq import replay as r
+
+    monkeypatch.setattr(consumers.admin, "ensure_topics", lambda *_a, **_k: {})
+    producer = _FakeProducer(None, fail)
+    monkeypatch.setattr(r, "ConfluentProducer", lambda _config: producer)
+    job = r.ReplayJob("b:9092", "kafka", "in.dlq", "in", Selection.of(), 100.0)
+    return r._Sender(job, "in.dlq.replayed"), producer
+
+
+def test_the_ledger_is_written_only_after_the_replayed_records_are_durable(monkeypatch: pytest.MonkeyPatch) -> None:
+    sender, producer = _sender(monkeypatch)
+    for i in range(2):
+        sender.send(_letter(i, "malformed JSON"), 0.0)
+    sender.checkpoint()
+    assert producer.calls == [
+        ("send", "in", "user-7"), ("send", "in", "user-7"), ("flush",),
+        ("send", "in.dlq.replayed", "0/0"), ("send", "in.dlq.replayed", "0/1"), ("flush",),
+    ]
+
+
+def test_a_record_kafka_did_not_take_is_not_listed_and_the_run_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipeline.errors import UserError
+
+    sender, producer = _sender(monkeypatch, fail={1})
+    for i in range(3):
+        sender.send(_letter(i, "malformed JSON"), 0.0)
+    with pytest.raises(UserError, match="1 records were not delivered to in .*ctr.requests.dlq/0/1: broker said no"):
+        sender.checkpoint()
+    assert [c[2] for c in producer.calls if c[0] == "send" and c[1] == "in.dlq.replayed"] == ["0/0", "0/2"]
