@@ -86,6 +86,9 @@ class ReplayJob:
 
 
 def replay(job: ReplayJob, *, clock: Callable[[], float] = time.monotonic) -> ReplayReport:
+    """Replay the selected dead letters of job.dlq_topic (up to the end it had at the
+    start) to job.to_topic; raises UserError, after listing what was delivered, when
+    Kafka did not take a record."""
     report = ReplayReport()
     ledger = ledger_topic(job.dlq_topic)
     done = set() if job.again else read_ledger(job, ledger)
