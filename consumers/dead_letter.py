@@ -7,11 +7,20 @@ record after every restart. So a copy that would exceed the limit of the topic i
 to carries a prefix of the value (or, at the last resort, none) plus headers that say
 so: the original size and SHA-256, and which parts were cut. The original itself stays
 where `tidebatch.source.{topic,partition,offset}` say, for as long as that topic's
-retention keeps it (docs/ARCHITECTURE.md, "Size limits")."""
+retention keeps it (docs/ARCHITECTURE.md, "Size limits").
+
+Every dead letter also carries Kafka Connect's `__connect.errors.*` context headers
+(errors.deadletterqueue.context.headers.enable), so tools and people used to Connect's
+dead-letter queues read ours alike; docs/OPERATIONS.md, "Dead letters: inspect and
+replay", maps tidebatch's meaning onto each. They are "our headers": kept by every
+copy, the minimal one included, and bounded, so pipeline/limits.py's headroom holds."""
 
 from __future__ import annotations
 
 import hashlib
+import os
+import socket
+import traceback
 from dataclasses import dataclass
 
 from consumers.records import SourceRecord
@@ -35,8 +44,65 @@ RECORD_OVERHEAD_BYTES = 512
 # A key kept in a cut-down copy: enough to recognise it, never a size problem.
 KEY_PREFIX_BYTES = 256
 MAX_REASON_CHARS = 1000
+# Bounds that keep our headers within pipeline/limits.py's DEAD_LETTER_HEADROOM_BYTES
+# (a unit test adds up the worst case): Kafka's own limit on a topic or group name is
+# 249 characters, and a traceback's last lines say where it was raised.
+MAX_NAME_CHARS = 249
+MAX_STACKTRACE_CHARS = 2000
+
+# Kafka Connect's dead-letter context headers (its DeadLetterQueueReporter's names).
+C_TOPIC = "__connect.errors.topic"
+C_PARTITION = "__connect.errors.partition"
+C_OFFSET = "__connect.errors.offset"
+C_CONNECTOR = "__connect.errors.connector.name"
+C_TASK = "__connect.errors.task.id"
+C_STAGE = "__connect.errors.stage"
+C_CLASS = "__connect.errors.class.name"
+C_EXCEPTION = "__connect.errors.exception.class.name"
+C_MESSAGE = "__connect.errors.exception.message"
+C_STACKTRACE = "__connect.errors.exception.stacktrace"
+
+# tidebatch's stage -> Connect's Stage enum, so a filter on Connect's values works.
+CONNECT_STAGES = {
+    "admit": "KAFKA_CONSUME",  # refused as consumed, before decoding (size limit)
+    "decode": "VALUE_CONVERTER",
+    "inference": "TASK_PUT",
+    "publish": "KAFKA_PRODUCE",
+    "late": "KAFKA_PRODUCE",  # Kafka refused its late record
+}
+# The exception class where no exception was raised: a limit or a refusal is a
+# decision, named here (not importable classes; documented with the headers).
+STAGE_ERRORS = {
+    "admit": "tidebatch.RequestTooLarge",
+    "decode": "pipeline.codecs.base.DecodeError",
+    "inference": "tidebatch.ModelRejected",
+    "publish": "tidebatch.RecordRefused",
+    "late": "tidebatch.RecordRefused",
+}
 
 Headers = list[tuple[str, bytes]]
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Who wrote the dead letter: Connect's connector.name (the consumer group),
+    task.id (this member) and class.name (the pipeline's codec class)."""
+
+    group_id: str = ""
+    task_id: str = ""
+    class_name: str = ""
+
+
+def member_id(instance_id: str | None) -> str:
+    """A worker's task.id: its group.instance.id (static membership), else host:pid,
+    which names the process whose logs tell more."""
+    return instance_id or f"{socket.gethostname()}:{os.getpid()}"
+
+
+def class_path(obj: object) -> str:
+    """`module.Class` of an object, or of a class."""
+    cls = obj if isinstance(obj, type) else type(obj)
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +128,12 @@ def one_line(reason: str) -> str:
     return " ".join(reason.split())[:MAX_REASON_CHARS]
 
 
+def bounded(text: str, max_bytes: int) -> bytes:
+    """`text` as UTF-8 of at most `max_bytes`, cut at a character boundary: the
+    headroom counts bytes, and a reason of 1000 characters can be 4000 bytes."""
+    return text.encode()[:max_bytes].decode("utf-8", "ignore").encode()
+
+
 def source_headers(rec: SourceRecord) -> Headers:
     return [
         (H_TOPIC, rec.topic.encode()),
@@ -76,17 +148,59 @@ def _original(rec: SourceRecord) -> Headers:
     return [(k, v) for k, v in rec.headers.items() if not k.startswith("tidebatch.")]
 
 
-def _dlq_own(rec: SourceRecord, reason: str, stage: str) -> Headers:
-    return [(H_ERROR, one_line(reason).encode()), (H_STAGE, stage.encode())] + source_headers(rec)
+def connect_headers(
+    rec: SourceRecord, reason: str, stage: str, origin: Origin | None = None, error: BaseException | str | None = None
+) -> Headers:
+    """Kafka Connect's context headers of a dead letter. `error`: the exception (its
+    class, and its traceback if it still has one) or a class name; None: the stage's
+    STAGE_ERRORS name. Without an `origin`, connector, task and class are left out."""
+    if isinstance(error, BaseException):
+        exc_class, trace = class_path(error), _stacktrace(error)
+    else:
+        exc_class, trace = error or STAGE_ERRORS.get(stage, "tidebatch.Error"), None
+    out = [
+        (C_TOPIC, bounded(rec.topic, MAX_NAME_CHARS)),
+        (C_PARTITION, str(rec.partition).encode()),
+        (C_OFFSET, str(rec.offset).encode()),
+        (C_STAGE, CONNECT_STAGES.get(stage, stage.upper()).encode()),
+    ]
+    if origin is not None:
+        out += [
+            (C_CONNECTOR, bounded(origin.group_id, MAX_NAME_CHARS)),
+            (C_TASK, bounded(origin.task_id, MAX_NAME_CHARS)),
+            (C_CLASS, bounded(origin.class_name, MAX_NAME_CHARS)),
+        ]
+    out += [(C_EXCEPTION, bounded(exc_class, MAX_NAME_CHARS)), (C_MESSAGE, bounded(one_line(reason), MAX_REASON_CHARS))]
+    if trace:
+        out.append((C_STACKTRACE, trace.encode()))
+    return out
+
+
+def _stacktrace(exc: BaseException) -> str | None:
+    """The traceback's last MAX_STACKTRACE_CHARS (where it was raised), if it has one:
+    a refused request's has been dropped (pipeline/worker/admission.py, drop_traceback)."""
+    if exc.__traceback__ is None:
+        return None
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return text.encode()[-MAX_STACKTRACE_CHARS:].decode("utf-8", "ignore")
+
+
+def _dlq_own(
+    rec: SourceRecord, reason: str, stage: str, origin: Origin | None = None, error: BaseException | str | None = None
+) -> Headers:
+    own = [(H_ERROR, bounded(one_line(reason), MAX_REASON_CHARS)), (H_STAGE, stage.encode())] + source_headers(rec)
+    return own + connect_headers(rec, reason, stage, origin, error)
 
 
 def _late_own(rec: SourceRecord, missed_by_ms: float) -> Headers:
     return [(H_DEADLINE_MISSED_BY, f"{missed_by_ms:.1f}".encode())] + source_headers(rec)
 
 
-def dlq_headers(rec: SourceRecord, reason: str, stage: str = "decode") -> Headers:
+def dlq_headers(
+    rec: SourceRecord, reason: str, stage: str = "decode", origin: Origin | None = None
+) -> Headers:
     """Original headers first (kept for replay), then ours."""
-    return _original(rec) + _dlq_own(rec, reason, stage)
+    return _original(rec) + _dlq_own(rec, reason, stage, origin)
 
 
 def late_headers(rec: SourceRecord, missed_by_ms: float) -> Headers:
@@ -94,10 +208,19 @@ def late_headers(rec: SourceRecord, missed_by_ms: float) -> Headers:
 
 
 def dead_letter_copy(
-    rec: SourceRecord, reason: str, stage: str, limit: int, prefix_bytes: int, *, minimal: bool = False
+    rec: SourceRecord,
+    reason: str,
+    stage: str,
+    limit: int,
+    prefix_bytes: int,
+    *,
+    minimal: bool = False,
+    origin: Origin | None = None,
+    error: BaseException | str | None = None,
 ) -> Copy:
-    """The dead-letter record of `rec`, cut down to fit `limit` bytes if it must be."""
-    return fit_copy(rec, _dlq_own(rec, reason, stage), limit, prefix_bytes, minimal=minimal)
+    """The dead-letter record of `rec`, cut down to fit `limit` bytes if it must be;
+    `origin` and `error` fill the Connect headers (connect_headers)."""
+    return fit_copy(rec, _dlq_own(rec, reason, stage, origin, error), limit, prefix_bytes, minimal=minimal)
 
 
 def late_copy(

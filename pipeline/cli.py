@@ -24,6 +24,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "pipeline.commands.etl",
     "pipeline.commands.config",
     "pipeline.commands.inspect",
+    "pipeline.commands.dlq",
 )
 
 

@@ -17,9 +17,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-# Room in a dead-letter record for our own headers (a reason of at most 1000
-# characters, the stage, the source topic, partition, offset and timestamp).
-DEAD_LETTER_HEADROOM_BYTES = 4096
+# Room in a dead-letter record for our own headers: a reason of at most 1000 bytes
+# twice (tidebatch.error and Connect's exception.message), the stage, the source topic,
+# partition, offset and timestamp twice, group, member, classes and a stack trace of
+# at most 2000 bytes (consumers/dead_letter.py; ~6 KB at worst, a unit test adds it up).
+DEAD_LETTER_HEADROOM_BYTES = 8192
 
 
 @dataclass(frozen=True)

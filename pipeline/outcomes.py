@@ -26,7 +26,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from consumers.dead_letter import Copy, dead_letter_copy, late_copy, one_line, record_bytes
+from consumers.dead_letter import Copy, Origin, dead_letter_copy, late_copy, one_line, record_bytes
 from consumers.records import Producer, SendError, SourceRecord
 from pipeline.clock import wall_ms
 from pipeline.limits import Limits
@@ -77,13 +77,15 @@ class Outcomes:
         fail: Callable[[str], None],
         transactions: Transactions | None = None,
         carry_headers: Collection[str] = (),
+        origin: Origin | None = None,
     ) -> None:
         """transactions: delivery exactly_once (pipeline/worker/transactions.py): every
         outcome record goes through it, in offset order, and a failed delivery aborts
         the transaction instead of being retried here. carry_headers: the request
         headers its result carries too (config `result_headers`: W3C trace context by
         default, so a trace goes on past the worker); dead-letter and late copies carry
-        all of them already (consumers/dead_letter.py)."""
+        all of them already (consumers/dead_letter.py). origin: the group, member and
+        codec class that dead letters name (Kafka Connect's headers)."""
         self.producer = producer
         self._ack = ack
         self.topics = topics
@@ -96,6 +98,7 @@ class Outcomes:
         self._fail = fail
         self._transactions = transactions
         self._carry = frozenset(carry_headers)
+        self.origin = origin
         # Results ready → acknowledged by Kafka: the last stage of tidebatch_stage_seconds,
         # kept in ms by the delivery callbacks and observed in bulk by observe_stages():
         # one histogram observe per result on the source thread cost ~2 % at saturation.
@@ -150,19 +153,29 @@ class Outcomes:
             self._transactions.deliver(rec, None)
 
     # ------------------------------------------------------------------ dead letters
-    def dead_letter(self, rec: SourceRecord, reason: str, stage: str, *, rows_written: bool = False) -> None:
-        """The request's outcome is a dead letter with `reason` (one line)."""
+    def dead_letter(
+        self,
+        rec: SourceRecord,
+        reason: str,
+        stage: str,
+        *,
+        rows_written: bool = False,
+        error: BaseException | str | None = None,
+    ) -> None:
+        """The request's outcome is a dead letter with `reason` (one line); `error`: the
+        exception (or its class name) behind it, for the Connect headers."""
         log.warning("dead-letter %s[%d]@%d: %s", rec.topic, rec.partition, rec.offset, one_line(reason)[:300])
         self.metrics.outcome(rec.topic, "dlq")
         self._count("dlq", 1)
         if not rows_written:
             notify(self.sinks, "skip", [rec])  # no row will come for this offset
         limit = self.limits.for_topic(self.topics.dead_letter)
-        copy = dead_letter_copy(rec, reason, stage, limit, self.limits.prefix_bytes)
+        context = {"origin": self.origin, "error": error}
+        copy = dead_letter_copy(rec, reason, stage, limit, self.limits.prefix_bytes, **context)
 
         def refused(err: SendError) -> None:
             # Over a limit we did not know (the topic's is lower): the smallest copy.
-            minimal = dead_letter_copy(rec, reason, stage, limit, 0, minimal=True)
+            minimal = dead_letter_copy(rec, reason, stage, limit, 0, minimal=True, **context)
             self._send_copy(self.topics.dead_letter, minimal, rec, lambda e: self._undeliverable(rec, reason, e))
 
         self._send_copy(self.topics.dead_letter, copy, rec, refused)

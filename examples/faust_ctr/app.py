@@ -91,6 +91,7 @@ def scorer() -> BatchScorer:
         "ctr",
         providers=PROVIDERS,
         gil_switch_interval_ms=float(GIL_SWITCH_INTERVAL_MS) if GIL_SWITCH_INTERVAL_MS else None,
+        group_id=APP_ID,  # dead letters name it (Kafka Connect's connector.name)
     )
 
 

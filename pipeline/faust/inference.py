@@ -28,7 +28,14 @@ from typing import Any
 
 import orjson
 
-from consumers.dead_letter import dead_letter_copy, late_copy, record_bytes
+from consumers.dead_letter import (
+    Origin,
+    class_path,
+    dead_letter_copy,
+    late_copy,
+    member_id,
+    record_bytes,
+)
 from consumers.records import SourceRecord, headers_to_dict
 from pipeline.batching.cost import AffineCost, CostModel
 from pipeline.clock import wall_ms
@@ -82,7 +89,10 @@ class BatchScorer:
         in_thread: bool = True,
         codec_options: dict[str, Any] | None = None,
         gil_switch_interval_ms: float | None = None,
+        group_id: str = "",
     ) -> None:
+        """group_id: the Faust app id (its consumer group), named by dead letters as
+        Kafka Connect's connector.name (consumers/dead_letter.py)."""
         from pipeline.config import load_config
 
         overrides: dict[str, Any] = {"pipeline": pipeline}
@@ -97,6 +107,7 @@ class BatchScorer:
         self.session = InferenceSession(self.model.onnx_path, providers, intra_op_threads)
         self.provider = self.session.provider
         self.step = ScoringStep(self.model, self.codec, self.session)
+        self.origin = Origin(group_id, member_id(None), class_path(self.codec))
         self.cost_prior: AffineCost | None = self.step.warm_up(self.pipeline) if warmup else None
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="tidebatch-ort") if in_thread else None
         if gil_switch_interval_ms is not None:
@@ -205,7 +216,8 @@ class BatchScorer:
         for rej in batch.rejected:
             rec = source_record(rej.event)
             log.warning("dead-letter %s[%d]@%d: %s", rec.topic, rec.partition, rec.offset, rej.error)
-            futures.append(await self._dead_letter(dlq_topic, rec, str(rej.error), "decode"))
+            # Its class only: bad input's traceback says nothing (docs/OPERATIONS.md).
+            futures.append(await self._dead_letter(dlq_topic, rec, str(rej.error), "decode", class_path(rej.error)))
         for item in batch.routed_late:
             rec = source_record(item.event)
             if late_topic is None:
@@ -219,12 +231,14 @@ class BatchScorer:
             batch.defer_ack(*futures)
         return futures
 
-    async def _dead_letter(self, dlq_topic: Any, rec: SourceRecord, reason: str, stage: str) -> Awaitable[Any]:
+    async def _dead_letter(
+        self, dlq_topic: Any, rec: SourceRecord, reason: str, stage: str, error: str | None = None
+    ) -> Awaitable[Any]:
         if dlq_topic is None:
             # No DLQ configured: failing loudly keeps the event unacked (replayed),
             # rather than acking input nobody will ever see again.
             raise RuntimeError(
                 f"{rec.topic}[{rec.partition}]@{rec.offset} cannot be scored ({reason}) and no dlq_topic is set"
             )
-        copy = dead_letter_copy(rec, reason, stage, FAUST_MAX_RECORD_BYTES, DEAD_LETTER_PREFIX_BYTES)
+        copy = dead_letter_copy(rec, reason, stage, FAUST_MAX_RECORD_BYTES, DEAD_LETTER_PREFIX_BYTES, origin=self.origin, error=error)
         return await dlq_topic.send(key=copy.key, value=copy.value, headers=copy.headers)

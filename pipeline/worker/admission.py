@@ -38,7 +38,9 @@ class InFlight:
 class AdmissionOutcomes(Protocol):
     """The outcomes admission gives (pipeline/outcomes.py Outcomes is one)."""
 
-    def dead_letter(self, rec: SourceRecord, reason: str, stage: str) -> None: ...
+    def dead_letter(
+        self, rec: SourceRecord, reason: str, stage: str, *, error: BaseException | str | None = None
+    ) -> None: ...
 
     def late(self, routed: Sequence[tuple[SourceRecord, float]], now_wall: int) -> None: ...
 
@@ -82,9 +84,10 @@ class Admission:
             if isinstance(decoded, Exception):
                 drop_traceback(decoded)
                 if isinstance(decoded, DecodeError):
-                    self.outcomes.dead_letter(rec, str(decoded), "decode")
+                    self.outcomes.dead_letter(rec, str(decoded), "decode", error=decoded)
                 else:  # a codec bug must not kill the worker
-                    self.outcomes.dead_letter(rec, f"decoder crashed: {type(decoded).__name__}: {decoded}", "decode")
+                    reason = f"decoder crashed: {type(decoded).__name__}: {decoded}"
+                    self.outcomes.dead_letter(rec, reason, "decode", error=decoded)
                 continue
             budget = self.budget_ms(decoded.priority)
             if decoded.deadline_ms is not None:

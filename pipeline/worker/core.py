@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from consumers.dead_letter import Origin, class_path, member_id
 from consumers.offsets import OffsetTracker
 from consumers.records import KafkaRefused, Source, SourceRecord, TopicPartition
 from pipeline.batching.backpressure import Intake, IntakeDecision
@@ -129,7 +130,7 @@ class Worker:
             count=self.stats.count,
             fail=self.fail,
             transactions=self.transactions,
-            carry_headers=cfg.result_headers,
+            carry_headers=cfg.result_headers, origin=Origin(self.group_id, member_id(cfg.instance_id()), class_path(self.step.codec)),
         )
         # Route already-expired records before decoding them (admission.py): only where
         # the configured outcome of expiry is "routed late" anyway.

@@ -183,4 +183,4 @@ def dead_letter_internal(
     reason = f"internal error: {type(exc).__name__}: {exc}"
     for req in requests:
         inf: InFlight = req.item
-        dead_letter(inf.rec, reason, stage)
+        dead_letter(inf.rec, reason, stage, error=exc)

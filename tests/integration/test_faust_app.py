@@ -247,6 +247,11 @@ def test_bad_input_is_dead_lettered_and_acked(broker, topic_factory, unique_grou
     assert dead[0].value() == b"{not json"
     assert headers["tidebatch.error"].startswith(b"malformed JSON")
     assert headers["tidebatch.source.offset"] == b"1"
+    # Kafka Connect's headers too: the app id is the connector name.
+    assert headers["__connect.errors.connector.name"] == unique_group_id.encode()
+    assert headers["__connect.errors.exception.class.name"].endswith(b"Error")
+    assert headers["__connect.errors.stage"] == b"VALUE_CONVERTER"
+    assert "__connect.errors.exception.stacktrace" not in headers
     # Every offset, the bad one included, was acked and committed at the clean stop.
     assert committed_offsets(broker.bootstrap_servers, unique_group_id, inp, 1)[0] == 6
 

@@ -6,6 +6,16 @@ from __future__ import annotations
 import hashlib
 
 from consumers.dead_letter import (
+    C_CLASS,
+    C_CONNECTOR,
+    C_EXCEPTION,
+    C_MESSAGE,
+    C_OFFSET,
+    C_PARTITION,
+    C_STACKTRACE,
+    C_STAGE,
+    C_TASK,
+    C_TOPIC,
     H_ERROR,
     H_KEY_BYTES,
     H_OFFSET,
@@ -14,11 +24,16 @@ from consumers.dead_letter import (
     H_VALUE_BYTES,
     H_VALUE_SHA256,
     KEY_PREFIX_BYTES,
+    MAX_STACKTRACE_CHARS,
+    RECORD_OVERHEAD_BYTES,
+    Origin,
     dead_letter_copy,
     late_copy,
     record_bytes,
 )
 from consumers.records import SourceRecord
+from pipeline.codecs.base import DecodeError
+from pipeline.limits import DEAD_LETTER_HEADROOM_BYTES
 
 LIMIT = 1_000_000
 
@@ -85,3 +100,69 @@ def test_a_reason_becomes_one_bounded_line() -> None:
     copy = dead_letter_copy(_rec(b"x"), "line one\nline two " + "w" * 5000, "decode", LIMIT, 10)
     reason = dict(copy.headers)[H_ERROR].decode()
     assert "\n" not in reason and reason.startswith("line one line two") and len(reason) <= 1000
+
+
+# ----------------------------------------------------------------------------- Connect headers
+ORIGIN = Origin("tidebatch-ctr", "worker-0", "pipeline.codecs.ctr.CtrCodec")
+
+
+def test_a_dead_letter_carries_kafka_connects_context_headers_alongside_ours() -> None:
+    rec = _rec(b"{bad", headers={"trace": b"abc"})
+    copy = dead_letter_copy(rec, "malformed JSON", "decode", LIMIT, 65536, origin=ORIGIN, error=DecodeError("x"))
+    h = dict(copy.headers)
+    assert h[H_ERROR] == b"malformed JSON" and h[H_STAGE] == b"decode"  # today's, unchanged
+    assert (h[C_TOPIC], h[C_PARTITION], h[C_OFFSET]) == (b"ctr.requests", b"3", b"41")
+    assert (h[C_CONNECTOR], h[C_TASK], h[C_CLASS]) == (b"tidebatch-ctr", b"worker-0", b"pipeline.codecs.ctr.CtrCodec")
+    assert h[C_STAGE] == b"VALUE_CONVERTER" and h[C_MESSAGE] == b"malformed JSON"
+    assert h[C_EXCEPTION] == b"pipeline.codecs.base.DecodeError"
+    assert C_STACKTRACE not in h  # a DecodeError raised nowhere has no traceback
+
+
+def test_without_an_exception_the_stage_names_the_error_class() -> None:
+    h = dict(dead_letter_copy(_rec(b"v"), "request is 600123 bytes", "admit", LIMIT, 10, origin=ORIGIN).headers)
+    assert h[C_EXCEPTION] == b"tidebatch.RequestTooLarge" and h[C_STAGE] == b"KAFKA_CONSUME"
+
+
+def test_an_internal_error_carries_the_end_of_its_stack_trace() -> None:
+    try:
+        raise KeyError("boom")
+    except KeyError as exc:
+        copy = dead_letter_copy(_rec(b"v"), "internal error: KeyError", "publish", LIMIT, 10, error=exc)
+    h = dict(copy.headers)
+    assert h[C_EXCEPTION] == b"builtins.KeyError" and h[C_STAGE] == b"KAFKA_PRODUCE"
+    assert b"KeyError: 'boom'" in h[C_STACKTRACE] and len(h[C_STACKTRACE]) <= MAX_STACKTRACE_CHARS
+    assert C_CONNECTOR not in h  # no origin given
+
+
+def _deep(n: int) -> None:
+    if n:
+        _deep(n - 1)
+    raise RuntimeError("é" * 3000)
+
+
+def test_our_headers_at_their_worst_fit_the_headroom_the_entry_limit_leaves() -> None:
+    """pipeline/limits.py keeps the entry limit DEAD_LETTER_HEADROOM_BYTES below the
+    dead-letter topic's, so that every decoded request can be dead-lettered whole."""
+    name = "t" * 249
+    rec = SourceRecord(name, 2**31 - 1, 2**63 - 1, b"k", b"v" * 100, {}, 2**63 - 1)
+    wide = Origin("g" * 5000, "é" * 5000, "c" * 5000)
+    try:
+        _deep(50)
+    except RuntimeError as raised:
+        exc = raised
+    copy = dead_letter_copy(rec, "é" * 5000, "inference", LIMIT, 65536, origin=wide, error=exc)
+    own = [(k, v) for k, v in copy.headers]
+    size = record_bytes(None, None, own) - RECORD_OVERHEAD_BYTES
+    assert size <= DEAD_LETTER_HEADROOM_BYTES - 1024, size  # and room for the cut-down notes
+    # A copy of the largest request the entry limit lets in is sent whole.
+    limit = 1_000_000
+    entry = limit - DEAD_LETTER_HEADROOM_BYTES
+    big = SourceRecord(name, 0, 0, None, b"x" * (entry - RECORD_OVERHEAD_BYTES), {}, 0)
+    whole = dead_letter_copy(big, "é" * 5000, "inference", limit, 65536, origin=wide, error=exc)
+    assert not whole.truncated and record_bytes(whole.key, whole.value, whole.headers) <= limit
+
+
+def test_the_minimal_copy_keeps_the_connect_headers() -> None:
+    copy = dead_letter_copy(_rec(b"z" * 100), "refused", "publish", LIMIT, 65536, minimal=True, origin=ORIGIN)
+    h = dict(copy.headers)
+    assert h[C_CONNECTOR] == b"tidebatch-ctr" and h[C_EXCEPTION] == b"tidebatch.RecordRefused"

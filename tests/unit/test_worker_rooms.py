@@ -76,7 +76,7 @@ class FakeOutcomes:
     def settle(self, rec: SourceRecord) -> None:
         self.settled.append(rec.offset)
 
-    def dead_letter(self, rec: SourceRecord, reason: str, stage: str) -> None:
+    def dead_letter(self, rec: SourceRecord, reason: str, stage: str, *, error: object = None) -> None:
         self.dead.append((rec.offset, reason, stage))
 
     def late(self, routed: Sequence[tuple[SourceRecord, float]], now_wall: int) -> None:
@@ -200,7 +200,7 @@ def test_an_executor_that_hits_a_bug_dead_letters_the_batch_and_keeps_going() ->
     handed: list[Done] = []
     dead: list[tuple[int, str, str]] = []
     ex = Executors(queue, step, lambda done: handed.append(done) or True,  # type: ignore[arg-type]
-                   lambda rec, reason, stage: dead.append((rec.offset, reason, stage)))
+                   lambda rec, reason, stage, error=None: dead.append((rec.offset, reason, stage)))
     ex.loop()
     assert [(d.seq, d.parts) for d in handed] == [(0, []), (1, [])]  # every number handed over
     assert [o for o, _, _ in dead] == [0, 1, 0]
