@@ -196,17 +196,6 @@ def _late_own(rec: SourceRecord, missed_by_ms: float) -> Headers:
     return [(H_DEADLINE_MISSED_BY, f"{missed_by_ms:.1f}".encode())] + source_headers(rec)
 
 
-def dlq_headers(
-    rec: SourceRecord, reason: str, stage: str = "decode", origin: Origin | None = None
-) -> Headers:
-    """Original headers first (kept for replay), then ours."""
-    return _original(rec) + _dlq_own(rec, reason, stage, origin)
-
-
-def late_headers(rec: SourceRecord, missed_by_ms: float) -> Headers:
-    return _original(rec) + _late_own(rec, missed_by_ms)
-
-
 def dead_letter_copy(
     rec: SourceRecord,
     reason: str,
