@@ -30,7 +30,7 @@ from pipeline.logs import FORMATS, LEVELS
 from pipeline.ops.http_config import MetricsConfig, validate_metrics  # host, port, auth
 from pipeline.redisio.config import RedisConfig, validate_redis
 from pipeline.sinks.config import SinksConfig, validate_sinks
-from pipeline.tracing import TracingConfig, validate_tracing
+from pipeline.tracing import TRACE_HEADERS, TracingConfig, validate_tracing
 
 
 @dataclass
@@ -175,7 +175,7 @@ class WorkerConfig:
     kafka_connect_timeout_s: float = 30.0
     partitions: int = 4  # for topics this worker creates
     # Request headers copied onto each result (pipeline/outcomes.py): W3C trace context.
-    result_headers: list[str] = field(default_factory=lambda: ["traceparent", "tracestate", "baggage"])
+    result_headers: list[str] = field(default_factory=lambda: list(TRACE_HEADERS))
     tracing: TracingConfig = field(default_factory=TracingConfig)  # OpenTelemetry (pipeline/tracing.py)
     log_level: str = "INFO"  # --log-level wins (pipeline/logs.py)
     log_format: str = "text"  # or json: one object per line

@@ -44,6 +44,7 @@ from pipeline.faust.batch import FaustBatch
 from pipeline.pipelines import get_pipeline
 from pipeline.runtime.session import InferenceSession
 from pipeline.scoring import BatchTiming, ScoringStep, result_document
+from pipeline.tracing import TRACE_HEADERS
 
 log = logging.getLogger(__name__)
 # Records this path writes must fit aiokafka's max_request_size (1 MiB) and Apache
@@ -90,9 +91,12 @@ class BatchScorer:
         codec_options: dict[str, Any] | None = None,
         gil_switch_interval_ms: float | None = None,
         group_id: str = "",
+        carry_headers: Sequence[str] = TRACE_HEADERS,
     ) -> None:
         """group_id: the Faust app id (its consumer group), named by dead letters as
-        Kafka Connect's connector.name (consumers/dead_letter.py)."""
+        Kafka Connect's connector.name (consumers/dead_letter.py). carry_headers: the
+        request headers each result carries, as the worker's `result_headers`."""
+        self.carry_headers = frozenset(carry_headers)
         from pipeline.config import load_config
 
         overrides: dict[str, Any] = {"pipeline": pipeline}
@@ -205,14 +209,15 @@ class BatchScorer:
                 batch.outcomes[i] = "dlq"
                 futures.append(await self._dead_letter(dlq_topic, rec, f"result cannot be serialised: {exc}", "publish"))
                 continue
-            if (size := record_bytes(rec.key, value, None)) > FAUST_MAX_RECORD_BYTES:
+            carried = [(k, v) for k, v in rec.headers.items() if k in self.carry_headers] or None
+            if (size := record_bytes(rec.key, value, carried)) > FAUST_MAX_RECORD_BYTES:
                 # As the worker (pipeline/outcomes.py): a result Kafka would refuse is
                 # this request's dead letter, never an error for the whole batch.
                 batch.outcomes[i] = "dlq"
                 reason = f"result is {size} bytes, over the {FAUST_MAX_RECORD_BYTES}-byte record limit"
                 futures.append(await self._dead_letter(dlq_topic, rec, reason, "publish"))
                 continue
-            futures.append(await output_topic.send(key=rec.key, value=value))
+            futures.append(await output_topic.send(key=rec.key, value=value, headers=carried))
         for rej in batch.rejected:
             rec = source_record(rej.event)
             log.warning("dead-letter %s[%d]@%d: %s", rec.topic, rec.partition, rec.offset, rej.error)

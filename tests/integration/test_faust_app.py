@@ -238,10 +238,15 @@ def test_bad_input_is_dead_lettered_and_acked(broker, topic_factory, unique_grou
     dlq = topic_factory(f"{inp}.dlq", exact=True)
     factory = CtrRequestFactory(seed=33)
     good = [factory.make(i) for i in range(5)]
-    produce_values(broker.bootstrap_servers, inp, [good[0], (b"u", b"{not json"), *good[1:]])
+    trace = b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    produce_values(broker.bootstrap_servers, inp, [good[0], (b"u", b"{not json"), *good[1:]],
+                   headers=[("traceparent", trace), ("x-app", b"1")])
     with faust_worker(broker.bootstrap_servers, inp, out, unique_group_id, tmp_path, "worker") as (_proc, _p, log):
-        assert len(read_topic(broker.bootstrap_servers, out, 5, timeout=120)) == 5, f"see {log}"
+        scored = read_topic(broker.bootstrap_servers, out, 5, timeout=120)
+        assert len(scored) == 5, f"see {log}"
         dead = read_topic(broker.bootstrap_servers, dlq, 1, timeout=30)
+    # Results carry the W3C trace headers, as the worker's (config result_headers).
+    assert all(m.headers() == [("traceparent", trace)] for m in scored), scored[0].headers()
     assert len(dead) == 1
     headers = dict(dead[0].headers())
     assert dead[0].value() == b"{not json"
