@@ -20,10 +20,11 @@ Outage behaviour (docs/REDIS.md "Outages"):
 from __future__ import annotations
 
 import logging
+import os
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import redis
@@ -31,6 +32,7 @@ from redis.backoff import NoBackoff
 from redis.client import Pipeline
 from redis.retry import Retry
 
+from consumers.client_settings import resolve_secret
 from pipeline.errors import config_key_error
 from pipeline.redisio.config import RedisConfig, redacted_url, require_tls_files
 from pipeline.redisio.failures import OUTAGE, classify, describe, first_line
@@ -46,11 +48,15 @@ _REFUSED_LOG_EVERY_S = 60.0
 UNAVAILABLE = (redis.ConnectionError, redis.TimeoutError, OSError)
 
 
-def make_client(rc: RedisConfig) -> redis.Redis:
+def make_client(rc: RedisConfig, environ: Mapping[str, str] | None = None) -> redis.Redis:
     """A redis-py client with short timeouts, no hidden retries, str replies. Raises
-    UserError naming the key when a configured TLS file is missing."""
+    UserError naming the key when a configured TLS file is missing. `redis.password`
+    may be `${ENV_VAR}` or `@file:/path`, like the `kafka:` block's secrets
+    (consumers/client_settings.py), so a mounted Secret's rotation needs no config edit."""
     require_tls_files(rc, config_key_error)
     url, username, password = rc.connection()
+    if rc.password is not None:
+        password = resolve_secret("redis.password", rc.password, os.environ if environ is None else environ, "config key")
     kwargs: dict[str, Any] = {
         "socket_timeout": rc.socket_timeout_ms / 1000.0,
         "socket_connect_timeout": rc.connect_timeout_ms / 1000.0,

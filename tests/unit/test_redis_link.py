@@ -147,3 +147,14 @@ def test_the_password_and_username_keys_win_over_the_urls() -> None:
 def test_the_hostname_check_can_be_dropped_but_not_verification() -> None:
     kwargs = make_client(RedisConfig(url=URL, tls_check_hostname=False)).connection_pool.connection_kwargs
     assert kwargs["ssl_check_hostname"] is False and kwargs.get("ssl_cert_reqs", "required") == "required"
+
+
+def test_the_password_may_be_an_env_or_file_reference_and_an_error_never_shows_it(tmp_path) -> None:
+    secret = tmp_path / "redis-password"
+    secret.write_text("from-file\n")
+    for ref, env, expect in (("${RPW}", {"RPW": "from-env"}, "from-env"), (f"@file:{secret}", {}, "from-file")):
+        kwargs = make_client(RedisConfig(password=ref), environ=env).connection_pool.connection_kwargs
+        assert kwargs["password"] == expect
+    with pytest.raises(UserError) as err:
+        make_client(RedisConfig(password="${MISSING_RPW}"), environ={})
+    assert str(err.value) == "config key redis.password: environment variable MISSING_RPW is not set"
