@@ -130,7 +130,8 @@ class Outcomes:
 
         headers = self._result_headers(rec)
         if trace:
-            headers = [h for h in headers or () if h[0] not in dict(trace)] + trace
+            replaced = {name for name, _ in trace}
+            headers = [h for h in headers or () if h[0] not in replaced] + trace
         self._send(self.topics.output, rec.key, value, headers, rec, refused, ready_wall_ms=ready_wall_ms)
 
     def _result_headers(self, rec: SourceRecord) -> list[tuple[str, bytes]] | None:
