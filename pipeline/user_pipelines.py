@@ -105,6 +105,20 @@ def validate_pipelines(cfg: Any, bad: Callable[[str, str], UserError], shipped: 
         raise bad("pipeline", f"unknown pipeline {cfg.pipeline!r}; shipped pipelines: {', '.join(sorted(shipped))}{defined}")
 
 
+def served_version(name: str, source: Path, version: str) -> tuple[Path, str]:
+    """The file to serve at start and its version: `source` itself, or the newest
+    version folder of a model repository (pipeline/versions/repository.py)."""
+    from pipeline.versions.repository import is_repository, scan
+
+    if not is_repository(source):
+        return source, version
+    found = scan(source)
+    if not found:
+        raise UserError(f"pipeline {name!r}: no version folder with a model.onnx under {source} (e.g. {source}/1/model.onnx)")
+    newest = found[-1]
+    return newest.path, str(newest.version)
+
+
 class UserPipeline:
     """One `pipelines` entry (checked by validate_pipelines): what its PipelineSpec
     calls. The graph is read once, on first use."""
@@ -122,12 +136,14 @@ class UserPipeline:
         from pipeline.onnx_graph import read_graph
 
         if self._model is None:
-            graph = read_graph(Path(self.entry["model"]))
+            source = Path(self.entry["model"])
+            path, version = served_version(self.name, source, str(self.entry.get("version", "1")))
+            graph = read_graph(path)
             describe = [{"name": t.name, "dtype": t.type, "shape": list(t.shape or ())} for t in graph.inputs]
             results = [{"name": t.name, "dtype": t.type, "shape": list(t.shape or ())} for t in graph.outputs]
             self._model = ModelSpec(
-                name=self.name, version=str(self.entry.get("version", "1")), onnx_path=graph.path,
-                inputs=describe, outputs=results, raw={**self.entry, "graph": graph},
+                name=self.name, version=version, onnx_path=graph.path,
+                inputs=describe, outputs=results, raw={**self.entry, "graph": graph}, source=source,
             )
         return self._model
 

@@ -204,7 +204,7 @@ def test_prometheus_scrapes_the_compose_workers(compose):
 ALERTS = {
     "TidebatchWorkerDown", "TidebatchNoWorkers", "TidebatchLagGrowing", "TidebatchP99OverSLO",
     "TidebatchDLQRate", "TidebatchNoCommit", "TidebatchDeliveryErrors", "TidebatchRedisDown",
-    "TidebatchModelProcessRestarting",
+    "TidebatchModelProcessRestarting", "TidebatchModelVersionRefused",
 }
 
 
