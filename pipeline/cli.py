@@ -26,6 +26,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "pipeline.commands.config",
     "pipeline.commands.inspect",
     "pipeline.commands.dlq",
+    "pipeline.commands.completion",
 )
 
 
