@@ -34,7 +34,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     kinds = p.add_subparsers(dest="pipeline", required=True, metavar="PIPELINE", action=OpenSubcommands)
     ctr = kinds.add_parser("ctr", help="click-through-rate requests (JSON or binary)", description=_CTR)
-    _add_common(ctr, "requests per second, Poisson")
+    _add_common(ctr, _POISSON_RATE)
     _add_file(ctr)
     ctr.add_argument(
         "--encoding", choices=("json", "binary"), default="json",
@@ -45,7 +45,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                 count="frames to send, of all cameras together (default 10000)")
     _add_camera(cam)
     text = kinds.add_parser("text", help="texts to embed (product reviews, chat lines)", description=_TEXT)
-    _add_common(text, "requests per second, Poisson")
+    _add_common(text, _POISSON_RATE)
     _add_file(text)
     own = kinds.add_fallback(
         help="a pipeline of your own, defined under the -c config's `pipelines:` (docs/OWN_MODEL.md)",
@@ -55,11 +55,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "-c", "--config", metavar="FILE",
         help="worker config whose `pipelines:` define NAME (docs/OWN_MODEL.md)",
     )
-    _add_common(own, "requests per second, Poisson")
+    _add_common(own, _POISSON_RATE)
     _add_file(own)
     p.set_defaults(func=run)
 
 
+_POISSON_RATE = f"requests per second, Poisson (default {DEFAULT_RATE:g})"
 _CTR = "CTR requests: a user and 20 candidate items each (docs/schemas/ctr_request.md), Poisson arrivals."
 _CAMERA = (
     "Frames of K cameras, each at its own fixed frame rate (optionally along a day/night wave), "
@@ -77,8 +78,7 @@ def _add_common(p: argparse.ArgumentParser, rate: str, count: str | None = None)
     p.add_argument("--bootstrap-servers", required=True, metavar="HOST:PORT", help="Kafka brokers to send to (required)")
     p.add_argument("--topic", help="topic to send to (default: the pipeline's input topic)")
     p.add_argument("--partitions", type=int, default=4, help="partitions if the topic is created (default 4)")
-    default_rate = "" if "default" in rate else f" (default {DEFAULT_RATE:g})"
-    p.add_argument("--rate", type=float, help=rate + default_rate)
+    p.add_argument("--rate", type=float, help=rate)
     p.add_argument("--count", type=int, help=count or "requests to send (default 10000, or the --file's lines)")
     p.add_argument("--seed", type=int, default=1, help="seed of the arrival times and request contents (default 1)")
     p.add_argument(
