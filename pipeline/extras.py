@@ -53,7 +53,7 @@ def load(module: str, extra: str, what: str | None = None) -> ModuleType:
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as exc:
-        if (exc.name or "").partition(".")[0] not in EXTRAS[extra].modules:
+        if not _names_one_of(exc, EXTRAS[extra].modules):
             raise
         raise missing(extra, what) from None
 
@@ -71,9 +71,14 @@ def onnxruntime(what: str = "running a model") -> ModuleType:
     try:
         return importlib.import_module("onnxruntime")
     except ModuleNotFoundError as exc:
-        if (exc.name or "").partition(".")[0] != "onnxruntime":
+        if not _names_one_of(exc, ("onnxruntime",)):
             raise
         raise UserError(f"{what} needs ONNX Runtime: {ORT_INSTALL}") from None
+
+
+def _names_one_of(exc: ModuleNotFoundError, packages: tuple[str, ...]) -> bool:
+    """Whether the module not found is (in) one of `packages`, not some other import."""
+    return (exc.name or "").partition(".")[0] in packages
 
 
 def installed_ort_builds() -> list[str]:
