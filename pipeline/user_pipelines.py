@@ -34,6 +34,10 @@ if TYPE_CHECKING:
     from pipeline.codecs.tensor_json import InputField
 
 CODECS = ("tensor-json",)
+# A package can name its codec classes under this entry-point group (pyproject.toml:
+# [project.entry-points."tidebatch.codecs"] my-codec = "my_pkg.codecs:MyCodec"); an
+# entry then says `codec: my-codec` (docs/OWN_MODEL.md, "A codec class of your own").
+ENTRY_POINTS = "tidebatch.codecs"
 # Or a codec class of the user's own, "package.module:Class" (the Codec protocol,
 # pipeline/codecs/base.py), constructed with the entry's codec_options.
 _CLASS = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*\Z")
@@ -84,8 +88,11 @@ def validate_pipelines(cfg: Any, bad: Callable[[str, str], UserError], shipped: 
             raise bad(f"{key}.name", f"{name!r} is defined twice")
         seen.add(name)
         codec = entry.get("codec", "tensor-json")
-        if codec not in CODECS and not _CLASS.match(codec):
-            raise bad(f"{key}.codec", f"{codec!r} is not one of {', '.join(CODECS)}, nor a class as 'package.module:Class'")
+        if codec not in CODECS and not _CLASS.match(codec) and codec not in installed_codecs():
+            raise bad(f"{key}.codec", (
+                f"{codec!r} is not one of {', '.join(CODECS)}, nor a class as 'package.module:Class', nor a codec "
+                f"installed under the {ENTRY_POINTS!r} entry points ({', '.join(sorted(installed_codecs())) or 'none installed'})"
+            ))
         if "codec_options" in entry and codec in CODECS:
             raise bad(f"{key}.codec_options", f"only for a codec class of your own; {codec} takes inputs, outputs, rows")
         if entry.get("rows", "one") not in ("one", "many"):
@@ -204,17 +211,30 @@ class UserPipeline:
         return make
 
 
+def installed_codecs() -> dict[str, Any]:
+    """The codec classes installed packages name under ENTRY_POINTS: name -> EntryPoint."""
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINTS)}
+
+
 def codec_class(pipeline: str, spec: str, options: Mapping[str, Any]) -> Codec:
-    """An instance of "package.module:Class" with `options`; UserError (one line) when
-    it cannot be imported or made, or lacks a method of the Codec protocol."""
+    """An instance of "package.module:Class", or of an installed entry point's class,
+    with `options`; UserError (one line) when it cannot be imported or made, or lacks
+    a method of the Codec protocol."""
     import importlib
     import inspect
 
-    module, _, attr = spec.partition(":")
     where = f"pipeline {pipeline!r}: codec {spec}"
     try:
-        cls = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as exc:
+        if _CLASS.match(spec):
+            module, _, attr = spec.partition(":")
+            cls = getattr(importlib.import_module(module), attr)
+        else:
+            point = installed_codecs()[spec]
+            where = f"{where} ({point.value}, entry point of {point.dist.name if point.dist else 'a package'})"
+            cls = point.load()
+    except (ImportError, AttributeError, KeyError) as exc:
         raise UserError(f"{where}: cannot import it: {type(exc).__name__}: {exc}") from None
     try:
         known = [n for n in inspect.signature(cls).parameters if n != "self"]
