@@ -25,6 +25,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "pipeline.commands.config",
     "pipeline.commands.inspect",
     "pipeline.commands.dlq",
+    "pipeline.commands.profile",
 )
 
 

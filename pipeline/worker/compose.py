@@ -36,6 +36,7 @@ from pipeline.outcomes import Topics
 from pipeline.pipelines import PipelineSpec, pipeline_for
 from pipeline.runtime.model_process import ProcessSession
 from pipeline.runtime.session import InferenceSession
+from pipeline.runtime.sessions import open_session
 from pipeline.scoring import ScoringStep
 from pipeline.sinks import ResultSink
 from pipeline.tracing import BatchTracer, make_tracer
@@ -111,12 +112,7 @@ def build_parts(
     policy = make_policy(cfg.batching.policy, **params)
     metrics = WorkerMetrics(cfg.pipeline, cfg.batching.policy)
     rt = cfg.runtime
-    session: InferenceSession | ProcessSession
-    if rt.model_process:
-        restarts = metrics.model_restarts.labels(cfg.pipeline)
-        session = ProcessSession(model.onnx_path, rt.providers, rt.intra_op_threads, on_restart=restarts.inc)
-    else:
-        session = InferenceSession(model.onnx_path, rt.providers, rt.intra_op_threads)
+    session = open_session(model.onnx_path, rt, on_restart=metrics.model_restarts.labels(cfg.pipeline).inc)
     redis_parts: RedisParts | None = None
     try:
         metrics.provider.info({"model": model.name, "version": model.version, "provider": session.provider})

@@ -1,0 +1,45 @@
+"""`tidebatch profile ctr --quick` for real, on the shipped CTR model: both executors
+(a real model process too), the curve file that `tidebatch simulate` then reads, and
+the recommended config the worker's own validation accepts. Shapes and consistency
+only, never a timing: the figures depend on the machine. No broker needed."""
+
+from __future__ import annotations
+
+import json
+
+from pipeline.cli import main
+from pipeline.config import load_config
+from pipeline.simulate import load_curve
+
+
+def test_profile_ctr_quick_writes_a_curve_simulate_reads(tmp_path, capsys) -> None:
+    assert main(["profile", "ctr", "--quick", "-o", str(tmp_path), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    doc = json.loads((tmp_path / "curve.json").read_text())
+    configs = doc["profile"]["configurations"]
+    assert [(c["executor"], c["intra_op_threads"]) for c in configs] == [("in-process", 1), ("model-process", 1)]
+    for c in configs:
+        rows = [m["rows"] for m in c["measured"]]
+        assert rows == sorted(rows) and len(rows) >= 3 and rows[-1] <= 512  # the CTR pipeline's cap
+        assert all(m["repeats"] >= 3 and 0 < m["model_ms"] for m in c["measured"])
+        assert c["max_batch_rows"] in rows and c["capacity_rows_s"] > 0
+    chosen = report["chosen"]
+    assert chosen in [{k: v for k, v in c.items() if k != "measured"} for c in configs]
+    assert doc["setting"] == {"executor": chosen["executor"], "intra_op_threads": chosen["intra_op_threads"]}
+    assert report["predicted_capacity_rows_s"] == min(report["model_capacity_rows_s"],
+                                                      report["python_stage_capacity_rows_s"])
+    assert [p["load"] for p in report["predictions"]] == [0.1, 0.5, 0.9]
+    curve = load_curve(str(tmp_path / "curve.json"))
+    assert curve.max_batch_rows == chosen["max_batch_rows"] and curve.capacity > 0
+    assert main(["simulate", "--curve", str(tmp_path / "curve.json"), "--policies", "adaptive",
+                 "--load", "0.5", "--duration", "0.5"]) == 0
+    assert "adaptive" in capsys.readouterr().out
+    cfg = load_config(tmp_path / "worker.yaml", environ={})
+    assert cfg.pipeline == "ctr" and cfg.batching.max_batch_rows == chosen["max_batch_rows"]
+    assert cfg.runtime.model_process == (chosen["executor"] == "model-process")
+
+
+def test_an_unknown_pipeline_is_one_line(tmp_path, capsys) -> None:
+    assert main(["profile", "nope", "--quick", "-o", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown pipeline 'nope'" in err
