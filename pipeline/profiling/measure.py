@@ -17,7 +17,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
+from models.registry import ModelSpec
+from pipeline.codecs.base import Codec, Decoded
 from pipeline.config import WorkerConfig
+from pipeline.errors import UserError
 from pipeline.pipelines import PipelineSpec
 from pipeline.profiling.fit import Fitted, best, fit
 from pipeline.profiling.stages import PythonStage, measure_python_stage
@@ -69,12 +72,12 @@ def rows_distribution(rows: Sequence[int]) -> str:
     return f"lognormal:{statistics.fmean(rows):.3g}:{statistics.pstdev(logs):.3g}"
 
 
-def _pool(pipeline: PipelineSpec, codec: object, max_rows: int, batches: int) -> list:
+def _pool(pipeline: PipelineSpec, codec: Codec, max_rows: int, batches: int) -> list[Decoded]:
     """Enough decoded sample requests for `batches` distinct batches at the cap."""
-    first = sample_requests(pipeline, codec, 32)  # type: ignore[arg-type]
+    first = sample_requests(pipeline, codec, 32)
     mean = sum(d.rows for d in first) / len(first)
     want = min(max(math.ceil(batches * max_rows / mean), 32), 4096)
-    return first if want <= 32 else sample_requests(pipeline, codec, want)  # type: ignore[arg-type]
+    return first if want <= 32 else sample_requests(pipeline, codec, want)
 
 
 def _messages(pipeline: PipelineSpec, count: int) -> list[tuple[bytes | None, dict[str, bytes]]]:
@@ -124,6 +127,9 @@ def run_profile(
             step = ScoringStep(model, codec, session)
             points = sweep(lambda batch, step=step: step.infer(batch)[1], pool, lambda d: d.rows, counts, timer,
                            seconds / len(settings), min_repeats=3 if quick else 5)
+        except Exception as exc:  # e.g. a ZipMap output the model process's wire cannot carry
+            progress(f"{setting.label}: not measured ({type(exc).__name__}: {exc})".splitlines()[0])
+            continue
         finally:
             session.close()
         f = fit(f"{pipeline.name}-{setting.executor}-{setting.threads}t", setting, points, slo,
@@ -132,7 +138,9 @@ def run_profile(
         progress(f"{setting.label}: t(n) = {f.curve.a * 1e3:.4f} ms + {f.curve.b * 1e3:.5f} ms/row, "
                  f"{f.capacity:,.0f} rows/s")
     # The Python stage's batches: the largest measured within the pipeline's cap.
-    python = _python_stage(pipeline, codec, model, max(counts), len(pool), timer)
+    python = _python_stage(pipeline, cfg, codec, model, max(counts), len(pool), timer)
+    if not fitted:
+        raise UserError(f"pipeline {pipeline.name!r}: no configuration could run the model (see above)")
     chosen = best(fitted, ceiling=python.capacity)
     rows_dist = rows_distribution([d.rows for d in pool])
     profile = Profile(pipeline.name, fitted, chosen, python, rows_dist, provider, policy or cfg.batching.policy)
@@ -140,13 +148,15 @@ def run_profile(
     return profile
 
 
-def _python_stage(pipeline: PipelineSpec, codec: object, model: object, per_batch: int, count: int,
-                  timer: Callable[[], float]) -> PythonStage:
-    from pipeline.runtime.session import InferenceSession
-
-    session = InferenceSession(model.onnx_path, "cpu", 1)  # type: ignore[attr-defined]
-    return measure_python_stage(codec, model, _messages(pipeline, min(count, 1000)), session.run,  # type: ignore[arg-type]
-                                per_batch, timer)
+def _python_stage(pipeline: PipelineSpec, cfg: WorkerConfig, codec: Codec, model: ModelSpec, per_batch: int,
+                  count: int, timer: Callable[[], float]) -> PythonStage:
+    """The Python stage, with the model in-process (its outputs feed split; the model
+    process's wire carries numeric arrays only)."""
+    session = open_session(model.onnx_path, replace(cfg.runtime, model_process=False, intra_op_threads=1))
+    try:
+        return measure_python_stage(codec, model, _messages(pipeline, min(count, 1000)), session.run, per_batch, timer)
+    finally:
+        session.close()
 
 
 def predict(profile: Profile, loads: Sequence[float], quick: bool = False) -> list[RunResult]:

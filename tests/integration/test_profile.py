@@ -21,7 +21,7 @@ def test_profile_ctr_quick_writes_a_curve_simulate_reads(tmp_path, capsys) -> No
     for c in configs:
         rows = [m["rows"] for m in c["measured"]]
         assert rows == sorted(rows) and len(rows) >= 3 and rows[-1] <= 512  # the CTR pipeline's cap
-        assert all(m["repeats"] >= 3 and 0 < m["model_ms"] for m in c["measured"])
+        assert all(m["repeats"] >= 3 and m["model_ms"] > 0 for m in c["measured"])
         assert c["max_batch_rows"] in rows and c["capacity_rows_s"] > 0
     chosen = report["chosen"]
     assert chosen in [{k: v for k, v in c.items() if k != "measured"} for c in configs]
@@ -43,3 +43,24 @@ def test_an_unknown_pipeline_is_one_line(tmp_path, capsys) -> None:
     assert main(["profile", "nope", "--quick", "-o", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unknown pipeline 'nope'" in err
+
+
+def test_a_users_model_from_its_config_and_a_configuration_that_cannot_run_it(tmp_path, capsys) -> None:
+    """A `pipelines:` entry is profiled like a shipped pipeline. A tree ensemble's ZipMap
+    output cannot cross the model process's wire (docs/OWN_MODEL.md): that configuration
+    is reported as not measured, and the in-process one is recommended."""
+    import yaml
+
+    from tests.own_models import tree_classifier
+
+    model = tree_classifier(tmp_path / "trees.onnx")
+    config = tmp_path / "trees.yaml"
+    config.write_text(yaml.safe_dump({"pipeline": "trees", "pipelines": [{
+        "name": "trees", "model": str(model), "codec": "tensor-json", "inputs": {"x": "x"},
+        "outputs": {"p": "probabilities"}, "max_batch_rows": 64}]}))
+    assert main(["profile", "trees", "-c", str(config), "--quick", "-o", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "model-process, 1 thread: not measured" in out
+    doc = json.loads((tmp_path / "out" / "curve.json").read_text())
+    assert [c["executor"] for c in doc["profile"]["configurations"]] == ["in-process"]
+    assert doc["max_batch_rows"] <= 64 and load_curve(str(tmp_path / "out" / "curve.json")).capacity > 0
