@@ -30,6 +30,9 @@ from pipeline.scoring import ScoringStep, sample_requests
 from pipeline.simulate import RunResult, SimConfig, compare
 
 SIM_REQUESTS = 20_000  # simulated requests at the highest load: enough for a p99
+# Requests whose Python stage is timed: on a shared machine a few dozen gave 158-332 µs
+# for the same JSON CTR request from one run to the next.
+PYTHON_REQUESTS = 1000
 
 
 @dataclass
@@ -138,7 +141,7 @@ def run_profile(
         progress(f"{setting.label}: t(n) = {f.curve.a * 1e3:.4f} ms + {f.curve.b * 1e3:.5f} ms/row, "
                  f"{f.capacity:,.0f} rows/s")
     # The Python stage's batches: the largest measured within the pipeline's cap.
-    python = _python_stage(pipeline, cfg, codec, model, max(counts), len(pool), timer)
+    python = _python_stage(pipeline, cfg, codec, model, max(counts), len(pool) if quick else PYTHON_REQUESTS, timer)
     if not fitted:
         raise UserError(f"pipeline {pipeline.name!r}: no configuration could run the model (see above)")
     chosen = best(fitted, ceiling=python.capacity)
@@ -154,7 +157,7 @@ def _python_stage(pipeline: PipelineSpec, cfg: WorkerConfig, codec: Codec, model
     process's wire carries numeric arrays only)."""
     session = open_session(model.onnx_path, replace(cfg.runtime, model_process=False, intra_op_threads=1))
     try:
-        return measure_python_stage(codec, model, _messages(pipeline, min(count, 1000)), session.run, per_batch, timer)
+        return measure_python_stage(codec, model, _messages(pipeline, count), session.run, per_batch, timer)
     finally:
         session.close()
 

@@ -88,11 +88,13 @@ def test_fit_recovers_the_affine_cost_of_the_executor_that_limits() -> None:
     assert mp.curve.a * 1e3 == pytest.approx(0.2) and mp.capacity > inproc.capacity
 
 
-def test_batch_cap_is_the_smallest_batch_near_the_best_rate() -> None:
+def test_batch_cap_is_the_largest_batch_near_the_best_rate() -> None:
     points = _points(1.0, 0.01)  # rows/s keeps rising: 16 rows 15k/s ... 512 rows 84k/s
     assert batch_cap(points, "in-process") == 512
-    flat = _points(0.0, 0.01)  # no gain from batching: the smallest batch will do
-    assert batch_cap(flat, "in-process") == 16
+    # Slower per row past 64 rows (a convolutional model on CPU): the cap stops there.
+    slower = [p if p.rows <= 64 else Point(p.requests, p.rows, p.ms * 1.2, p.model_ms * 1.2, 5)
+              for p in _points(0.0, 0.01)]
+    assert batch_cap(slower, "in-process") == 64
 
 
 def test_the_chosen_configuration_is_the_fastest_and_on_a_tie_the_cheapest() -> None:
