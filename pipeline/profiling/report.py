@@ -85,7 +85,8 @@ def report_text(profile: Profile, curve_path: Path, config_path: Path, cfg: Work
         f"python stage per request (GIL): decode {py.decode_s * 1e6:.1f} µs, collate+split "
         f"{py.collate_split_s * 1e6:.1f} µs, result {py.publish_s * 1e6:.1f} µs; "
         f"{py.rows_per_request:.3g} rows/request -> {py.capacity:,.0f} rows/s",
-        f"predicted capacity: {profile.predicted_capacity:,.0f} rows/s, limited by {profile.limited_by}",
+        f"predicted capacity: {profile.predicted_capacity:,.0f} rows/s, limited by {profile.limited_by}; an upper "
+        "bound: per-record Kafka and queueing work is not measured (docs/OWN_MODEL.md, \"Profiling\")",
         f"\nsimulated ({profile.policy}, SLO {cfg.batching.slo_ms:g} ms; loads relative to the predicted capacity; "
         "latency from batching and the model, not decoding):",
         _table(["load", "rows/s", "p50 ms", "p99 ms", "goodput rows/s", "batch rows"], [
