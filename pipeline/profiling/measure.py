@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from models.registry import ModelSpec
+from pipeline.batching.concurrent import BatchQueue
 from pipeline.codecs.base import Codec, Decoded
 from pipeline.config import WorkerConfig
 from pipeline.errors import UserError
@@ -155,9 +156,21 @@ def _python_stage(pipeline: PipelineSpec, cfg: WorkerConfig, codec: Codec, model
                   count: int, timer: Callable[[], float]) -> PythonStage:
     """The Python stage, with the model in-process (its outputs feed split; the model
     process's wire carries numeric arrays only)."""
+    from pipeline.batching.cost import CostModel
+    from pipeline.batching.policies import make_policy
+    from pipeline.clock import MonotonicClock
+    from pipeline.worker.compose import batch_queue, batching_params
+
+    params = batching_params(cfg, pipeline.max_batch_rows)
+    max_rows = params.get("max_batch_rows", pipeline.max_batch_rows)
+
+    def new_queue() -> BatchQueue:
+        policy = make_policy(cfg.batching.policy, **params)
+        return batch_queue(cfg, policy, CostModel(), MonotonicClock(), 1, max_rows)
+
     session = open_session(model.onnx_path, replace(cfg.runtime, model_process=False, intra_op_threads=1))
     try:
-        return measure_python_stage(codec, model, _messages(pipeline, count), session.run, per_batch, timer)
+        return measure_python_stage(codec, model, _messages(pipeline, count), session.run, per_batch, timer, new_queue)
     finally:
         session.close()
 

@@ -33,7 +33,7 @@ def curve_file(profile: Profile) -> dict:
             "rows_per_request": profile.rows_dist,
             "configurations": [{**_fit_summary(f), "measured": f.document["measured"]} for f in profile.fitted],
             "python_stage_us_per_request": {
-                "decode": py.decode_s * 1e6, "collate_split": py.collate_split_s * 1e6, "publish": py.publish_s * 1e6,
+                "admit": py.admit_s * 1e6, "collate_split": py.collate_split_s * 1e6, "publish": py.publish_s * 1e6,
             },
             "python_stage_capacity_rows_s": py.capacity,
             "model_capacity_rows_s": profile.chosen.capacity,
@@ -82,7 +82,7 @@ def report_text(profile: Profile, curve_path: Path, config_path: Path, cfg: Work
     out = [
         f"\n{profile.pipeline} on {profile.provider}: model cost per call t(n) = a + b·n (n rows; * = chosen)",
         _table(["configuration", "a ms", "b ms/row", "batch cap", "rows/s"], rows),
-        f"python stage per request (GIL): decode {py.decode_s * 1e6:.1f} µs, collate+split "
+        f"python stage per request (GIL): admit (decode, deadline, queue) {py.admit_s * 1e6:.1f} µs, collate+split "
         f"{py.collate_split_s * 1e6:.1f} µs, result {py.publish_s * 1e6:.1f} µs; "
         f"{py.rows_per_request:.3g} rows/request -> {py.capacity:,.0f} rows/s",
         f"predicted capacity: {profile.predicted_capacity:,.0f} rows/s, limited by {profile.limited_by}; an upper "

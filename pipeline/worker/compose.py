@@ -131,7 +131,7 @@ def build_parts(
         step = ScoringStep(model, codec, session, hooks)
         cost = CostModel(prior=step.warm_up(pipeline)) if rt.warmup else CostModel()
         executors = rt.executors or (4 if rt.model_process else 1)
-        queue = _batch_queue(cfg, policy, cost, clock or MonotonicClock(), executors,
+        queue = batch_queue(cfg, policy, cost, clock or MonotonicClock(), executors,
                              params.get("max_batch_rows", pipeline.max_batch_rows))
         b = cfg.batching
         backpressure = Backpressure(b.queue_high_rows, b.queue_low_rows, poll_records=POLL_RECORDS)
@@ -151,9 +151,11 @@ def build_parts(
     )
 
 
-def _batch_queue(
+def batch_queue(
     cfg: WorkerConfig, policy: Policy, cost: CostModel, clock: Clock, executors: int, max_rows: int
 ) -> BatchQueue:
+    """The worker's batch queue for `cfg` (also built by `tidebatch profile` to time the
+    source thread's queueing, pipeline/profiling/stages.py)."""
     b = cfg.batching
     batcher = Batcher(
         policy,

@@ -161,3 +161,64 @@ def test_settings_and_rows_distribution() -> None:
                                          Setting("model-process", 1), Setting("model-process", 2)]
     assert rows_distribution([1, 1, 1]) == "fixed:1"
     assert rows_distribution([10, 20, 40]).startswith("lognormal:23.3:")
+
+
+# ----------------------------------------------------------------------------- python stage
+class _ToyCodec:
+    """One float per request: b"0.5" -> a row; the model doubles it."""
+
+    name = "toy"
+
+    def decode(self, value, headers=None):
+        from pipeline.codecs.base import Decoded
+
+        return Decoded(value.decode(), 1, float(value))
+
+    def collate(self, payloads, pad_to_rows=None):
+        import numpy as np
+
+        return {"x": np.array(payloads, dtype=np.float32)}
+
+    def split(self, outputs, decoded):
+        return [{"y": float(v)} for v in outputs["y"]]
+
+
+def test_python_stage_admits_as_the_source_thread_does_and_times_with_the_injected_timer() -> None:
+    from pipeline.batching.concurrent import BatchQueue
+    from pipeline.config import WorkerConfig
+    from pipeline.profiling.stages import measure_python_stage
+    from pipeline.worker.compose import batch_queue, batching_params
+
+    class Ticks:  # every reading 1 ms after the last: each timed span is 1 ms
+        t = 0.0
+
+        def __call__(self) -> float:
+            self.t += 1e-3
+            return self.t
+
+    cfg = WorkerConfig()
+    params = batching_params(cfg, 512)
+    queues: list[BatchQueue] = []
+
+    def new_queue() -> BatchQueue:
+        from pipeline.batching.cost import CostModel
+        from pipeline.batching.policies import make_policy
+        from pipeline.clock import MonotonicClock
+
+        queues.append(batch_queue(cfg, make_policy("adaptive", **params), CostModel(), MonotonicClock(), 1, 512))
+        return queues[-1]
+
+    messages = [(f"{i / 10}".encode(), {}) for i in range(50)]
+    stage = measure_python_stage(_ToyCodec(), _Model(), messages, lambda feeds: {"y": feeds["x"] * 2}, 10,
+                                 Ticks(), new_queue, repeats=3)
+    assert [q.rows for q in queues] == [50, 50, 50]  # every sample request queued, in a fresh queue each time
+    assert stage.admit_s == pytest.approx(1e-3 / 50) and stage.collate_split_s == pytest.approx(1e-3 / 50)
+    assert stage.publish_s == pytest.approx(1e-3 / 50) and stage.rows_per_request == 1.0
+    assert stage.capacity == pytest.approx(1 / (3e-3 / 50))
+
+
+class _Model:
+    """What a result document reads of a model spec."""
+
+    name = "toy"
+    version = "1"
