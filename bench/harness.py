@@ -294,9 +294,10 @@ def embedded_broker() -> Iterator[LocalBroker]:
 @contextmanager
 def worker_process(
     bootstrap: str, inp: str, out: str, policy: str, *, extra_env: dict[str, str] | None = None,
-    log_name: str = "worker",
+    log_name: str = "worker", pipeline: str = "ctr", config: Path | None = None,
 ) -> Iterator[subprocess.Popen]:
-    """A `tidebatch run` process; yields once it has partitions and fetches."""
+    """A `tidebatch run` process; yields once it has partitions and fetches. config: a
+    worker config file, e.g. one whose `pipelines:` define `pipeline`."""
     port = free_port()
     group = f"bench-{policy}-{uuid.uuid4().hex[:8]}"
     env = dict(
@@ -307,7 +308,7 @@ def worker_process(
     )
     log = OUT / f"{log_name}.log"
     cmd = [
-        sys.executable, "-m", "pipeline.cli", "run", "--pipeline", "ctr",
+        sys.executable, "-m", "pipeline.cli", "run", "--pipeline", pipeline, *(["-c", str(config)] if config else []),
         "--bootstrap-servers", bootstrap, "--broker-profile", profile_of(bootstrap),
         "--policy", policy, "--group-id", group, "--input-topic", inp, "--output-topic", out,
     ]

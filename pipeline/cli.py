@@ -27,6 +27,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "pipeline.commands.inspect",
     "pipeline.commands.dlq",
     "pipeline.commands.completion",
+    "pipeline.commands.profile",
 )
 
 

@@ -75,13 +75,7 @@ class ScoringStep:
         share a batch) and return t(n) per row: the cost model's prior, so the first
         batching decisions are not guesses."""
         sizes = pipeline.warmup_sizes
-        samples = pipeline.make_samples(WARMUP_SEED)
-        by_bucket: dict[object, list[Decoded]] = {}
-        for i in range(max(sizes) * 4):
-            _key, value, headers = samples(i)
-            d = self.codec.decode(value, dict(headers))
-            by_bucket.setdefault(d.bucket, []).append(d)
-        decoded = max(by_bucket.values(), key=len)
+        decoded = sample_requests(pipeline, self.codec, max(sizes) * 4)
         sizes = tuple(n for n in sizes if n <= len(decoded)) or (1,)
         cost = self.session.profile(lambda n: self.codec.collate([d.payload for d in decoded[:n]]), sizes)
         # profile() fits against request counts; convert to rows with their mean size.
@@ -116,6 +110,20 @@ class ScoringStep:
                 continue
             out.append(Single(result, None, seconds, started))
         return out
+
+
+def sample_requests(pipeline: PipelineSpec, codec: Codec, count: int, seed: int = WARMUP_SEED) -> list[Decoded]:
+    """The pipeline's first `count` sample requests, decoded by its codec, and of those
+    the largest group of one bucket (requests of one bucket can share a batch): the
+    real requests the warm-up profile and `tidebatch profile` (pipeline/profiling/)
+    collate into batches."""
+    samples = pipeline.make_samples(seed)
+    by_bucket: dict[object, list[Decoded]] = {}
+    for i in range(count):
+        _key, value, headers = samples(i)
+        d = codec.decode(value, dict(headers))
+        by_bucket.setdefault(d.bucket, []).append(d)
+    return max(by_bucket.values(), key=len)
 
 
 def result_document(

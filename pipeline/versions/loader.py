@@ -1,6 +1,5 @@
-"""Opening a model's session, the same way for the worker's first version and for
-every later one (pipeline/worker/compose.py builds both through here), and the
-checks a new version passes before it may serve.
+"""The checks a new model version passes before it may serve; its session is opened
+the way the worker's first one was (pipeline/runtime/sessions.py).
 
 A candidate is refused unless, with the serving codec (its requests were decoded
 for the serving version's inputs and are batched together with the candidate's):
@@ -13,7 +12,6 @@ for the serving version's inputs and are batched together with the candidate's):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from models.registry import ModelSpec
@@ -22,6 +20,7 @@ from pipeline.codecs.base import Codec
 from pipeline.errors import UserError
 from pipeline.runtime.model_process import ProcessSession
 from pipeline.runtime.session import InferenceSession
+from pipeline.runtime.sessions import open_session
 from pipeline.scoring import WARMUP_SEED, ScoringStep
 
 if TYPE_CHECKING:
@@ -29,14 +28,6 @@ if TYPE_CHECKING:
     from pipeline.hooks import WorkerHook
     from pipeline.metrics import WorkerMetrics
     from pipeline.pipelines import PipelineSpec
-
-
-def open_session(cfg: WorkerConfig, path: Path, metrics: WorkerMetrics) -> InferenceSession | ProcessSession:
-    rt = cfg.runtime
-    if rt.model_process:
-        restarts = metrics.model_restarts.labels(cfg.pipeline)
-        return ProcessSession(path, rt.providers, rt.intra_op_threads, on_restart=restarts.inc)
-    return InferenceSession(path, rt.providers, rt.intra_op_threads)
 
 
 class VersionLoader:
@@ -59,7 +50,8 @@ class VersionLoader:
         self.input_names = list(input_names)
 
     def __call__(self, spec: ModelSpec) -> tuple[ScoringStep, AffineCost]:
-        session = open_session(self.cfg, spec.onnx_path, self.metrics)
+        restarts = self.metrics.model_restarts.labels(self.cfg.pipeline)
+        session = open_session(spec.onnx_path, self.cfg.runtime, on_restart=restarts.inc)
         try:
             if list(session.input_names) != self.input_names:
                 raise UserError(f"its inputs are {session.input_names}, the serving version's {self.input_names}")

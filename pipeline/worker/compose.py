@@ -36,10 +36,11 @@ from pipeline.outcomes import Topics
 from pipeline.pipelines import PipelineSpec, pipeline_for
 from pipeline.runtime.model_process import ProcessSession
 from pipeline.runtime.session import InferenceSession
+from pipeline.runtime.sessions import open_session
 from pipeline.scoring import ScoringStep
 from pipeline.sinks import ResultSink
 from pipeline.tracing import BatchTracer, make_tracer
-from pipeline.versions.loader import VersionLoader, open_session
+from pipeline.versions.loader import VersionLoader
 from pipeline.versions.manager import ModelVersions
 from pipeline.versions.slot import ModelSlot
 
@@ -116,7 +117,7 @@ def build_parts(
     policy = make_policy(cfg.batching.policy, **params)
     metrics = WorkerMetrics(cfg.pipeline, cfg.batching.policy)
     rt = cfg.runtime
-    session = open_session(cfg, model.onnx_path, metrics)
+    session = open_session(model.onnx_path, rt, on_restart=metrics.model_restarts.labels(cfg.pipeline).inc)
     redis_parts: RedisParts | None = None
     try:
         metrics.provider.info({"model": model.name, "version": model.version, "provider": session.provider})
@@ -135,7 +136,7 @@ def build_parts(
         step = ScoringStep(model, codec, session, hooks)
         cost = CostModel(prior=step.warm_up(pipeline)) if rt.warmup else CostModel()
         executors = rt.executors or (4 if rt.model_process else 1)
-        queue = _batch_queue(cfg, policy, cost, clock or MonotonicClock(), executors,
+        queue = batch_queue(cfg, policy, cost, clock or MonotonicClock(), executors,
                              params.get("max_batch_rows", pipeline.max_batch_rows))
         b = cfg.batching
         backpressure = Backpressure(b.queue_high_rows, b.queue_low_rows, poll_records=POLL_RECORDS)
@@ -179,9 +180,11 @@ def _versions(
     )
 
 
-def _batch_queue(
+def batch_queue(
     cfg: WorkerConfig, policy: Policy, cost: CostModel, clock: Clock, executors: int, max_rows: int
 ) -> BatchQueue:
+    """The worker's batch queue for `cfg` (also built by `tidebatch profile` to time the
+    source thread's queueing, pipeline/profiling/stages.py)."""
     b = cfg.batching
     batcher = Batcher(
         policy,

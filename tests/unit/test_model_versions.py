@@ -15,8 +15,9 @@ from pipeline.config import load_config
 from pipeline.errors import UserError
 from pipeline.metrics import WorkerMetrics
 from pipeline.pipelines import pipeline_for
+from pipeline.runtime.sessions import open_session
 from pipeline.scoring import ScoringStep
-from pipeline.versions.loader import VersionLoader, open_session
+from pipeline.versions.loader import VersionLoader
 from pipeline.versions.manager import ModelVersions
 from pipeline.versions.repository import Candidate, scan
 from pipeline.versions.slot import ModelSlot
@@ -137,7 +138,7 @@ class Harness:
         spec = pipeline.load_model()
         self.codec = pipeline.make_codec(cfg)
         metrics = WorkerMetrics("mine", "adaptive")
-        session = open_session(cfg, spec.onnx_path, metrics)
+        session = open_session(spec.onnx_path, cfg.runtime)
         self.slot = ModelSlot(ScoringStep(spec, self.codec, session))
         self.swaps: list[str] = []
         self.refusals: list[str] = []

@@ -1,0 +1,86 @@
+"""`tidebatch profile`: measure a pipeline's model on this machine over batch sizes,
+intra-op threads and executors, fit t(n) = a + b·n per configuration, and write a
+curve file for `tidebatch simulate --curve FILE` and a recommended worker config.
+
+    tidebatch profile ctr --quick
+    tidebatch profile my-ranker -c my-ranker.yaml --seconds 60 --load 0.1,0.5,0.9
+
+pipeline/profiling/ does the work; docs/OWN_MODEL.md, "Profiling", reads its output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from pipeline.commands.simulate import _floats, _names
+
+QUICK_SECONDS = 2.0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "profile",
+        help="measure a pipeline's model here and recommend a worker config",
+        description=(
+            "Time the pipeline's model on its own sample requests over batch sizes, ONNX "
+            "Runtime intra-op threads and executors (in-process, model process); fit "
+            "t(n) = a + b·n per configuration; write the best one's curve (for `tidebatch "
+            "simulate --curve FILE`) and a worker config; predict capacity and latency."
+        ),
+    )
+    p.add_argument("pipeline", metavar="PIPELINE", help="ctr, camera, text, or one under the --config's `pipelines:`")
+    p.add_argument("-c", "--config", help="worker config: its `pipelines:`, `batching` (SLO) and `runtime.providers`")
+    p.add_argument("--seconds", type=float, default=30.0, help="measuring time for all configurations (default: 30)")
+    p.add_argument("--quick", action="store_true",
+                   help=f"a rough profile in a few seconds: {QUICK_SECONDS:g} s, one intra-op thread, fewer repeats")
+    p.add_argument("--threads", type=_floats, default=None,
+                   help="intra-op thread counts, comma-separated (default: 1 to the cores this process may use)")
+    p.add_argument("--executors", type=_names, default=None,
+                   help="in-process, model-process, comma-separated (default: both)")
+    p.add_argument("--load", type=_floats, default=[0.1, 0.5, 0.9],
+                   help="loads to predict, relative to the predicted capacity (default: 0.1,0.5,0.9)")
+    p.add_argument("--policy", default=None, help="batching policy to simulate and recommend (default: the config's)")
+    p.add_argument("-o", "--out", default=None, help="folder for curve.json and worker.yaml (default: out/profile/PIPELINE)")
+    p.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pipeline.config import WorkerConfig, load_config
+    from pipeline.errors import UserError
+    from pipeline.pipelines import get_pipeline
+    from pipeline.profiling.measure import default_settings, run_profile
+    from pipeline.profiling.report import report_dict, report_text, write_outputs
+    from pipeline.profiling.sweep import EXECUTORS
+
+    cfg = load_config(args.config, {"pipeline": args.pipeline}) if args.config else WorkerConfig(pipeline=args.pipeline)
+    spec = get_pipeline(args.pipeline, cfg.pipelines)
+    executors = args.executors or list(EXECUTORS)
+    unknown = [e for e in executors if e not in EXECUTORS]
+    if unknown:
+        raise UserError(f"unknown executor {unknown[0]!r}; use {', '.join(EXECUTORS)}")
+    threads = args.threads or ([1] if args.quick else None)
+    if threads and any(t < 1 or t != int(t) for t in threads):
+        raise UserError("--threads must be whole numbers >= 1")
+    if args.seconds <= 0 or any(x <= 0 for x in args.load):
+        raise UserError("--seconds and --load values must be > 0")
+    if args.policy:
+        from pipeline.batching.policies import POLICY_NAMES
+
+        if args.policy not in POLICY_NAMES:
+            raise UserError(f"unknown policy {args.policy!r}; use {', '.join(POLICY_NAMES)}")
+    settings = default_settings(threads=[int(t) for t in threads] if threads else None, executors=executors)
+    seconds = QUICK_SECONDS if args.quick else args.seconds
+    say = (lambda line: None) if args.json else (lambda line: print(line, flush=True))
+    profile = run_profile(spec, cfg, settings, seconds=seconds, loads=args.load, policy=args.policy,
+                          quick=args.quick, progress=say)
+    out = Path(args.out or Path("out") / "profile" / spec.name)
+    curve_path, config_path = write_outputs(profile, out, cfg)
+    if args.json:
+        print(json.dumps({**report_dict(profile), "curve_file": str(curve_path),
+                          "config_file": str(config_path)}, indent=2))
+    else:
+        print(report_text(profile, curve_path, config_path, cfg))
+    return 0

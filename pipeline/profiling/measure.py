@@ -1,0 +1,189 @@
+"""`tidebatch profile`'s run: the pipeline's sample requests, one model session per
+configuration opened as the worker opens it (pipeline/runtime/sessions.py), timed
+through the worker's own scoring step (pipeline/scoring.py `ScoringStep.infer`), then
+the fits, the choice, the Python stage and the simulator's predictions.
+
+    profile = run_profile(pipeline, cfg, settings, seconds=30.0)
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+
+from models.registry import ModelSpec
+from pipeline.batching.concurrent import BatchQueue
+from pipeline.codecs.base import Codec, Decoded
+from pipeline.config import WorkerConfig
+from pipeline.errors import UserError
+from pipeline.pipelines import PipelineSpec
+from pipeline.profiling.fit import Fitted, best, fit
+from pipeline.profiling.stages import PythonStage, measure_python_stage
+from pipeline.profiling.sweep import EXECUTORS, Setting, ladder, sweep
+from pipeline.runtime.sessions import open_session
+from pipeline.scoring import ScoringStep, sample_requests
+from pipeline.simulate import RunResult, SimConfig, compare
+
+SIM_REQUESTS = 20_000  # simulated requests at the highest load: enough for a p99
+# Requests whose Python stage is timed: on a shared machine a few dozen gave 158-332 µs
+# for the same JSON CTR request from one run to the next.
+PYTHON_REQUESTS = 1000
+
+
+@dataclass
+class Profile:
+    pipeline: str
+    fitted: list[Fitted]
+    chosen: Fitted
+    python: PythonStage
+    rows_dist: str  # rows per request, in the simulator's notation (pipeline/simulate.py RowsDist)
+    provider: str
+    policy: str
+    loads: list[float] = field(default_factory=list)  # relative to predicted_capacity
+    predictions: list[RunResult] = field(default_factory=list)  # one per load
+
+    @property
+    def predicted_capacity(self) -> float:
+        """Rows/s of a worker in the chosen configuration: the slower of its two stages."""
+        return min(self.chosen.capacity, self.python.capacity)
+
+    @property
+    def limited_by(self) -> str:
+        return "model" if self.chosen.capacity <= self.python.capacity else "python (decode, collate/split, results)"
+
+
+def default_settings(cores: int | None = None, threads: Sequence[int] | None = None,
+                     executors: Sequence[str] = EXECUTORS) -> list[Setting]:
+    """Every executor at every intra-op thread count from 1 to the cores this process
+    may use (or the given ones)."""
+    cores = cores or len(os.sched_getaffinity(0))
+    counts = list(threads) if threads else list(range(1, cores + 1))
+    return [Setting(e, t) for e in executors for t in counts]
+
+
+def rows_distribution(rows: Sequence[int]) -> str:
+    """fixed:N when every sample request has N rows, else a lognormal of their mean and
+    log-spread: the simulator's arrivals then carry the pipeline's own request sizes."""
+    if min(rows) == max(rows):
+        return f"fixed:{rows[0]}"
+    logs = [math.log(r) for r in rows]
+    return f"lognormal:{statistics.fmean(rows):.3g}:{statistics.pstdev(logs):.3g}"
+
+
+def _pool(pipeline: PipelineSpec, codec: Codec, max_rows: int, batches: int) -> list[Decoded]:
+    """Enough decoded sample requests for `batches` distinct batches at the cap."""
+    first = sample_requests(pipeline, codec, 32)
+    mean = sum(d.rows for d in first) / len(first)
+    want = min(max(math.ceil(batches * max_rows / mean), 32), 4096)
+    return first if want <= 32 else sample_requests(pipeline, codec, want)
+
+
+def _messages(pipeline: PipelineSpec, count: int) -> list[tuple[bytes | None, dict[str, bytes]]]:
+    from pipeline.scoring import WARMUP_SEED
+
+    make = pipeline.make_samples(WARMUP_SEED)
+    return [(value, dict(headers)) for _key, value, headers in (make(i) for i in range(count))]
+
+
+def source_text(pipeline: str, setting: Setting, provider: str) -> str:
+    """Where and how a curve was measured (the curve file's "source")."""
+    import onnxruntime as ort
+
+    what = ("the model process's own time per batch" if setting.executor == "model-process"
+            else "collate + model + split on the executor thread")
+    return (f"tidebatch profile {pipeline}, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, on "
+            f"{platform.node()} ({len(os.sched_getaffinity(0))} cores), ONNX Runtime {ort.__version__} "
+            f"{provider}, {setting.label}; median ms per call of the pipeline's sample requests ({what})")
+
+
+def run_profile(
+    pipeline: PipelineSpec,
+    cfg: WorkerConfig,
+    settings: Sequence[Setting],
+    *,
+    seconds: float = 30.0,
+    loads: Sequence[float] = (0.1, 0.5, 0.9),
+    policy: str | None = None,
+    quick: bool = False,
+    timer: Callable[[], float] = time.perf_counter,
+    progress: Callable[[str], None] = lambda line: None,
+) -> Profile:
+    """Measure every setting for about seconds / len(settings), fit, choose, predict."""
+    model = pipeline.load_model()
+    codec = pipeline.make_codec(cfg)
+    max_rows = cfg.batching.max_batch_rows or pipeline.max_batch_rows
+    pool = _pool(pipeline, codec, max_rows, 2 if quick else 4)
+    counts = ladder([d.rows for d in pool], max_rows)
+    slo = {0: cfg.batching.slo_ms, **cfg.batching.priority_slo_ms}
+    fitted: list[Fitted] = []
+    provider = "cpu"
+    for setting in settings:
+        rt = replace(cfg.runtime, model_process=setting.executor == "model-process", intra_op_threads=setting.threads)
+        session = open_session(model.onnx_path, rt)
+        try:
+            provider = session.provider
+            step = ScoringStep(model, codec, session)
+            points = sweep(lambda batch, step=step: step.infer(batch)[1], pool, lambda d: d.rows, counts, timer,
+                           seconds / len(settings), min_repeats=3 if quick else 5)
+        except Exception as exc:  # e.g. a ZipMap output the model process's wire cannot carry
+            progress(f"{setting.label}: not measured ({type(exc).__name__}: {exc})".splitlines()[0])
+            continue
+        finally:
+            session.close()
+        f = fit(f"{pipeline.name}-{setting.executor}-{setting.threads}t", setting, points, slo,
+                source_text(pipeline.name, setting, provider))
+        fitted.append(f)
+        progress(f"{setting.label}: t(n) = {f.curve.a * 1e3:.4f} ms + {f.curve.b * 1e3:.5f} ms/row, "
+                 f"{f.capacity:,.0f} rows/s")
+    # The Python stage's batches: the largest measured within the pipeline's cap.
+    python = _python_stage(pipeline, cfg, codec, model, max(counts), len(pool) if quick else PYTHON_REQUESTS, timer)
+    if not fitted:
+        raise UserError(f"pipeline {pipeline.name!r}: no configuration could run the model (see above)")
+    chosen = best(fitted, ceiling=python.capacity)
+    rows_dist = rows_distribution([d.rows for d in pool])
+    profile = Profile(pipeline.name, fitted, chosen, python, rows_dist, provider, policy or cfg.batching.policy)
+    profile.loads, profile.predictions = list(loads), predict(profile, loads, quick)
+    return profile
+
+
+def _python_stage(pipeline: PipelineSpec, cfg: WorkerConfig, codec: Codec, model: ModelSpec, per_batch: int,
+                  count: int, timer: Callable[[], float]) -> PythonStage:
+    """The Python stage, with the model in-process (its outputs feed split; the model
+    process's wire carries numeric arrays only)."""
+    from pipeline.batching.cost import CostModel
+    from pipeline.batching.policies import make_policy
+    from pipeline.clock import MonotonicClock
+    from pipeline.worker.compose import batch_queue, batching_params
+
+    params = batching_params(cfg, pipeline.max_batch_rows)
+    max_rows = params.get("max_batch_rows", pipeline.max_batch_rows)
+
+    def new_queue() -> BatchQueue:
+        policy = make_policy(cfg.batching.policy, **params)
+        return batch_queue(cfg, policy, CostModel(), MonotonicClock(), 1, max_rows)
+
+    session = open_session(model.onnx_path, replace(cfg.runtime, model_process=False, intra_op_threads=1))
+    try:
+        return measure_python_stage(codec, model, _messages(pipeline, count), session.run, per_batch, timer, new_queue)
+    finally:
+        session.close()
+
+
+def predict(profile: Profile, loads: Sequence[float], quick: bool = False) -> list[RunResult]:
+    """The simulator (pipeline/simulate.py) on the chosen curve, at each load relative to
+    the predicted worker capacity, with the pipeline's own request sizes. One executor:
+    the model runs one batch at a time (in a model process too)."""
+    curve = profile.chosen.curve
+    scale = profile.predicted_capacity / curve.capacity
+    mean_rows = profile.python.rows_per_request
+    requests = SIM_REQUESTS // (10 if quick else 1)
+    duration = min(10.0, requests * mean_rows / (max(loads) * profile.predicted_capacity))
+    comp = compare(curve, "poisson", [profile.policy], loads=[x * scale for x in loads], duration=duration,
+                   rows=profile.rows_dist, cfg=SimConfig(executors=1))
+    return comp.results

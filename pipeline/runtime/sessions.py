@@ -1,0 +1,23 @@
+"""The one place a model session is opened from the `runtime` section: ONNX Runtime on
+the calling threads (session.py) or in a model process of its own (model_process.py).
+The worker (pipeline/worker/compose.py) and `tidebatch profile` (pipeline/profiling/)
+both open theirs here, so what the profile measures is what the worker runs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pipeline.runtime.model_process import ProcessSession
+from pipeline.runtime.session import InferenceSession
+
+
+def open_session(
+    onnx_path: str | Path, rt: Any, on_restart: Callable[[], None] | None = None
+) -> InferenceSession | ProcessSession:
+    """A session for `rt` (a RuntimeConfig: providers, intra_op_threads, model_process).
+    on_restart: called before a dead model process is started again."""
+    if rt.model_process:
+        return ProcessSession(onnx_path, rt.providers, rt.intra_op_threads, on_restart=on_restart)
+    return InferenceSession(onnx_path, rt.providers, rt.intra_op_threads)

@@ -1,0 +1,66 @@
+"""`tidebatch profile ctr --quick` for real, on the shipped CTR model: both executors
+(a real model process too), the curve file that `tidebatch simulate` then reads, and
+the recommended config the worker's own validation accepts. Shapes and consistency
+only, never a timing: the figures depend on the machine. No broker needed."""
+
+from __future__ import annotations
+
+import json
+
+from pipeline.cli import main
+from pipeline.config import load_config
+from pipeline.simulate import load_curve
+
+
+def test_profile_ctr_quick_writes_a_curve_simulate_reads(tmp_path, capsys) -> None:
+    assert main(["profile", "ctr", "--quick", "-o", str(tmp_path), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    doc = json.loads((tmp_path / "curve.json").read_text())
+    configs = doc["profile"]["configurations"]
+    assert [(c["executor"], c["intra_op_threads"]) for c in configs] == [("in-process", 1), ("model-process", 1)]
+    for c in configs:
+        rows = [m["rows"] for m in c["measured"]]
+        assert rows == sorted(rows) and len(rows) >= 3 and rows[-1] <= 512  # the CTR pipeline's cap
+        assert all(m["repeats"] >= 3 and m["model_ms"] > 0 for m in c["measured"])
+        assert c["max_batch_rows"] in rows and c["capacity_rows_s"] > 0
+    chosen = report["chosen"]
+    assert chosen in [{k: v for k, v in c.items() if k != "measured"} for c in configs]
+    assert doc["setting"] == {"executor": chosen["executor"], "intra_op_threads": chosen["intra_op_threads"]}
+    assert report["predicted_capacity_rows_s"] == min(report["model_capacity_rows_s"],
+                                                      report["python_stage_capacity_rows_s"])
+    assert [p["load"] for p in report["predictions"]] == [0.1, 0.5, 0.9]
+    curve = load_curve(str(tmp_path / "curve.json"))
+    assert curve.max_batch_rows == chosen["max_batch_rows"] and curve.capacity > 0
+    assert main(["simulate", "--curve", str(tmp_path / "curve.json"), "--policies", "adaptive",
+                 "--load", "0.5", "--duration", "0.5"]) == 0
+    assert "adaptive" in capsys.readouterr().out
+    cfg = load_config(tmp_path / "worker.yaml", environ={})
+    assert cfg.pipeline == "ctr" and cfg.batching.max_batch_rows == chosen["max_batch_rows"]
+    assert cfg.runtime.model_process == (chosen["executor"] == "model-process")
+
+
+def test_an_unknown_pipeline_is_one_line(tmp_path, capsys) -> None:
+    assert main(["profile", "nope", "--quick", "-o", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown pipeline 'nope'" in err
+
+
+def test_a_users_model_from_its_config_and_a_configuration_that_cannot_run_it(tmp_path, capsys) -> None:
+    """A `pipelines:` entry is profiled like a shipped pipeline. A tree ensemble's ZipMap
+    output cannot cross the model process's wire (docs/OWN_MODEL.md): that configuration
+    is reported as not measured, and the in-process one is recommended."""
+    import yaml
+
+    from tests.own_models import tree_classifier
+
+    model = tree_classifier(tmp_path / "trees.onnx")
+    config = tmp_path / "trees.yaml"
+    config.write_text(yaml.safe_dump({"pipeline": "trees", "pipelines": [{
+        "name": "trees", "model": str(model), "codec": "tensor-json", "inputs": {"x": "x"},
+        "outputs": {"p": "probabilities"}, "max_batch_rows": 64}]}))
+    assert main(["profile", "trees", "-c", str(config), "--quick", "-o", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "model-process, 1 thread: not measured" in out
+    doc = json.loads((tmp_path / "out" / "curve.json").read_text())
+    assert [c["executor"] for c in doc["profile"]["configurations"]] == ["in-process"]
+    assert doc["max_batch_rows"] <= 64 and load_curve(str(tmp_path / "out" / "curve.json")).capacity > 0
