@@ -140,8 +140,11 @@ class UserPipeline:
             graph = self.load_model().raw["graph"]
             runtime = getattr(cfg, "runtime", None)
             if runtime is not None and runtime.model_process:
-                # pipeline/runtime/wire.py moves numeric arrays only: refuse at start, not per batch
-                odd = [t for t in (*graph.inputs, *graph.outputs) if t.dtype is None or t.dtype.hasobject]
+                from pipeline.runtime.wire_values import carried
+
+                # what the model process's wire cannot carry (pipeline/runtime/wire_values.py):
+                # refused at start, not per batch
+                odd = [t for t in (*graph.inputs, *graph.outputs) if not carried(t.type)]
                 if odd:
                     raise UserError(
                         f"pipeline {self.name!r}: {odd[0].name!r} is a {odd[0].type}, which runtime.model_process "
