@@ -6,7 +6,12 @@ ranker(): two inputs, a dynamic batch dimension and a dynamic sequence dimension
     prob   float[batch, 1] = sigmoid(sum(dense @ W + mean(E[tokens], seq)))
     hidden float[batch, 3] = dense @ W + mean(E[tokens], seq)
 fixed_batch(): the same dense half with dimension 0 fixed at 1 (not batchable).
+odd_outputs(): outputs that are not one row per request (a scalar, a sequence).
 tree_classifier(): a tree ensemble with a ZipMap output (list of {class: probability}).
+lightgbm_classifier(): a real LightGBM model trained here on generated data and
+    converted by onnxmltools (the issue's "model the project has never seen").
+forest_with_string_labels(): a scikit-learn random forest converted by skl2onnx, its
+    classes strings: label tensor(string), probabilities seq(map(string, tensor(float))).
 
 onnx 1.23 writes IR version 14, which ONNX Runtime 1.31 refuses: both are saved as IR 10
 (as models/ctr/build.py does).
@@ -72,6 +77,23 @@ def fixed_batch(path: Path) -> Path:
     return _save(graph, path)
 
 
+def odd_outputs(path: Path) -> Path:
+    """x float[N, 2] -> y float[N, 2] (one row per request), total float[] (the batch's
+    sum: a scalar) and parts seq(tensor(float)) (one tensor for the whole batch)."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"]),
+         helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
+         helper.make_node("SequenceConstruct", ["x"], ["parts"])], "odd",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2]),
+         helper.make_tensor_value_info("total", TensorProto.FLOAT, []),
+         helper.make_tensor_sequence_value_info("parts", TensorProto.FLOAT, None)],
+    )
+    return _save(graph, path)
+
+
 def run_alone(path: Path, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The reference: ONNX Runtime on one request alone (batch of 1)."""
     import onnxruntime as ort
@@ -113,6 +135,48 @@ def tree_classifier(path: Path) -> Path:
     model.ir_version = IR_VERSION
     onnx.checker.check_model(model)
     onnx.save(model, str(path))
+    return path
+
+
+def lightgbm_classifier(path: Path, features: int = 5, seed: int = 20) -> Path:
+    """LightGBM, three classes, trained on `features` generated features; converted by
+    onnxmltools with its ZipMap: features float[?, F] -> label int64 (declared [1],
+    one per row in fact), probabilities seq(map(int64, tensor(float)))."""
+    import lightgbm
+    import onnx
+    from onnxmltools import convert_lightgbm
+    from onnxmltools.convert.common.data_types import FloatTensorType
+
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((600, features)).astype(np.float32)
+    y = (x[:, 0] + 0.5 * x[:, 1] > 0).astype(int) + (x[:, 2] > 0.8).astype(int)
+    model = lightgbm.LGBMClassifier(n_estimators=25, num_leaves=7, min_child_samples=5, verbose=-1).fit(x, y)
+    proto = convert_lightgbm(model, initial_types=[("features", FloatTensorType([None, features]))],
+                             target_opset=OPSET, zipmap=True)
+    proto.ir_version = min(proto.ir_version, IR_VERSION)  # ONNX Runtime 1.31 reads at most 13
+    onnx.checker.check_model(proto)
+    onnx.save(proto, str(path))
+    return path
+
+
+def forest_with_string_labels(path: Path) -> Path:
+    """scikit-learn's random forest on x float[?, 4], classes "cat", "dog", "émeu",
+    converted by skl2onnx: output_label string[?], output_probability
+    seq(map(string, tensor(float)))."""
+    import onnx
+    from skl2onnx import to_onnx
+    from skl2onnx.common.data_types import FloatTensorType
+    from sklearn.ensemble import RandomForestClassifier
+
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((300, 4)).astype(np.float32)
+    y = np.array(["cat", "dog", "émeu"])[(x[:, 0] > 0).astype(int) + (x[:, 1] > 1).astype(int)]
+    model = RandomForestClassifier(n_estimators=5, max_depth=3, random_state=0).fit(x, y)
+    proto = to_onnx(model, initial_types=[("x", FloatTensorType([None, 4]))],
+                    target_opset={"": OPSET, "ai.onnx.ml": 3})
+    proto.ir_version = min(proto.ir_version, IR_VERSION)
+    onnx.checker.check_model(proto)
+    onnx.save(proto, str(path))
     return path
 
 

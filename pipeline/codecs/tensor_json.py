@@ -92,9 +92,13 @@ class TensorJsonCodec:
         for field, name in self.results.items():
             if name not in out_names:
                 raise ValueError(f"outputs.{field}: the model has no output {name!r}; its outputs: {', '.join(out_names)}")
-            shape = next(t.shape for t in outputs if t.name == name)
-            if shape == ():  # split() gives each request its rows; a scalar has none
+            out = next(t for t in outputs if t.name == name)
+            if out.shape == ():  # split() gives each request its rows; a scalar has none
                 raise ValueError(f"outputs.{field}: output {name!r} is a scalar, not one row per request")
+            if out.shape is None and not out.type.startswith("seq(map("):
+                # a ZipMap's sequence has a map per row; any other sequence or map has no rows
+                raise ValueError(f"outputs.{field}: output {name!r} is a {out.type}: tensor-json maps tensors and "
+                                 "sequences of maps (one per row); leave it out of outputs")
         self.many = rows == "many"
         self.max_rows = max_rows
 

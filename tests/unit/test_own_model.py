@@ -269,16 +269,80 @@ def test_model_file_missing_is_one_line_at_start(tmp_path):
         get_pipeline(cfg.pipeline, cfg.pipelines).load_model()
 
 
-def test_model_process_refuses_a_zipmap_output_at_start(tmp_path):
-    from tests.own_models import tree_classifier
+def test_model_process_carries_a_zipmap_and_refuses_a_sequence_of_tensors_at_start(tmp_path):
+    from tests.own_models import odd_outputs, tree_classifier
 
-    path = _config(tmp_path, model=str(tree_classifier(tmp_path / "trees.onnx")))
-    cfg = load_config(path, {"runtime": {"model_process": True}}, environ={})
-    with pytest.raises(UserError, match="'probabilities' is a seq.*set runtime.model_process: false"):
+    on = {"runtime": {"model_process": True}}
+    cfg = load_config(_config(tmp_path, model=str(tree_classifier(tmp_path / "trees.onnx"))), on, environ={})
+    assert get_pipeline(cfg.pipeline, cfg.pipelines).make_codec(cfg).results == {
+        "label": "label", "probabilities": "probabilities"}  # pipeline/runtime/wire_values.py carries it
+    path = _config(tmp_path, model=str(odd_outputs(tmp_path / "odd.onnx")), outputs={"y": "y"})
+    cfg = load_config(path, on, environ={})
+    with pytest.raises(UserError, match="^pipeline 'mine': 'parts' is a seq\\(tensor\\(float\\)\\), which runtime.model_process "
+                       "cannot carry; set runtime.model_process: false$"):
         get_pipeline(cfg.pipeline, cfg.pipelines).make_codec(cfg)
     cfg = load_config(path, environ={})
-    assert get_pipeline(cfg.pipeline, cfg.pipelines).make_codec(cfg).results == {
-        "label": "label", "probabilities": "probabilities"}
+    assert get_pipeline(cfg.pipeline, cfg.pipelines).make_codec(cfg).results == {"y": "y"}
+
+
+def test_outputs_that_are_not_rows_are_refused_by_name(tmp_path):
+    from tests.own_models import odd_outputs
+
+    g = read_graph(odd_outputs(tmp_path / "odd.onnx"))
+    with pytest.raises(ValueError, match="^outputs.total: output 'total' is a scalar, not one row per request$"):
+        TensorJsonCodec(g.inputs, g.outputs)
+    with pytest.raises(ValueError, match="^outputs.p: output 'parts' is a seq\\(tensor\\(float\\)\\): tensor-json maps "
+                       "tensors and sequences of maps \\(one per row\\); leave it out of outputs$"):
+        TensorJsonCodec(g.inputs, g.outputs, results={"p": "parts"})
+
+
+def test_inspect_runs_the_model_and_leaves_out_outputs_without_a_row_per_request(tmp_path, capsys):
+    from tests.own_models import odd_outputs
+
+    odd_outputs(tmp_path / "odd.onnx")
+    assert main(["inspect", str(tmp_path / "odd.onnx")]) == 0
+    out = capsys.readouterr().out
+    assert "  parts  seq(tensor(float))  -" in out
+    assert "got a row each from 1 of 3 outputs" in out
+    assert "output      'total' gave a scalar for 3 requests, not one row each: left out of the starter config" in out
+    assert "output      'parts' gave 1 row for 3 requests, not one row each: left out of the starter config" in out
+    (tmp_path / "odd.yaml").write_text(out.split("odd.yaml`):\n", 1)[1])
+    cfg = load_config(tmp_path / "odd.yaml", environ={})
+    assert cfg.pipelines[0]["outputs"] == {"y": "y"}
+    assert get_pipeline(cfg.pipeline, cfg.pipelines).make_codec(cfg).results == {"y": "y"}  # the config works
+
+
+@pytest.fixture(scope="module")
+def lightgbm_model(tmp_path_factory) -> Path:
+    pytest.importorskip("lightgbm")
+    pytest.importorskip("onnxmltools")
+    from tests.own_models import lightgbm_classifier
+
+    return lightgbm_classifier(tmp_path_factory.mktemp("lgbm") / "churn.onnx")
+
+
+def test_inspect_describes_a_lightgbm_zipmap_and_its_sample_result_is_the_workers(lightgbm_model, tmp_path, capsys):
+    assert main(["inspect", str(lightgbm_model)]) == 0
+    out = capsys.readouterr().out
+    assert "  label          tensor(int64)                  [1]\n" in out
+    assert "  probabilities  seq(map(int64,tensor(float)))  -\n" in out
+    assert "batching    yes: dimension 0 of every input is dynamic (?); 3 sample requests in one batch got a row each " \
+           "from every output" in out
+    # onnxmltools declares label [1]; what it gives decides, not the declaration
+    assert "output      'label' is declared [1] but gives one row per request (3 rows for 3)" in out
+    sample = out.split("left out):\n", 1)[1].split("\n", 1)[0]
+    shown = json.loads(out.split("becomes an object):\n", 1)[1].split("\n", 1)[0])
+    (tmp_path / "churn.yaml").write_text(out.split("churn.yaml`):\n", 1)[1])
+    cfg = load_config(tmp_path / "churn.yaml", environ={})
+    codec = get_pipeline(cfg.pipeline, cfg.pipelines).make_codec(cfg)
+    from pipeline.runtime.session import InferenceSession
+
+    d = codec.decode(sample.encode(), None)
+    result = codec.split(InferenceSession(lightgbm_model, "cpu", 1).run(codec.collate([d.payload])), [d])[0]
+    assert shown == result and set(result["probabilities"]) == {"0", "1", "2"}
+    alone = run_alone(lightgbm_model, {"features": d.payload["features"]})
+    assert result["label"] == int(alone["label"][0])
+    assert result["probabilities"] == {str(k): v for k, v in alone["probabilities"][0].items()}
 
 
 def test_codec_class_of_ones_own(tmp_path):
