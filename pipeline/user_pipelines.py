@@ -55,6 +55,8 @@ _KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "sample_dims": ((dict,), "mapping of dimension name -> size"),
     "samples": ((str,), "string (path to a file of requests, one per line)"),
     "codec_options": ((dict,), "mapping of keyword arguments of the codec class"),
+    # ragged sequences padded to bucket edges, the mask filled (pipeline/codecs/tensor_pad.py)
+    "pad": ((dict,), "mapping with dimension, buckets, mask, value"),
 }
 
 
@@ -88,6 +90,8 @@ def validate_pipelines(cfg: Any, bad: Callable[[str, str], UserError], shipped: 
             raise bad(f"{key}.codec", f"{codec!r} is not one of {', '.join(CODECS)}, nor a class as 'package.module:Class'")
         if "codec_options" in entry and codec in CODECS:
             raise bad(f"{key}.codec_options", f"only for a codec class of your own; {codec} takes inputs, outputs, rows")
+        if "pad" in entry and codec not in CODECS:
+            raise bad(f"{key}.pad", "is a tensor-json setting; a codec class of your own pads as it likes")
         if entry.get("rows", "one") not in ("one", "many"):
             raise bad(f"{key}.rows", f"{entry['rows']!r} is not one of one, many")
         for k in ("max_rows", "max_batch_rows"):
@@ -154,6 +158,7 @@ class UserPipeline:
                 self._codec = TensorJsonCodec(
                     graph.inputs, graph.outputs, self.entry.get("inputs"), self.entry.get("outputs"),
                     rows=self.entry.get("rows", "one"), max_rows=self.entry.get("max_rows", 1000),
+                    pad=self.entry.get("pad"),
                 )
             except ValueError as exc:
                 raise UserError(f"pipeline {self.name!r} ({graph.path.name}): {exc}") from None

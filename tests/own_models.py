@@ -7,6 +7,7 @@ ranker(): two inputs, a dynamic batch dimension and a dynamic sequence dimension
     hidden float[batch, 3] = dense @ W + mean(E[tokens], seq)
 fixed_batch(): the same dense half with dimension 0 fixed at 1 (not batchable).
 odd_outputs(): outputs that are not one row per request (a scalar, a sequence).
+masked_encoder(): token ids and an attention mask; a pooled and a per-position output.
 tree_classifier(): a tree ensemble with a ZipMap output (list of {class: probability}).
 lightgbm_classifier(): a real LightGBM model trained here on generated data and
     converted by onnxmltools (the issue's "model the project has never seen").
@@ -73,6 +74,36 @@ def fixed_batch(path: Path) -> Path:
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1])],
         initializer=[w],
+    )
+    return _save(graph, path)
+
+
+def masked_encoder(path: Path) -> Path:
+    """tokens int64[batch, seq], attention_mask int64[batch, seq] ->
+    states float[batch, seq, 3] = E[tokens] * mask (a per-position output) and
+    pooled float[batch, 3] = the mean of E[tokens] over the unmasked positions: a model
+    that honours its mask, so padding changes nothing."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    e = numpy_helper.from_array(np.random.default_rng(11).standard_normal((10, 3)).astype(np.float32), "E")
+    one = numpy_helper.from_array(np.array([1], dtype=np.int64), "one")
+    two = numpy_helper.from_array(np.array([2], dtype=np.int64), "two")
+    nodes = [
+        helper.make_node("Gather", ["E", "tokens"], ["emb"]),
+        helper.make_node("Cast", ["attention_mask"], ["m"], to=TensorProto.FLOAT),
+        helper.make_node("Unsqueeze", ["m", "two"], ["m3"]),
+        helper.make_node("Mul", ["emb", "m3"], ["states"]),
+        helper.make_node("ReduceSum", ["states", "one"], ["total"], keepdims=0),
+        helper.make_node("ReduceSum", ["m3", "one"], ["count"], keepdims=0),
+        helper.make_node("Div", ["total", "count"], ["pooled"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "masked",
+        [helper.make_tensor_value_info("tokens", TensorProto.INT64, ["batch", "seq"]),
+         helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "seq"])],
+        [helper.make_tensor_value_info("pooled", TensorProto.FLOAT, ["batch", 3]),
+         helper.make_tensor_value_info("states", TensorProto.FLOAT, ["batch", "seq", 3])],
+        initializer=[e, one, two],
     )
     return _save(graph, path)
 

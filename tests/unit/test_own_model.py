@@ -187,7 +187,7 @@ def test_rows_many_splits_per_row(model):
 def test_zipmap_output_becomes_objects_with_string_keys(codec):
     d = codec.decode(req(), None)
     c = TensorJsonCodec.__new__(TensorJsonCodec)
-    c.results, c.many = {"probabilities": "zipmap"}, False
+    c.results, c.many, c.out_dims, c.pad = {"probabilities": "zipmap"}, False, {}, None
     assert c.split({"zipmap": [{0: np.float32(0.25), 1: np.float32(0.75)}]}, [d]) == [
         {"probabilities": {"0": 0.25, "1": 0.75}}]
 
@@ -395,3 +395,79 @@ def test_samples_file_feeds_the_warm_up(model, tmp_path):
     samples.write_text("\n")
     with pytest.raises(UserError, match="samples file .*: no requests in it"):
         get_pipeline(cfg.pipeline, cfg.pipelines).make_samples(1)
+
+
+# ----------------------------------------------------------------------------- ragged sequences
+@pytest.fixture(scope="module")
+def masked(tmp_path_factory) -> Path:
+    from tests.own_models import masked_encoder
+
+    return masked_encoder(tmp_path_factory.mktemp("masked") / "masked.onnx")
+
+
+def test_ragged_sequences_share_a_bucket_and_equal_the_model_alone(masked):
+    from pipeline.runtime.session import InferenceSession
+
+    g = read_graph(masked)
+    codec = TensorJsonCodec(g.inputs, g.outputs, pad={"dimension": "seq", "buckets": [4, 8]})
+    assert [f.name for f in codec.fields] == ["tokens"]  # the mask is found and filled, not asked for
+    lengths = [1, 3, 4, 2, 5, 8, 7]
+    docs = [{"request_id": f"r{n}", "tokens": [(3 * n + i) % 10 for i in range(n)]} for n in lengths]
+    decoded = [codec.decode(json.dumps(doc).encode(), None) for doc in docs]
+    assert [d.bucket for d in decoded] == [((4,), (4,))] * 4 + [((8,), (8,))] * 3
+    assert decoded[1].payload["attention_mask"].tolist() == [[1, 1, 1, 0]]
+    assert decoded[1].payload["tokens"].tolist() == [[9, 0, 1, 0]]
+    session = InferenceSession(g.path, "cpu", 1)
+    results = []
+    for group in (decoded[:4], decoded[4:]):  # one batch per bucket, as the batching core forms them
+        results += codec.split(session.run(codec.collate([d.payload for d in group], pad_to_rows=8)), group)
+    for doc, result in zip(docs, results, strict=True):
+        n = len(doc["tokens"])
+        alone = run_alone(masked, {"tokens": np.array([doc["tokens"]], np.int64),
+                                   "attention_mask": np.ones((1, n), np.int64)})
+        assert np.allclose(result["pooled"], alone["pooled"][0], rtol=1e-6, atol=1e-7)
+        assert np.array(result["states"]).shape == (n, 3)  # the per-position output is cut to the request's length
+        assert np.allclose(result["states"], alone["states"][0], rtol=1e-6, atol=1e-7)
+
+
+def test_ragged_rows_many_and_a_request_over_the_largest_bucket(masked):
+    g = read_graph(masked)
+    codec = TensorJsonCodec(g.inputs, g.outputs, rows="many", pad={"dimension": "seq", "buckets": [4], "mask": "attention_mask"})
+    d = codec.decode(b'{"request_id": "r", "tokens": [[1, 2], [3, 4]]}', None)
+    assert d.payload["attention_mask"].tolist() == [[1, 1, 0, 0]] * 2
+    with pytest.raises(DecodeError, match=r"^tokens: dimension 'seq' has size 5, over the largest bucket \(4\)$"):
+        codec.decode(b'{"request_id": "r", "tokens": [[1, 2, 3, 4, 5]]}', None)
+
+
+@pytest.mark.parametrize(("pad", "fields", "reason"), [
+    ({"dimension": "len", "buckets": [4]}, None, "pad.dimension: no input has a dimension 'len'; named dynamic dimensions: seq"),
+    ({"dimension": "seq", "buckets": [8, 4]}, None, "pad.buckets: expected ascending sizes >= 1, e.g. [16, 32, 64], got [8, 4]"),
+    ({"dimension": "seq", "buckets": [4], "mask": "nope"}, None, "pad.mask: 'nope' is not a numeric or bool input shaped [batch, seq]"),
+    ({"dimension": "seq", "buckets": [4], "fill": 0}, None, "pad.fill: is not known; use dimension, buckets, mask, value"),
+    ({"dimension": "seq", "buckets": [4]}, {"tokens": "tokens", "m": "attention_mask"},
+     "inputs.m: 'attention_mask' is the mask the codec fills (pad.mask); leave it out"),
+])
+def test_pad_settings_that_do_not_fit_the_model(masked, pad, fields, reason):
+    g = read_graph(masked)
+    with pytest.raises(ValueError) as exc:
+        TensorJsonCodec(g.inputs, g.outputs, fields, pad=pad)
+    assert str(exc.value).startswith(reason)
+
+
+def test_padding_needs_a_mask(model):
+    g = read_graph(model)  # the ranker averages over every position: padding would change its results
+    with pytest.raises(ValueError, match="^pad.mask: name the model's mask input over 'seq'"):
+        TensorJsonCodec(g.inputs, g.outputs, pad={"dimension": "seq", "buckets": [4]})
+
+
+def test_pad_from_the_configuration_and_its_warm_up_samples(masked, tmp_path):
+    cfg = load_config(_config(tmp_path, model=str(masked), pad={"dimension": "seq", "buckets": [16, 32]},
+                              sample_dims={"seq": 5}), environ={})
+    spec = get_pipeline(cfg.pipeline, cfg.pipelines)
+    codec = spec.make_codec(cfg)
+    _key, value, _headers = spec.make_samples(1)(0)
+    assert "attention_mask" not in json.loads(value)
+    d = codec.decode(value, None)
+    assert d.payload["tokens"].shape == (1, 16) and d.payload["attention_mask"].sum() == 5
+    with pytest.raises(UserError, match="'pipelines\\[0\\].pad': is a tensor-json setting"):
+        load_config(_config(tmp_path, codec="tests.own_models:CsvCodec", pad={"dimension": "seq"}), environ={})
