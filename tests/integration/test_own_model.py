@@ -152,6 +152,43 @@ def test_lightgbm_classifier_served_from_configuration(broker, topic_factory, un
     assert reasons == {doc["request_id"]: reason for doc, reason in LGBM_BAD}
 
 
+def test_ragged_sequences_padded_with_a_mask_served_from_configuration(broker, topic_factory, unique_group_id, tmp_path):
+    """`pad:` (pipeline/codecs/tensor_pad.py): token sequences of 1..12 positions share
+    two buckets, the codec fills the model's attention mask, and each result (pooled and
+    per-position, cut back to the request's length) equals the model on the request
+    alone; one over the last bucket is dead-lettered naming the field."""
+    from tests.own_models import masked_encoder
+
+    model = masked_encoder(tmp_path / "masked.onnx")
+    inp, out = topic_factory("pad-req", partitions=1), topic_factory("pad-res", partitions=1)
+    dlq = topic_factory(f"{inp}.dlq", exact=True)
+    cfg = load_config(overrides={
+        "pipeline": "enc", "pipelines": [{"name": "enc", "model": str(model), "input_topic": inp, "output_topic": out,
+                                          "pad": {"dimension": "seq", "buckets": [6, 12]}}],
+        "bootstrap_servers": broker.bootstrap_servers, "broker_profile": broker.profile,
+        "group_id": unique_group_id, "dlq_topic": dlq, "metrics": {"enabled": False}, "create_topics": False,
+    }, environ={})
+    rng = np.random.default_rng(8)
+    good = [{"request_id": f"p{i}", "tokens": rng.integers(0, 10, int(rng.integers(1, 13))).tolist()} for i in range(150)]
+    bad = {"request_id": "p-long", "tokens": [1] * 13}
+    with running_worker(cfg):
+        produce_values(broker.bootstrap_servers, inp, [(None, orjson.dumps(d)) for d in [*good[:70], bad, *good[70:]]])
+        docs = result_docs(read_topic(broker.bootstrap_servers, out, len(good), timeout=90))
+        dead = read_topic(broker.bootstrap_servers, dlq, 1, timeout=30)
+    assert sorted(d["request_id"] for d in docs) == sorted(r["request_id"] for r in good)
+    # a batch held more requests than any one length has: different lengths shared it
+    assert max(d["batch_rows"] for d in docs) > max(Counter(len(r["tokens"]) for r in good).values())
+    by_id = {d["request_id"]: d for d in docs}
+    for req in good:
+        n = len(req["tokens"])
+        alone = run_alone(model, {"tokens": np.array([req["tokens"]], np.int64), "attention_mask": np.ones((1, n), np.int64)})
+        doc = by_id[req["request_id"]]
+        assert np.allclose(doc["pooled"], alone["pooled"][0], rtol=1e-6, atol=1e-7)
+        assert np.array(doc["states"]).shape == (n, 3) and np.allclose(doc["states"], alone["states"][0], rtol=1e-6, atol=1e-7)
+    assert [dict(m.headers())[H_ERROR].decode() for m in dead] == [
+        "tokens: dimension 'seq' has size 13, over the largest bucket (12)"]
+
+
 def test_five_commands_of_the_docs(broker, topic_factory, unique_group_id, tmp_path) -> None:
     """docs/OWN_MODEL.md, "Five commands", as a user runs them: inspect, keep its
     starter config, produce the user's own requests from a file, `tidebatch run -c`,
