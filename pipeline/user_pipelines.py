@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from pipeline.codecs.base import Codec
     from pipeline.codecs.tensor_json import InputField
 
-CODECS = ("tensor-json",)
+CODECS = ("tensor-json", "tensor-binary")  # tensor-binary: the same requests as msgpack
 # Or a codec class of the user's own, "package.module:Class" (the Codec protocol,
 # pipeline/codecs/base.py), constructed with the entry's codec_options.
 _CLASS = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*\Z")
@@ -136,6 +136,7 @@ class UserPipeline:
         return self._model
 
     def make_codec(self, cfg: Any = None) -> Codec:
+        from pipeline.codecs.tensor_binary import TensorBinaryCodec
         from pipeline.codecs.tensor_json import TensorJsonCodec
 
         if self._codec is None and self.entry.get("codec", "tensor-json") not in CODECS:
@@ -154,8 +155,9 @@ class UserPipeline:
                         f"pipeline {self.name!r}: {odd[0].name!r} is a {odd[0].type}, which runtime.model_process "
                         "cannot carry; set runtime.model_process: false"
                     )
+            cls = TensorBinaryCodec if self.entry.get("codec") == "tensor-binary" else TensorJsonCodec
             try:
-                self._codec = TensorJsonCodec(
+                self._codec = cls(
                     graph.inputs, graph.outputs, self.entry.get("inputs"), self.entry.get("outputs"),
                     rows=self.entry.get("rows", "one"), max_rows=self.entry.get("max_rows", 1000),
                     pad=self.entry.get("pad"),
@@ -170,14 +172,14 @@ class UserPipeline:
         `sample_request(i) -> bytes`; else, for tensor-json, random values: floats from
         N(0, 1), integers 0 (an index every embedding has), booleans false, strings
         empty, a dynamic dimension of size sample_dims[name] (default 8)."""
-        import orjson
-
         from pipeline.codecs.tensor_json import TensorJsonCodec
 
         codec = self.make_codec()
         if self.entry.get("samples"):
             path = Path(self.entry["samples"])
             lines = request_lines(path, f"pipeline {self.name!r}: samples file {path}")
+            if self.entry.get("codec") == "tensor-binary":  # lines are JSON; sent in the codec's form
+                lines = [json_line_as(codec, line, f"pipeline {self.name!r}: samples file {path}") for line in lines]
             return lambda i: (None, lines[i % len(lines)], [])
         if not isinstance(codec, TensorJsonCodec):
             own = getattr(codec, "sample_request", None)
@@ -191,7 +193,7 @@ class UserPipeline:
         def make(i: int) -> tuple[bytes | None, bytes, list[tuple[str, bytes]]]:
             rid = f"{self.name}-{seed}-{i}"
             doc = {"request_id": rid, **sample_fields(codec.fields, codec.many, rng, dims)}
-            return rid.encode(), orjson.dumps(doc), []
+            return rid.encode(), codec.encode(doc), []
 
         return make
 
@@ -235,6 +237,20 @@ def request_lines(path: Path, what: str) -> list[bytes]:
     if not lines:
         raise UserError(f"{what}: no requests in it")
     return lines
+
+
+def json_line_as(codec: Any, line: bytes, what: str) -> bytes:
+    """A JSON request line in the form of `codec` (its `encode`); UserError naming the
+    file when the line is not a JSON object."""
+    import orjson
+
+    try:
+        doc = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise UserError(f"{what}: a line is not JSON: {exc}") from None
+    if type(doc) is not dict:
+        raise UserError(f"{what}: a line is not a JSON object")
+    return codec.encode(doc)
 
 
 def sample_fields(

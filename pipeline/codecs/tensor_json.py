@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import orjson
 
 from pipeline.codecs.base import Decoded, DecodeError
 from pipeline.codecs.ctr_fields import parse_json, read_meta, read_request_id, type_name
@@ -118,7 +119,7 @@ class TensorJsonCodec:
 
     # ------------------------------------------------------------------------ decode
     def decode(self, value: bytes | None, headers: Mapping[str, bytes] | None = None) -> Decoded:
-        doc = parse_json(value)
+        doc = self.document(value)
         request_id = read_request_id(doc)
         priority, deadline_ms, tenant = read_meta(doc, value or b"")
         payload: dict[str, np.ndarray] = {}
@@ -127,7 +128,7 @@ class TensorJsonCodec:
         for f in self.fields:
             if f.field not in doc:
                 raise DecodeError(f"missing field {f.field!r}")
-            arr = to_array(f.field, doc[f.field], f.dtype)
+            arr = self.array(f, doc[f.field])
             if self.many:
                 if arr.ndim == 0:
                     raise DecodeError(f"{f.field}: expected an array of rows, got a {type_name(doc[f.field])}")
@@ -148,6 +149,19 @@ class TensorJsonCodec:
             pad_request(payload, self.input_dims, length, rows, self.pad, field)
         bucket = tuple(a.shape[1:] for a in payload.values())
         return Decoded(request_id, rows, payload, priority, deadline_ms, tenant, bucket)
+
+    def document(self, value: bytes | None) -> dict[str, Any]:
+        """The request as a mapping of fields (the binary form overrides: tensor_binary.py)."""
+        return parse_json(value)
+
+    def array(self, f: InputField, value: Any) -> np.ndarray:
+        """One field's value as an array of its input's dtype, not yet shape-checked."""
+        return to_array(f.field, value, f.dtype)
+
+    def encode(self, doc: Mapping[str, Any]) -> bytes:
+        """A request document (fields as nested lists) in this codec's form: for the
+        generated requests of the warm-up and `tidebatch produce`."""
+        return orjson.dumps(doc)
 
     # ------------------------------------------------------------------------ collate
     def collate(self, payloads: Sequence[dict[str, np.ndarray]], pad_to_rows: int | None = None) -> dict[str, np.ndarray]:
