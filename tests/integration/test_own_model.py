@@ -189,6 +189,40 @@ def test_ragged_sequences_padded_with_a_mask_served_from_configuration(broker, t
         "tokens: dimension 'seq' has size 13, over the largest bucket (12)"]
 
 
+def test_binary_form_served_from_configuration(broker, topic_factory, unique_group_id, tmp_path):
+    """`codec: tensor-binary` (pipeline/codecs/tensor_binary.py) with the model process:
+    msgpack requests with raw tensor bytes give the results ONNX Runtime gives each
+    alone; bad ones are dead-lettered naming the field."""
+    msgpack = pytest.importorskip("msgpack")
+    model = ranker(tmp_path / "ranker.onnx")
+    inp, out = topic_factory("bin-req", partitions=1), topic_factory("bin-res", partitions=1)
+    dlq = topic_factory(f"{inp}.dlq", exact=True)
+    cfg = load_config(overrides={
+        "pipeline": "bin", "runtime": {"model_process": True},
+        "pipelines": [{"name": "bin", "model": str(model), "codec": "tensor-binary", "input_topic": inp, "output_topic": out}],
+        "bootstrap_servers": broker.bootstrap_servers, "broker_profile": broker.profile,
+        "group_id": unique_group_id, "dlq_topic": dlq, "metrics": {"enabled": False}, "create_topics": False,
+    }, environ={})
+    rng = np.random.default_rng(12)
+    good = [{"request_id": f"b{i}", "dense": rng.standard_normal(4).astype("<f4"),
+             "tokens": rng.integers(0, 10, int(rng.choice([2, 5]))).astype("<i8")} for i in range(120)]
+    values = [msgpack.packb({**r, "dense": r["dense"].tobytes(), "tokens": r["tokens"].tobytes()}) for r in good]
+    bad = [(msgpack.packb({"request_id": "b-short", "dense": b"\0" * 12, "tokens": b"\0" * 8}),
+            "dense: 3 elements do not fit shape [4]"),
+           (msgpack.packb({"request_id": "b-odd", "dense": b"\0" * 16, "tokens": b"\0" * 9}),
+            "tokens: 9 bytes is not a whole number of int64 elements (8 bytes each)")]
+    with running_worker(cfg):
+        produce_values(broker.bootstrap_servers, inp, [(None, v) for v in [*values[:60], *(b for b, _ in bad), *values[60:]]])
+        docs = result_docs(read_topic(broker.bootstrap_servers, out, len(good), timeout=90))
+        dead = read_topic(broker.bootstrap_servers, dlq, len(bad), timeout=30)
+    by_id = {d["request_id"]: d for d in docs}
+    assert sorted(by_id) == sorted(r["request_id"] for r in good)
+    for req in good:
+        alone = run_alone(model, {"dense": req["dense"][None].astype(np.float32), "tokens": req["tokens"][None].astype(np.int64)})
+        assert np.allclose(by_id[req["request_id"]]["prob"], alone["prob"][0], rtol=1e-6, atol=1e-7)
+    assert sorted(dict(m.headers())[H_ERROR].decode() for m in dead) == sorted(reason for _, reason in bad)
+
+
 def test_five_commands_of_the_docs(broker, topic_factory, unique_group_id, tmp_path) -> None:
     """docs/OWN_MODEL.md, "Five commands", as a user runs them: inspect, keep its
     starter config, produce the user's own requests from a file, `tidebatch run -c`,
