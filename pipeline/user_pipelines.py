@@ -140,21 +140,11 @@ class UserPipeline:
         from pipeline.codecs.tensor_json import TensorJsonCodec
 
         if self._codec is None and self.entry.get("codec", "tensor-json") not in CODECS:
+            self._check_wire(cfg)
             self._codec = codec_class(self.name, self.entry["codec"], self.entry.get("codec_options") or {})
         if self._codec is None:
             graph = self.load_model().raw["graph"]
-            runtime = getattr(cfg, "runtime", None)
-            if runtime is not None and runtime.model_process:
-                from pipeline.runtime.wire_values import carried
-
-                # what the model process's wire cannot carry (pipeline/runtime/wire_values.py):
-                # refused at start, not per batch
-                odd = [t for t in (*graph.inputs, *graph.outputs) if not carried(t.type)]
-                if odd:
-                    raise UserError(
-                        f"pipeline {self.name!r}: {odd[0].name!r} is a {odd[0].type}, which runtime.model_process "
-                        "cannot carry; set runtime.model_process: false"
-                    )
+            self._check_wire(cfg)
             cls = TensorBinaryCodec if self.entry.get("codec") == "tensor-binary" else TensorJsonCodec
             try:
                 self._codec = cls(
@@ -165,6 +155,21 @@ class UserPipeline:
             except ValueError as exc:
                 raise UserError(f"pipeline {self.name!r} ({graph.path.name}): {exc}") from None
         return self._codec
+
+    def _check_wire(self, cfg: Any) -> None:
+        """With runtime.model_process, every input and output must be of a type the
+        model process's wire carries (pipeline/runtime/wire_values.py), whatever the
+        codec: refused at start with one line, not per batch."""
+        from pipeline.runtime.wire_values import carried
+
+        runtime = getattr(cfg, "runtime", None)
+        if runtime is None or not runtime.model_process:
+            return
+        graph = self.load_model().raw["graph"]
+        odd = [t for t in (*graph.inputs, *graph.outputs) if not carried(t.type)]
+        if odd:
+            raise UserError(f"pipeline {self.name!r}: {odd[0].name!r} is a {odd[0].type}, which runtime.model_process "
+                            "cannot carry; set runtime.model_process: false")
 
     def make_samples(self, seed: int) -> Callable[[int], tuple[bytes | None, bytes, list[tuple[str, bytes]]]]:
         """Valid requests for the warm-up profile and `tidebatch produce`: the lines of

@@ -283,6 +283,11 @@ def test_model_process_carries_a_zipmap_and_refuses_a_sequence_of_tensors_at_sta
         get_pipeline(cfg.pipeline, cfg.pipelines).make_codec(cfg)
     cfg = load_config(path, environ={})
     assert get_pipeline(cfg.pipeline, cfg.pipelines).make_codec(cfg).results == {"y": "y"}
+    # a codec class of one's own is held to the same check: the wire carries the model's outputs whatever the codec
+    path = _config(tmp_path, model=str(odd_outputs(tmp_path / "odd.onnx")), codec="tests.own_models:CsvCodec")
+    cfg = load_config(path, on, environ={})
+    with pytest.raises(UserError, match="^pipeline 'mine': 'parts' is a seq"):
+        get_pipeline(cfg.pipeline, cfg.pipelines).make_codec(cfg)
 
 
 def test_outputs_that_are_not_rows_are_refused_by_name(tmp_path):
