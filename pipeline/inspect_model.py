@@ -18,6 +18,7 @@ from pipeline.user_pipelines import sample_fields
 
 SAMPLE_DIM = 3  # size of a dynamic non-batch dimension in the sample request
 MAX_SAMPLE_CHARS = 4000  # a larger sample (an image) is described, not printed
+PAD_BUCKETS = (16, 32, 64, 128)  # suggested; as the text pipeline's buckets (pipeline/codecs/text.py)
 
 
 def batching_problems(graph: GraphInfo) -> list[str]:
@@ -93,6 +94,22 @@ def output_lines(graph: GraphInfo, probe: Probe | None) -> list[str]:
     return lines
 
 
+def pad_hints(graph: GraphInfo, dynamic: list[str]) -> list[str]:
+    """For each dynamic dimension the model has a mask input over: the `pad` setting
+    that lets ragged lengths share a batch (pipeline/codecs/tensor_pad.py)."""
+    from pipeline.codecs.tensor_pad import padding
+
+    hints = []
+    for dim in dynamic:
+        try:
+            mask = padding({"dimension": dim, "buckets": list(PAD_BUCKETS)}, graph.inputs).mask
+        except ValueError:
+            continue  # no mask over it: padding would change results
+        hints.append(f"            or pad ragged {dim!r} to buckets, the codec filling mask {mask!r}: add "
+                     f"pad: {{dimension: {dim}, buckets: [{', '.join(map(str, PAD_BUCKETS))}]}} to the entry")
+    return hints
+
+
 def starter_config(graph: GraphInfo, name: str, outputs: list[str] | None = None) -> str:
     entry = {
         "name": name,
@@ -145,6 +162,7 @@ def report(graph: GraphInfo, probe: Probe | None = None) -> str:
     lines += output_lines(graph, probe)
     if dynamic:
         lines.append(f"dynamic     {', '.join(dynamic)}: requests of equal sizes share a batch (no padding)")
+        lines += pad_hints(graph, dynamic)
     sample = orjson.dumps(sample_request(graph, name)).decode()
     lines += ["", "sample request (tensor-json; the batch dimension is left out):"]
     if len(sample) <= MAX_SAMPLE_CHARS:

@@ -176,7 +176,8 @@ class UserPipeline:
         the entry's `samples` file, round robin; else a codec class's own
         `sample_request(i) -> bytes`; else, for tensor-json, random values: floats from
         N(0, 1), integers 0 (an index every embedding has), booleans false, strings
-        empty, a dynamic dimension of size sample_dims[name] (default 8)."""
+        empty, an input named like a mask all ones, a dynamic dimension of size
+        sample_dims[name] (default 8)."""
         from pipeline.codecs.tensor_json import TensorJsonCodec
 
         codec = self.make_codec()
@@ -267,7 +268,10 @@ def sample_fields(
     out: dict[str, Any] = {}
     for f in fields:
         shape = lead + tuple(d if isinstance(d, int) else int(dims.get(d, 8)) for d in f.dims)
-        if f.dtype.kind == "f":
+        if "mask" in f.name.lower() and f.dtype.kind in "biuf":
+            # every position real: an all-zero attention mask makes a masked mean 0/0
+            out[f.field] = np.ones(shape, dtype=f.dtype).tolist()
+        elif f.dtype.kind == "f":
             out[f.field] = np.round(rng.standard_normal(shape), 4).tolist()
         elif f.dtype.kind == "b":
             out[f.field] = np.zeros(shape, dtype=bool).tolist()

@@ -476,3 +476,22 @@ def test_pad_from_the_configuration_and_its_warm_up_samples(masked, tmp_path):
     assert d.payload["tokens"].shape == (1, 16) and d.payload["attention_mask"].sum() == 5
     with pytest.raises(UserError, match="'pipelines\\[0\\].pad': is a tensor-json setting"):
         load_config(_config(tmp_path, codec="tests.own_models:CsvCodec", pad={"dimension": "seq"}), environ={})
+
+
+def test_inspect_suggests_padding_where_the_model_has_a_mask_and_the_hint_works(masked, model, tmp_path, capsys):
+    assert main(["inspect", str(masked)]) == 0
+    out = capsys.readouterr().out
+    hint = "add pad: {dimension: seq, buckets: [16, 32, 64, 128]} to the entry"
+    assert f"or pad ragged 'seq' to buckets, the codec filling mask 'attention_mask': {hint}" in out
+    sample = json.loads(out.split("left out):\n", 1)[1].split("\n", 1)[0])
+    assert sample["attention_mask"] == [1, 1, 1]  # all positions real: a masked mean of none is 0/0
+    assert "null" not in out.split("becomes an object):\n", 1)[1].split("\n", 1)[0]
+    config = yaml.safe_load(out.split("masked.yaml`):\n", 1)[1])
+    config["pipelines"][0]["pad"] = yaml.safe_load(hint.removeprefix("add ").removesuffix(" to the entry"))["pad"]
+    del config["pipelines"][0]["inputs"]["attention_mask"]  # the codec fills it now
+    (tmp_path / "masked.yaml").write_text(yaml.safe_dump(config))
+    cfg = load_config(tmp_path / "masked.yaml", environ={})
+    d = get_pipeline(cfg.pipeline, cfg.pipelines).make_codec(cfg).decode(b'{"request_id": "r", "tokens": [1, 2]}', None)
+    assert d.payload["attention_mask"].shape == (1, 16)
+    assert main(["inspect", str(model)]) == 0
+    assert "or pad ragged" not in capsys.readouterr().out  # the ranker has no mask: padding would change results
