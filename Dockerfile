@@ -3,18 +3,23 @@
 # "worker" service). Dockerfile.cuda is the GPU one.
 #   docker build -t tidebatch .
 #   docker run --rm tidebatch run --help
-# ONNX Runtime is the CPU build (`onnxruntime`), not pyproject's onnxruntime-gpu: the
-# same API, without the CUDA provider a CPU image could never load. The project is
-# installed as a wheel (no editable install, no source tree in the image).
+# ONNX Runtime is the CPU build (`onnxruntime`, pyproject's `cpu` extra), not
+# onnxruntime-gpu: the same API, without the CUDA provider a CPU image could never
+# load. The project is installed as a wheel (no editable install, no source tree in
+# the image).
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 # ---------------------------------------------------------------- the project's wheel
 FROM ${PYTHON_IMAGE} AS wheel
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
+# pyproject.toml's extras in the image besides ONNX Runtime (the flavour picks it):
+# tracing and s3:// sinks. `--build-arg EXTRAS=otel,s3,kafka-python` adds the
+# kafka-python client; the embedded broker (`embedded`) is for development, not images.
+ARG EXTRAS=otel,s3
 COPY . .
 RUN pip wheel --no-deps --wheel-dir /wheels . \
-    && python scripts/image_requirements.py cpu > /wheels/requirements.txt
+    && python scripts/image_requirements.py cpu "$EXTRAS" > /wheels/requirements.txt
 
 # ---------------------------------------------------------------- the image
 FROM ${PYTHON_IMAGE}

@@ -9,6 +9,7 @@ import importlib
 import sys
 
 from pipeline import logs
+from pipeline.commands.parser_tree import walk
 from pipeline.errors import UserError
 from pipeline.logs import FORMATS, LEVELS
 
@@ -25,6 +26,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "pipeline.commands.config",
     "pipeline.commands.inspect",
     "pipeline.commands.dlq",
+    "pipeline.commands.completion",
 )
 
 
@@ -38,8 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).add_parser(sub)
-    for command in sub.choices.values():  # `tidebatch run --log-level DEBUG` works too
-        add_log_flags(command)
+    for path, command in walk(parser):  # `tidebatch run --log-level DEBUG` works too
+        if path:
+            add_log_flags(command)
     return parser
 
 

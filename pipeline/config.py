@@ -83,6 +83,11 @@ class RuntimeConfig:
     # share the cores a pinned executor cannot move away from them and tail latency
     # suffers (pipeline/runtime/affinity.py has the figures).
     pin_executors: bool = False
+    # Look for a new model version this often (seconds): a changed model file, or a
+    # new version folder of a model repository (pipeline/versions/repository.py); it
+    # is loaded, warmed up and swapped in while consuming goes on. 0: only when told
+    # to (POST /model/reload on the ops server).
+    model_poll_s: float = 0.0
 
 
 UNDELIVERABLE_ACTIONS = ("skip", "stop")
@@ -347,6 +352,8 @@ def validate(cfg: WorkerConfig) -> None:
         raise bad("runtime.gc_gen0_threshold", "must be >= 0 (0 leaves the garbage collector alone)")
     if cfg.runtime.intra_op_threads < 1:
         raise bad("runtime.intra_op_threads", "must be >= 1")
+    if cfg.runtime.model_poll_s < 0:
+        raise bad("runtime.model_poll_s", "must be >= 0 (0: only POST /model/reload loads a new version)")
     if cfg.client not in ("confluent", "kafka-python"):
         raise bad("client", f"{cfg.client!r} is not one of confluent, kafka-python")
     if cfg.client == "kafka-python":  # refuse what it cannot honour before connecting anywhere

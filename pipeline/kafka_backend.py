@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 from consumers.kafka_python_settings import kafka_python_settings
@@ -19,6 +20,7 @@ from consumers.profiles import (
 from consumers.records import Producer, Source, TopicPartition
 from pipeline.config import WorkerConfig
 from pipeline.errors import UserError
+from pipeline.extras import load
 from pipeline.pipelines import pipeline_for
 
 log = logging.getLogger(__name__)
@@ -75,15 +77,14 @@ def make_source(
         conf = consumer_config(cfg.broker_profile, cfg.bootstrap_servers, group_id, overrides)
         return ConfluentSource(conf, topics, on_assign, on_revoke)
     if cfg.client == "kafka-python":
-        from consumers.kafka_python_backend import KafkaPythonSource
-
+        backend = kafka_python_backend()
         large = _large(cfg)
         overrides = {
             **(large.kafka_python_consumer if large else {}), **group_overrides(cfg, "kafka-python"),
             **kafka_python_settings(cfg.kafka.client("consumer")),
         }
         conf = kafka_python_consumer_config(cfg.broker_profile, cfg.bootstrap_servers, group_id, overrides)
-        return KafkaPythonSource(conf, topics, on_assign, on_revoke)
+        return backend.KafkaPythonSource(conf, topics, on_assign, on_revoke)
     raise UserError(f"unknown Kafka client {cfg.client!r}; use confluent or kafka-python")
 
 
@@ -120,11 +121,16 @@ def make_producer(cfg: WorkerConfig, group_id: str | None = None) -> Producer:
             return ConfluentTransactionalProducer(conf)
         return ConfluentProducer(conf)
     if cfg.client == "kafka-python":
-        from consumers.kafka_python_backend import KafkaPythonProducer
-
+        backend = kafka_python_backend()
         large = _large(cfg)
         overrides = {
             **(large.kafka_python_producer if large else {}), **kafka_python_settings(cfg.kafka.client("producer"))
         }
-        return KafkaPythonProducer(kafka_python_producer_config(cfg.broker_profile, cfg.bootstrap_servers, overrides))
+        return backend.KafkaPythonProducer(kafka_python_producer_config(cfg.broker_profile, cfg.bootstrap_servers, overrides))
     raise UserError(f"unknown Kafka client {cfg.client!r}; use confluent or kafka-python")
+
+
+def kafka_python_backend() -> ModuleType:
+    """consumers/kafka_python_backend.py, or the one line naming the `kafka-python` extra
+    when kafka-python is not installed (the confluent path never imports it)."""
+    return load("consumers.kafka_python_backend", "kafka-python")

@@ -165,6 +165,16 @@ class WorkerMetrics(BatchingMetrics):
             "Times the model process died and a new one was started, or tried to (runtime.model_process)",
             ["pipeline"], registry=r,
         )
+        # Model versions (pipeline/versions/): what each served, and loads refused.
+        self.model_loads = Counter(
+            "tidebatch_model_loads_total",
+            "New model versions loaded and swapped in (outcome loaded) or refused (outcome refused)",
+            ["pipeline", "outcome"], registry=r,
+        )
+        self.version_requests = Counter(
+            "tidebatch_model_version_requests_total", "Requests scored, by the model version that scored them",
+            ["pipeline", "model_version"], registry=r,
+        )
 
         self.slo = Gauge(
             "tidebatch_slo_seconds", "Latency budget of a request (batching.slo_ms), for p99 alerts",

@@ -35,9 +35,10 @@ def probe(graph: GraphInfo, requests: Sequence[Mapping[str, Any]]) -> Probe:
     """Decode `requests` (tensor-json documents, one field per input by its own name)
     with the tensor-json codec, run them as one batch on ONNX Runtime (CPU), and see
     what every output gave. The model's errors are reported, not raised."""
-    import onnxruntime as ort
-
     from pipeline.codecs.tensor_json import TensorJsonCodec
+    from pipeline.extras import onnxruntime
+
+    ort = onnxruntime()  # a missing ONNX Runtime is one line naming the extra
 
     n = len(requests)
     options = ort.SessionOptions()

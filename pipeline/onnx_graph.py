@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.errors import UserError
+from pipeline.extras import onnxruntime
 
 # ONNX Runtime's tensor element names -> numpy dtypes (strings are Python objects).
 DTYPES: dict[str, np.dtype] = {
@@ -86,8 +87,7 @@ def read_graph(path: str | Path) -> GraphInfo:
         ir_version, opsets, producer = read_header(p.read_bytes())
     except (OSError, ValueError) as exc:
         raise UserError(f"{p}: not an ONNX model ({exc})") from None
-    import onnxruntime as ort
-
+    ort = onnxruntime("reading a model's inputs and outputs")
     options = ort.SessionOptions()
     options.log_severity_level = 3  # its warnings are not the user's problem here
     try:

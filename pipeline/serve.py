@@ -19,6 +19,7 @@ def serve(cfg: WorkerConfig) -> int:
     from pipeline.sinks.build import build_sinks
     from pipeline.worker import Worker, build_parts
 
+    require_extras(cfg)
     if cfg.metrics.enabled:
         from pipeline.ops.http_auth import HttpAuth
 
@@ -54,6 +55,20 @@ def serve(cfg: WorkerConfig) -> int:
         if server is not None:
             server.stop()
         parts.close()
+
+
+def require_extras(cfg: WorkerConfig) -> None:
+    """The optional packages this config needs (pyproject.toml's extras), checked before
+    anything connects or loads: a missing one is one line naming its extra
+    (pipeline/extras.py), not an error after the Kafka check and the model load."""
+    from pipeline.extras import load, onnxruntime
+    from pipeline.kafka_backend import kafka_python_backend
+
+    onnxruntime("the worker")
+    if cfg.client == "kafka-python":
+        kafka_python_backend()
+    if cfg.tracing.enabled:
+        load("opentelemetry.sdk.trace", "otel")
 
 
 def log_kafka_settings(cfg: WorkerConfig) -> None:

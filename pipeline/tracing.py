@@ -126,6 +126,7 @@ def make_tracer(tc: TracingConfig, pipeline: str, exporter: Any = None) -> Batch
     if not tc.enabled:
         return None
     from pipeline.errors import UserError
+    from pipeline.extras import missing
 
     try:
         from opentelemetry.sdk.resources import Resource
@@ -136,7 +137,7 @@ def make_tracer(tc: TracingConfig, pipeline: str, exporter: Any = None) -> Batch
             SimpleSpanProcessor,
         )
     except ImportError:
-        raise UserError("tracing.enabled needs OpenTelemetry: pip install 'tidebatch[otel]'") from None
+        raise missing("otel") from None
     # Not the global provider: a worker's spans stay its own (tests run several).
     provider = TracerProvider(resource=Resource.create({"service.name": tc.service_name}))
     if exporter is not None:

@@ -34,6 +34,10 @@ if TYPE_CHECKING:
     from pipeline.codecs.tensor_json import InputField
 
 CODECS = ("tensor-json", "tensor-binary")  # tensor-binary: the same requests as msgpack
+# A package can name its codec classes under this entry-point group (pyproject.toml:
+# [project.entry-points."tidebatch.codecs"] my-codec = "my_pkg.codecs:MyCodec"); an
+# entry then says `codec: my-codec` (docs/OWN_MODEL.md, "A codec class of your own").
+ENTRY_POINTS = "tidebatch.codecs"
 # Or a codec class of the user's own, "package.module:Class" (the Codec protocol,
 # pipeline/codecs/base.py), constructed with the entry's codec_options.
 _CLASS = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*\Z")
@@ -86,8 +90,11 @@ def validate_pipelines(cfg: Any, bad: Callable[[str, str], UserError], shipped: 
             raise bad(f"{key}.name", f"{name!r} is defined twice")
         seen.add(name)
         codec = entry.get("codec", "tensor-json")
-        if codec not in CODECS and not _CLASS.match(codec):
-            raise bad(f"{key}.codec", f"{codec!r} is not one of {', '.join(CODECS)}, nor a class as 'package.module:Class'")
+        if codec not in CODECS and not _CLASS.match(codec) and codec not in installed_codecs():
+            raise bad(f"{key}.codec", (
+                f"{codec!r} is not one of {', '.join(CODECS)}, nor a class as 'package.module:Class', nor a codec "
+                f"installed under the {ENTRY_POINTS!r} entry points ({', '.join(sorted(installed_codecs())) or 'none installed'})"
+            ))
         if "codec_options" in entry and codec in CODECS:
             raise bad(f"{key}.codec_options", f"only for a codec class of your own; {codec} takes inputs, outputs, rows")
         if "pad" in entry and codec not in CODECS:
@@ -109,6 +116,20 @@ def validate_pipelines(cfg: Any, bad: Callable[[str, str], UserError], shipped: 
         raise bad("pipeline", f"unknown pipeline {cfg.pipeline!r}; shipped pipelines: {', '.join(sorted(shipped))}{defined}")
 
 
+def served_version(name: str, source: Path, version: str) -> tuple[Path, str]:
+    """The file to serve at start and its version: `source` itself, or the newest
+    version folder of a model repository (pipeline/versions/repository.py)."""
+    from pipeline.versions.repository import is_repository, scan
+
+    if not is_repository(source):
+        return source, version
+    found = scan(source)
+    if not found:
+        raise UserError(f"pipeline {name!r}: no version folder with a model.onnx under {source} (e.g. {source}/1/model.onnx)")
+    newest = found[-1]
+    return newest.path, str(newest.version)
+
+
 class UserPipeline:
     """One `pipelines` entry (checked by validate_pipelines): what its PipelineSpec
     calls. The graph is read once, on first use."""
@@ -126,12 +147,14 @@ class UserPipeline:
         from pipeline.onnx_graph import read_graph
 
         if self._model is None:
-            graph = read_graph(Path(self.entry["model"]))
+            source = Path(self.entry["model"])
+            path, version = served_version(self.name, source, str(self.entry.get("version", "1")))
+            graph = read_graph(path)
             describe = [{"name": t.name, "dtype": t.type, "shape": list(t.shape or ())} for t in graph.inputs]
             results = [{"name": t.name, "dtype": t.type, "shape": list(t.shape or ())} for t in graph.outputs]
             self._model = ModelSpec(
-                name=self.name, version=str(self.entry.get("version", "1")), onnx_path=graph.path,
-                inputs=describe, outputs=results, raw={**self.entry, "graph": graph},
+                name=self.name, version=version, onnx_path=graph.path,
+                inputs=describe, outputs=results, raw={**self.entry, "graph": graph}, source=source,
             )
         return self._model
 
@@ -204,17 +227,30 @@ class UserPipeline:
         return make
 
 
+def installed_codecs() -> dict[str, Any]:
+    """The codec classes installed packages name under ENTRY_POINTS: name -> EntryPoint."""
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINTS)}
+
+
 def codec_class(pipeline: str, spec: str, options: Mapping[str, Any]) -> Codec:
-    """An instance of "package.module:Class" with `options`; UserError (one line) when
-    it cannot be imported or made, or lacks a method of the Codec protocol."""
+    """An instance of "package.module:Class", or of an installed entry point's class,
+    with `options`; UserError (one line) when it cannot be imported or made, or lacks
+    a method of the Codec protocol."""
     import importlib
     import inspect
 
-    module, _, attr = spec.partition(":")
     where = f"pipeline {pipeline!r}: codec {spec}"
     try:
-        cls = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as exc:
+        if _CLASS.match(spec):
+            module, _, attr = spec.partition(":")
+            cls = getattr(importlib.import_module(module), attr)
+        else:
+            point = installed_codecs()[spec]
+            where = f"{where} ({point.value}, entry point of {point.dist.name if point.dist else 'a package'})"
+            cls = point.load()
+    except (ImportError, AttributeError, KeyError) as exc:
         raise UserError(f"{where}: cannot import it: {type(exc).__name__}: {exc}") from None
     try:
         known = [n for n in inspect.signature(cls).parameters if n != "self"]

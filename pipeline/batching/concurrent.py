@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 
 from pipeline.batching.batcher import Batcher
+from pipeline.batching.cost import AffineCost
 from pipeline.batching.depth import PipelineDepth
 from pipeline.batching.request import Batch, Request
 from pipeline.clock import Clock, MonotonicClock
@@ -125,6 +126,12 @@ class BatchQueue:
             self._cond.notify()
             if self.backlogged:  # calm: this executor comes back for the next batch itself
                 self._gate.notify()
+
+    def restart_cost(self, prior: AffineCost) -> None:
+        """A new model version serves: its warm-up profile replaces what the cost model
+        learnt of the old one (pipeline/versions/manager.py)."""
+        with self._cond:
+            self.batcher.cost.restart(prior)
 
     def pop_routed_late(self) -> list[Request]:
         with self._cond:

@@ -156,6 +156,12 @@ class CostModel:
     def _new_fit(self, cost: AffineCost) -> _Fit:
         return _Fit(cost, self._lam, self._prior_weight, self._ref_rows)
 
+    def restart(self, prior: AffineCost) -> None:
+        """Forget every bucket's fit and start again from `prior` (a new model version's
+        warm-up profile: the old version's batches say nothing about its cost)."""
+        self._prior = prior
+        self._fits.clear()
+
     def seed(self, bucket: Hashable, cost: AffineCost) -> None:
         """Start a bucket from a known cost (its own warm-up profile)."""
         self._fits[bucket] = self._new_fit(cost)

@@ -43,14 +43,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--engine",
         choices=["embedded", "kafka"],
         default="embedded",
-        help="embedded: Tansu (default); kafka: Apache Kafka (use --broker-profile kafka with it)",
+        help="embedded: Tansu; kafka: Apache Kafka (use --broker-profile kafka with it; default embedded)",
     )
     parser.add_argument(
         "--nodes",
         type=int,
         choices=[1, 3],
         default=1,
-        help="with --engine kafka: 3 nodes give replication factor 3, min.insync.replicas 2",
+        help="with --engine kafka: 3 nodes give replication factor 3, min.insync.replicas 2 (default 1)",
     )
     parser.add_argument(
         "--port", type=int, default=None,

@@ -13,13 +13,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="run the CTR pipeline end to end on the embedded broker")
     p.add_argument("--duration", type=float, default=15.0, help="seconds of load (default 15)")
     p.add_argument("--rate", type=float, default=400.0, help="requests per second (default 400)")
-    p.add_argument("--policy", default="adaptive", choices=POLICY_NAMES)
-    p.add_argument("--partitions", type=int, default=2)
-    p.add_argument("--out", default="out/demo", help="where logs and the summary go")
+    p.add_argument("--policy", default="adaptive", choices=POLICY_NAMES, help="batching policy (default adaptive)")
+    p.add_argument("--partitions", type=int, default=2, help="partitions of the request topic (default 2)")
+    p.add_argument("--out", default="out/demo", help="where logs and the summary go (default out/demo)")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.add_argument(
         "--delivery", default="at_least_once", choices=("at_least_once", "exactly_once"),
-        help="exactly_once is refused here: the embedded broker cannot do it (docs/DELIVERY.md)",
+        help="exactly_once is refused here: the embedded broker cannot do it (docs/DELIVERY.md; default at_least_once)",
     )
     p.set_defaults(func=run)
 

@@ -47,11 +47,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     replay.add_argument("--dry-run", action="store_true", help="count what would be replayed; send nothing")
     replay.add_argument("--again", action="store_true", help="ignore the ledger: replay also what an earlier run replayed")
-    replay.set_defaults(func=run_replay)
-    from pipeline.cli import add_log_flags  # here: pipeline.cli imports this module
-
-    for action in (inspect, replay):  # `tidebatch dlq inspect --log-level DEBUG` works too
-        add_log_flags(action)
+    replay.set_defaults(func=run_replay)  # the log flags: pipeline/cli.py adds them to every subcommand
 
 
 def _common(p: argparse.ArgumentParser) -> None:

@@ -28,12 +28,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-c", "--config", help="worker YAML: defaults for columns, compression, broker")
     p.add_argument("--format", choices=FORMATS, help="input format (default: from the file name)")
     p.add_argument("--topic", help="score this topic instead of files")
-    p.add_argument("--bootstrap-servers", metavar="HOST:PORT")
+    p.add_argument(
+        "--bootstrap-servers", metavar="HOST:PORT",
+        help="topic mode: Kafka brokers (default: the config's bootstrap_servers)",
+    )
     p.add_argument(
         "--connect-timeout", type=float, default=30.0, metavar="SECONDS",
         help="topic mode: exit 1 when no broker answers within this (default 30)",
     )
-    p.add_argument("--broker-profile", choices=("kafka", "embedded"))
+    p.add_argument(
+        "--broker-profile", choices=("kafka", "embedded"),
+        help="topic mode: kafka or embedded (docs/BROKERS.md; default: the config's broker_profile, else kafka)",
+    )
     p.add_argument("--partitions", type=_int_list, metavar="0,1,...", help="default: all")
     p.add_argument("--from-offset", type=int, metavar="N", help="first offset (inclusive)")
     p.add_argument("--to-offset", type=int, metavar="N", help="end offset (exclusive; default: the end)")
@@ -44,7 +50,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--chunk-records", type=int, default=8192, help="topic mode: offsets per chunk (default 8192)")
     p.add_argument("--batch-rows", type=int, default=2048, help="rows per ONNX Runtime call (default 2048)")
     p.add_argument("--roll-interval-s", type=float, help="record-time bucket of a file (default 300)")
-    p.add_argument("--compression", choices=("zstd", "snappy", "gzip", "lz4", "none"))
+    p.add_argument(
+        "--compression", choices=("zstd", "snappy", "gzip", "lz4", "none"),
+        help="Parquet compression (default: the config's sink compression, else zstd)",
+    )
     p.add_argument("--providers", help="auto, cpu, cuda, tensorrt (default auto)")
     p.add_argument("--threads", type=int, default=1, help="ONNX Runtime intra-op threads (default 1)")
     p.add_argument("--no-progress", action="store_true", help="no progress on stderr")

@@ -16,6 +16,7 @@ from consumers.admin import ensure_topics
 from consumers.kafka_reachable import DEFAULT_TIMEOUT_S, require_kafka
 from consumers.profiles import producer_config
 from pipeline.commands.kafka_flags import add_x_flag, kafka_block
+from pipeline.commands.parser_tree import OpenSubcommands
 from pipeline.errors import UserError
 from pipeline.loadgen.pacing import poisson_schedule, run_open_loop
 from pipeline.pipelines import PIPELINES, Sample, get_pipeline
@@ -25,48 +26,95 @@ DEFAULT_FPS = 5.0
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("produce", help="generate requests to a Kafka topic (Poisson arrivals)")
-    p.add_argument(
-        "pipeline", metavar="PIPELINE",
-        help=f"which kind of request: {', '.join(sorted(PIPELINES))}, or one under the --config's `pipelines:`",
+    p = sub.add_parser(
+        "produce", help="generate requests to a Kafka topic (Poisson arrivals)",
+        description="Send requests of one pipeline to its input topic at a Poisson rate. Each shipped "
+        "pipeline has its own flags (`tidebatch produce ctr --help`); any other NAME is a pipeline "
+        "defined under a config's `pipelines:`, given with -c (docs/OWN_MODEL.md).",
     )
-    p.add_argument("-c", "--config", help="worker config whose `pipelines:` define PIPELINE (docs/OWN_MODEL.md)")
-    p.add_argument(
-        "--file", metavar="JSONL",
-        help="send these requests, one per line, instead of generated ones (--count default: the lines)",
-    )
-    p.add_argument("--bootstrap-servers", required=True, metavar="HOST:PORT")
-    p.add_argument("--topic", help="default: the pipeline's input topic")
-    p.add_argument("--partitions", type=int, default=4, help="partitions if the topic is created (default 4)")
-    p.add_argument("--rate", type=float, help=f"requests per second, Poisson (default {DEFAULT_RATE:g}; camera: see --fps)")
-    p.add_argument("--count", type=int, help="requests to send (default 10000; camera: frames of all cameras)")
-    cam = p.add_argument_group("camera")
-    cam.add_argument("--cameras", type=int, default=4, help="cameras sending frames, one key each (default 4)")
-    cam.add_argument(
-        "--fps", type=float,
-        help=f"frames per second of EACH camera, at a fixed frame rate (default: --rate split over the cameras, else {DEFAULT_FPS:g})",
-    )
-    cam.add_argument(
-        "--day-seconds", type=float,
-        help="follow a day/night wave of this period: --fps at noon, a tenth of it at midnight (t = 0 is midnight)",
-    )
-    cam.add_argument(
-        "--resolutions", metavar="WxH[,WxH...]",
-        help="frame sizes given to the cameras round robin (default 640x480,1280x720,320x240,1920x1080)",
-    )
-    p.add_argument(
+    kinds = p.add_subparsers(dest="pipeline", required=True, metavar="PIPELINE", action=OpenSubcommands)
+    ctr = kinds.add_parser("ctr", help="click-through-rate requests (JSON or binary)", description=_CTR)
+    _add_common(ctr, _POISSON_RATE)
+    _add_file(ctr)
+    ctr.add_argument(
         "--encoding", choices=("json", "binary"), default="json",
-        help="ctr only: the JSON form (default) or the binary form (docs/schemas/ctr_request.md)",
+        help="the JSON form or the binary form, 4-5x cheaper to decode (docs/schemas/ctr_request.md; default json)",
     )
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--broker-profile", default="kafka", choices=("kafka", "embedded"))
-    p.add_argument("--quiet", action="store_true")
+    cam = kinds.add_parser("camera", help="JPEG frames of K cameras, keyed by camera", description=_CAMERA)
+    _add_common(cam, "frames per second of all cameras together, split evenly over them (default: see --fps)",
+                count="frames to send, of all cameras together (default 10000)")
+    _add_camera(cam)
+    text = kinds.add_parser("text", help="texts to embed (product reviews, chat lines)", description=_TEXT)
+    _add_common(text, _POISSON_RATE)
+    _add_file(text)
+    own = kinds.add_fallback(
+        help="a pipeline of your own, defined under the -c config's `pipelines:` (docs/OWN_MODEL.md)",
+        description=_OWN,
+    )
+    own.add_argument(
+        "-c", "--config", metavar="FILE",
+        help="worker config whose `pipelines:` define NAME (docs/OWN_MODEL.md)",
+    )
+    _add_common(own, _POISSON_RATE)
+    _add_file(own)
+    p.set_defaults(func=run)
+
+
+_POISSON_RATE = f"requests per second, Poisson (default {DEFAULT_RATE:g})"
+_CTR = "CTR requests: a user and 20 candidate items each (docs/schemas/ctr_request.md), Poisson arrivals."
+_CAMERA = (
+    "Frames of K cameras, each at its own fixed frame rate (optionally along a day/night wave), "
+    "keyed by camera id and rendered from the sample photographs."
+)
+_TEXT = "Texts to embed with MiniLM: product reviews and chat lines, Poisson arrivals."
+_OWN = (
+    "Requests of a pipeline of your own, defined under a config's `pipelines:` "
+    "(docs/OWN_MODEL.md): its sample requests, or --file's lines."
+)
+
+
+def _add_common(p: argparse.ArgumentParser, rate: str, count: str | None = None) -> None:
+    """The flags of every pipeline's load generator: where to send, how many, how fast."""
+    p.add_argument("--bootstrap-servers", required=True, metavar="HOST:PORT", help="Kafka brokers to send to (required)")
+    p.add_argument("--topic", help="topic to send to (default: the pipeline's input topic)")
+    p.add_argument("--partitions", type=int, default=4, help="partitions if the topic is created (default 4)")
+    p.add_argument("--rate", type=float, help=rate)
+    p.add_argument("--count", type=int, help=count or "requests to send (default 10000, or the --file's lines)")
+    p.add_argument("--seed", type=int, default=1, help="seed of the arrival times and request contents (default 1)")
+    p.add_argument(
+        "--broker-profile", default="kafka", choices=("kafka", "embedded"),
+        help="kafka, or embedded: the embedded broker's client settings (docs/BROKERS.md; default kafka)",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress line on stderr (shown only on a terminal anyway)")
     p.add_argument(
         "--connect-timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
         help=f"exit 1 when no broker answers within this (default {DEFAULT_TIMEOUT_S:g})",
     )
     add_x_flag(p)
-    p.set_defaults(func=run)
+
+
+def _add_file(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--file", metavar="JSONL",
+        help="send these requests, one per line, round robin, instead of generated ones (default: generated)",
+    )
+
+
+def _add_camera(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cameras", type=int, default=4, help="cameras sending frames, one key each (default 4)")
+    p.add_argument(
+        "--fps", type=float,
+        help=f"frames per second of EACH camera, at a fixed frame rate (default: --rate split over the cameras, else {DEFAULT_FPS:g})",
+    )
+    p.add_argument(
+        "--day-seconds", type=float, metavar="SECONDS",
+        help="follow a day/night wave of this period: --fps at noon, a tenth of it at midnight, t = 0 is midnight "
+        "(default: no wave)",
+    )
+    p.add_argument(
+        "--resolutions", metavar="WxH[,WxH...]",
+        help="frame sizes given to the cameras round robin (default 640x480,1280x720,320x240,1920x1080)",
+    )
 
 
 def produce(
@@ -210,13 +258,19 @@ def warm_up_producer(producer: Producer, topic: str, timeout: float = 10.0) -> N
 
 def run(args: argparse.Namespace) -> int:
     defined: list[dict[str, Any]] = []
-    if args.config:
+    config = getattr(args, "config", None)  # only a pipeline of one's own takes -c
+    if config:
         from pipeline.config import load_config
 
-        defined = load_config(args.config, {"pipeline": args.pipeline}).pipelines
+        defined = load_config(config, {"pipeline": args.pipeline}).pipelines
+    elif args.pipeline not in PIPELINES:
+        raise UserError(
+            f"unknown pipeline {args.pipeline!r}: the shipped ones are {', '.join(sorted(PIPELINES))}; "
+            "one of your own needs -c CONFIG, whose `pipelines:` define it (docs/OWN_MODEL.md)"
+        )
     spec = get_pipeline(args.pipeline, defined)
     requests = None
-    if args.file:
+    if getattr(args, "file", None):  # not camera's: its requests are images
         from pathlib import Path
 
         from pipeline.user_pipelines import request_lines
@@ -234,7 +288,7 @@ def run(args: argparse.Namespace) -> int:
     sent, _ = produce(
         args.bootstrap_servers, args.pipeline, args.rate or DEFAULT_RATE, count,
         topic=topic, seed=args.seed, profile=args.broker_profile, progress=not args.quiet, camera=camera,
-        encoding=args.encoding, kafka=kafka.client("producer"), defined=defined, requests=requests,
+        encoding=getattr(args, "encoding", "json"), kafka=kafka.client("producer"), defined=defined, requests=requests,
     )
     elapsed = time.monotonic() - t0
     print(f"sent {sent} {args.pipeline} requests to {topic} in {elapsed:.1f} s ({sent / elapsed:.1f}/s)")

@@ -17,32 +17,55 @@ log = logging.getLogger(__name__)
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run a worker (consumer-group member)")
-    p.add_argument("-c", "--config", help="YAML config file (env TIDEBATCH_* and flags override it)")
-    p.add_argument("--bootstrap-servers", metavar="HOST:PORT")
+    p.add_argument("-c", "--config", metavar="FILE", help="YAML config file (env TIDEBATCH_* and flags override it)")
+    p.add_argument(
+        "--bootstrap-servers", metavar="HOST:PORT",
+        help="Kafka brokers (default: the config's bootstrap_servers, else 127.0.0.1:9092)",
+    )
     p.add_argument(
         "--pipeline", metavar="NAME",
-        help=f"a shipped pipeline ({', '.join(sorted(PIPELINES))}) or one under the config's `pipelines:`",
+        help=f"a shipped pipeline ({', '.join(sorted(PIPELINES))}) or one under the config's `pipelines:` "
+        "(default: the config's pipeline, else ctr)",
     )
-    p.add_argument("--policy", choices=POLICY_NAMES)
-    p.add_argument("--group-id")
+    p.add_argument(
+        "--policy", choices=POLICY_NAMES,
+        help="batching policy (docs/BATCHING.md; default: the config's batching.policy, else adaptive)",
+    )
+    p.add_argument("--group-id", help="consumer group (default: the config's group_id, else tidebatch-<pipeline>)")
     p.add_argument(
         "--group-protocol", choices=("classic", "consumer"),
-        help="classic (cooperative-sticky, default) or consumer (KIP-848, Apache Kafka >= 4.0)",
+        help="classic (cooperative-sticky) or consumer (KIP-848, Apache Kafka >= 4.0; default: the config's "
+        "group_protocol, else classic)",
     )
-    p.add_argument("--group-instance-id", help="static membership: unique per worker, e.g. the pod name")
-    p.add_argument("--input-topic")
-    p.add_argument("--output-topic")
-    p.add_argument("--broker-profile", choices=("kafka", "embedded"))
-    p.add_argument("--client", choices=("confluent", "kafka-python"))
+    p.add_argument("--group-instance-id", help="static membership: unique per worker, e.g. the pod name (default: none, dynamic membership)")
+    p.add_argument("--input-topic", help="topic of the requests (default: the config's input_topic, else the pipeline's)")
+    p.add_argument("--output-topic", help="topic of the results (default: the config's output_topic, else the pipeline's)")
+    p.add_argument(
+        "--broker-profile", choices=("kafka", "embedded"),
+        help="kafka, or embedded: the embedded broker's client settings (docs/BROKERS.md; "
+        "default: the config's broker_profile, else kafka)",
+    )
+    p.add_argument(
+        "--client", choices=("confluent", "kafka-python"),
+        help="confluent (librdkafka) or kafka-python, pure Python (default: the config's client, else confluent)",
+    )
     p.add_argument(
         "--delivery", choices=("at_least_once", "exactly_once"),
-        help="exactly_once: results and offsets in one Kafka transaction (docs/DELIVERY.md)",
+        help="exactly_once: results and offsets in one Kafka transaction (docs/DELIVERY.md; default: the config's "
+        "delivery, else at_least_once)",
     )
-    p.add_argument("--metrics-port", type=int, help="0 picks a free port")
-    p.add_argument("--slo-ms", type=float)
+    p.add_argument(
+        "--metrics-port", type=int, metavar="PORT",
+        help="port of /metrics, /healthz, /readyz and the dashboard; 0 picks a free one (default: the config's "
+        "metrics.port, else 9400)",
+    )
+    p.add_argument(
+        "--slo-ms", type=float, metavar="MS",
+        help="latency budget of a request from its Kafka timestamp (default: the config's batching.slo_ms, else 100)",
+    )
     p.add_argument(
         "--kafka-connect-timeout", type=float, dest="kafka_connect_timeout_s", metavar="SECONDS",
-        help="exit 1 when no broker answers within this at start (default 30)",
+        help="exit 1 when no broker answers within this at start (default: the config's kafka_connect_timeout_s, else 30)",
     )
     add_x_flag(p)
     p.set_defaults(func=run)

@@ -2,7 +2,8 @@
 embedded broker's fetch wait) and where tidebatch's own metrics appear.
 
 faust-streaming is an optional dependency (the ``[faust]`` extra): it is imported only
-inside these functions.
+inside these functions, make_app() first (pipeline/extras.py: one line naming the extra
+when it is missing).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from consumers.client_settings import KafkaBlock
 from consumers.profiles import EMBEDDED, FAUST_FETCH_MAX_WAIT_MS, faust_app_settings
+from pipeline.extras import load
 from pipeline.faust.kafka_settings import describe, faust_kafka_settings
 from pipeline.kafka_keys import DELIVERY_MODES
 
@@ -30,8 +32,7 @@ def make_app(
     `kafka:` block's (pipeline/faust/kafka_settings.py: SASL/TLS credentials, client id,
     tunables; UserError for what Faust cannot honour), then explicit ``settings``; and,
     for the embedded broker, its fetch-wait transport."""
-    import faust
-
+    faust = load("faust", "faust")
     from_block = faust_kafka_settings(kafka) if kafka is not None else {}
     app = faust.App(app_id, broker=broker, **faust_app_settings(profile, {**from_block, **settings}))
     use_broker_profile(app, profile)

@@ -5,6 +5,9 @@
     /readyz      readiness: 200 when partitions are assigned, the model is loaded and
                  the broker answered a poll recently; 503 + JSON reason otherwise
     /api/stats   JSON for the dashboard: a rolling window of per-pipeline statistics
+    /model       GET: the model version serving; POST /model/reload: load the newest
+                 version now (pipeline/versions/manager.py), answered when it serves
+                 (200) or was refused (409, with the one-line reason)
     /            the built-in dashboard (pipeline/ops/static/)
 
 It binds cfg.metrics.host:cfg.metrics.port (127.0.0.1 by default; port 0 picks a free
@@ -22,7 +25,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -113,6 +116,7 @@ class OpsServer:
             "group_id": getattr(w, "group_id", w.cfg.group_id),
             "input_topic": getattr(w, "input_topic", w.cfg.input_topic),
             "provider": getattr(getattr(w, "session", None), "provider", None),
+            "model_version": getattr(getattr(w, "model", None), "version", None),
             "assigned": [[t, p] for t, p in w.assigned],
             "started": w.started.is_set(),
             "ready": ready,
@@ -206,6 +210,12 @@ class _Handler(BaseHTTPRequestHandler):
         return self.server.ops  # type: ignore[attr-defined]
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        self._handle(self._route)
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._handle(self._post)
+
+    def _handle(self, route: Callable[[str], None]) -> None:
         path = urlsplit(self.path).path
         try:
             auth = self.ops.auth
@@ -213,7 +223,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(401, _json({"error": "authentication required"}), "application/json",
                            [("WWW-Authenticate", c) for c in auth.challenges()])
                 return
-            self._route(path)
+            route(path)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client went away; nothing to answer
         except Exception as exc:  # never let a handler bug kill the server thread
@@ -232,12 +242,35 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200 if ok else 503, _json(body), "application/json")
         elif path == "/api/stats":
             self._send(200, _json(self.ops.stats_json()), "application/json")
+        elif path == "/model":
+            self._model(None)
         elif path in ("/", "/index.html"):
             self._static("index.html")
         elif path.startswith("/static/"):
             self._static(path[len("/static/"):])
         else:
             self._send(404, _json({"error": f"no such endpoint: {path}"}), "application/json")
+
+    def _post(self, path: str) -> None:
+        if path == "/model/reload":
+            versions = getattr(self.ops.worker, "versions", None)
+            self._model(None if versions is None else versions.reload())
+        else:
+            self._send(404, _json({"error": f"no such endpoint: POST {path}"}), "application/json")
+
+    def _model(self, outcome: Any) -> None:
+        """The serving version, and what a reload just did (409 when it was refused)."""
+        worker = self.ops.worker
+        model = getattr(worker, "model", None)
+        body: dict[str, Any] = {
+            "pipeline": worker.cfg.pipeline,
+            "model": getattr(model, "name", None),
+            "version": getattr(model, "version", None),
+            "path": str(getattr(model, "onnx_path", "")),
+        }
+        if outcome is not None:
+            body["reload"] = outcome.as_dict()
+        self._send(409 if outcome is not None and outcome.refused else 200, _json(body), "application/json")
 
     def _static(self, name: str) -> None:
         # Only plain file names that exist in static/: no path can escape the folder.

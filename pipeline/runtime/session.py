@@ -3,6 +3,9 @@
 `onnxruntime-gpu` lists CUDA/TensorRT as *available* even on a machine without a GPU;
 asking for them there silently falls back to CPU. So we ask, then read back which
 provider the session really got, and report that one.
+
+ONNX Runtime is an extra (`cpu` or `gpu`): it is imported when a session is made, through
+pipeline/extras.py, so a missing or doubled build is one line naming the extra.
 """
 
 from __future__ import annotations
@@ -13,10 +16,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 
 from pipeline.batching.cost import AffineCost
 from pipeline.errors import UserError
+from pipeline.extras import onnxruntime
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +37,7 @@ def _cuda_loadable() -> str | None:
     import ctypes
     import os
 
+    ort = onnxruntime()
     lib = os.path.join(os.path.dirname(ort.__file__), "capi", "libonnxruntime_providers_cuda.so")
     if not os.path.exists(lib):
         return "this onnxruntime build has no CUDA provider"
@@ -45,7 +49,7 @@ def _cuda_loadable() -> str | None:
 
 
 def _requested(providers: str | Sequence[str]) -> list[str]:
-    available = ort.get_available_providers()
+    available = onnxruntime().get_available_providers()
     if "CUDAExecutionProvider" in available and (why := _cuda_loadable()) is not None:
         log.info("CUDA provider not usable here (%s); CPU it is", why)
         available = [p for p in available if p not in ("CUDAExecutionProvider", "TensorrtExecutionProvider")]
@@ -96,6 +100,7 @@ class InferenceSession(ProfiledSession):
         inter_op_threads: int = 1,
     ) -> None:
         path = model_file(onnx_path)
+        ort = onnxruntime()
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = intra_op_threads
         opts.inter_op_num_threads = inter_op_threads

@@ -8,8 +8,9 @@ Every write is all-or-nothing, so a reader never sees a partial file:
   a rerun after a crash overwrites the leftover instead of piling up garbage, and the
   leading dot hides it from Spark, pyarrow datasets and `*.parquet` globs.
 - fsspec (s3://, gs://, memory://, ...): one `pipe_file` upload; object stores make an
-  object visible only once the upload completed. No extra dependency is added: the
-  filesystem package for the URL (s3fs, gcsfs) must be installed by the deployment.
+  object visible only once the upload completed. s3:// comes with the `s3` extra
+  (fsspec + s3fs, pyproject.toml); another object store needs fsspec and its own
+  filesystem package (gcsfs for gs://), installed by the deployment.
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ from pathlib import Path
 from typing import Protocol
 
 from pipeline.errors import UserError
+from pipeline.extras import missing
+
+# The URL schemes s3fs registers with fsspec (the `s3` extra).
+S3_PROTOCOLS = ("s3", "s3a")
 
 
 class Storage(Protocol):
@@ -117,13 +122,17 @@ def _fsync_dir(directory: str) -> None:
 
 class FsspecStorage:
     def __init__(self, url: str) -> None:
+        s3 = url.partition("://")[0] in S3_PROTOCOLS
         try:
             import fsspec
-        except ImportError:
-            raise UserError(f"sink path {url}: install fsspec (and the filesystem package for the URL)") from None
-        try:
+
             fs, root = fsspec.core.url_to_fs(url)
-        except (ImportError, ValueError) as exc:
+        except ImportError as exc:
+            if s3:  # fsspec or s3fs missing: both come with the extra
+                raise missing("s3", f"sink path {url}") from None
+            raise UserError(f"sink path {url}: {str(exc).splitlines()[0]} "
+                            "(needs fsspec and the filesystem package for the URL)") from None
+        except ValueError as exc:
             raise UserError(f"sink path {url}: {str(exc).splitlines()[0]}") from None
         self.fs = fs
         self.root = root.rstrip("/")

@@ -23,7 +23,7 @@ from models.registry import ModelSpec
 from pipeline.batching.backpressure import Backpressure
 from pipeline.batching.batcher import Batcher
 from pipeline.batching.concurrent import BatchQueue
-from pipeline.batching.cost import CostModel
+from pipeline.batching.cost import AffineCost, CostModel
 from pipeline.batching.depth import PipelineDepth
 from pipeline.batching.policies import make_policy, policy_params
 from pipeline.batching.policy_base import Policy
@@ -39,6 +39,9 @@ from pipeline.runtime.session import InferenceSession
 from pipeline.scoring import ScoringStep
 from pipeline.sinks import ResultSink
 from pipeline.tracing import BatchTracer, make_tracer
+from pipeline.versions.loader import VersionLoader, open_session
+from pipeline.versions.manager import ModelVersions
+from pipeline.versions.slot import ModelSlot
 
 if TYPE_CHECKING:
     from pipeline.redisio.attach import RedisParts
@@ -68,6 +71,8 @@ class WorkerParts:
     executors: int
     producer: Producer  # pipeline/kafka_backend.py picks the client
     sinks: list[ResultSink]
+    slot: ModelSlot  # the serving version's step, swapped by `versions`
+    versions: ModelVersions
     redis: RedisParts | None = None
     tracer: BatchTracer | None = None  # config `tracing` (pipeline/tracing.py)
 
@@ -111,12 +116,7 @@ def build_parts(
     policy = make_policy(cfg.batching.policy, **params)
     metrics = WorkerMetrics(cfg.pipeline, cfg.batching.policy)
     rt = cfg.runtime
-    session: InferenceSession | ProcessSession
-    if rt.model_process:
-        restarts = metrics.model_restarts.labels(cfg.pipeline)
-        session = ProcessSession(model.onnx_path, rt.providers, rt.intra_op_threads, on_restart=restarts.inc)
-    else:
-        session = InferenceSession(model.onnx_path, rt.providers, rt.intra_op_threads)
+    session = open_session(cfg, model.onnx_path, metrics)
     redis_parts: RedisParts | None = None
     try:
         metrics.provider.info({"model": model.name, "version": model.version, "provider": session.provider})
@@ -141,6 +141,8 @@ def build_parts(
         backpressure = Backpressure(b.queue_high_rows, b.queue_low_rows, poll_records=POLL_RECORDS)
         group_id = cfg.group_id or f"tidebatch-{cfg.pipeline}"
         producer = make_producer(cfg, group_id)
+        slot = ModelSlot(step)
+        versions = _versions(cfg, pipeline, slot, VersionLoader(cfg, pipeline, codec, hooks, metrics, session.input_names), queue, metrics)
     except BaseException:
         # Nobody will run or shut down a worker from these parts: a model process must
         # not outlive them, nor a Redis link.
@@ -150,8 +152,30 @@ def build_parts(
         raise
     return WorkerParts(
         cfg, pipeline, model, input_topic, topics, group_id, metrics, session, step,
-        policy, queue, backpressure, executors, producer, sinks, redis_parts,
+        policy, queue, backpressure, executors, producer, sinks, slot, versions, redis_parts,
         make_tracer(cfg.tracing, cfg.pipeline),
+    )
+
+
+def _versions(
+    cfg: WorkerConfig, pipeline: PipelineSpec, slot: ModelSlot, load: VersionLoader, queue: BatchQueue, metrics: WorkerMetrics
+) -> ModelVersions:
+    """The model's later versions (pipeline/versions/): each swapped-in one restarts the
+    cost model from its own warm-up and is what the `tidebatch_model` info names."""
+    model = slot.current.model
+    loads = metrics.model_loads
+    for outcome in ("loaded", "refused"):  # from 0, so that the first refusal is an increase() alerts see
+        loads.labels(cfg.pipeline, outcome)
+
+    def on_swap(step: ScoringStep, cost: AffineCost) -> None:
+        loads.labels(cfg.pipeline, "loaded").inc()
+        metrics.provider.info({"model": step.model.name, "version": step.model.version, "provider": step.session.provider})
+        if cfg.runtime.warmup:
+            queue.restart_cost(cost)
+
+    return ModelVersions(
+        cfg.pipeline, slot, model.source or model.onnx_path, model.version, load, cfg.runtime.model_poll_s,
+        on_swap, lambda _version: loads.labels(cfg.pipeline, "refused").inc(),
     )
 
 

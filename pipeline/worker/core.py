@@ -29,14 +29,17 @@ from collections.abc import Callable
 from consumers.dead_letter import Origin, class_path, member_id
 from consumers.offsets import OffsetTracker
 from consumers.records import KafkaRefused, Source, SourceRecord, TopicPartition
+from models.registry import ModelSpec
 from pipeline.batching.backpressure import Intake, IntakeDecision
 from pipeline.clock import Clock, wall_ms
 from pipeline.config import WorkerConfig
 from pipeline.hooks import WorkerHook
 from pipeline.kafka_backend import make_source
-from pipeline.limits import Limits, resolve_limits
 from pipeline.outcomes import Outcomes
 from pipeline.runtime import allocator, interpreter
+from pipeline.runtime.model_process import ProcessSession
+from pipeline.runtime.session import InferenceSession
+from pipeline.scoring import ScoringStep
 from pipeline.sinks import ResultSink, notify
 from pipeline.worker.admission import Admission
 from pipeline.worker.compose import WorkerParts, build_parts
@@ -44,6 +47,7 @@ from pipeline.worker.executors import Executors
 from pipeline.worker.partitions import Partitions
 from pipeline.worker.publisher import Publisher
 from pipeline.worker.stats import WorkerStats
+from pipeline.worker.topic_limits import described_limits, worker_limits
 from pipeline.worker.transactions import Transactions
 
 log = logging.getLogger(__name__)
@@ -85,11 +89,9 @@ class Worker:
         self.input_topic = parts.input_topic
         self.output_topic = parts.topics.output
         self.group_id = parts.group_id
-        self.model = parts.model
         self.policy = parts.policy
         self.metrics = parts.metrics
-        self.session = parts.session
-        self.step = parts.step
+        self.slot, self.versions = parts.slot, parts.versions  # the serving model version, and later ones
         self.queue = parts.queue
         self.backpressure = parts.backpressure
         self.executors = parts.executors
@@ -101,8 +103,21 @@ class Worker:
         except BaseException:
             # Nobody will call run() or its shutdown: a model process must not outlive
             # a worker that never started.
-            self.session.close()
+            self.slot.close()
             raise
+
+    @property
+    def step(self) -> ScoringStep:
+        """The serving model version's scoring step (it changes on a hot swap)."""
+        return self.slot.current
+
+    @property
+    def session(self) -> InferenceSession | ProcessSession:
+        return self.slot.current.session
+
+    @property
+    def model(self) -> ModelSpec:
+        return self.slot.current.model
 
     def _build_rooms(self, cfg: WorkerConfig) -> None:
         b = cfg.batching
@@ -122,7 +137,7 @@ class Worker:
             self.producer,
             lambda rec: self.tracker.ack(rec.tp, rec.offset),
             self.topics,
-            self._limits({}),
+            worker_limits(cfg, self.pipeline, self.producer, self.topics, {}),
             metrics=self.metrics,
             pipeline=cfg.pipeline,
             sinks=self.sinks,
@@ -142,10 +157,10 @@ class Worker:
             lambda: self.outcomes.limits.request_bytes, route_expired_ms,
         )
         self.publisher = Publisher(
-            self.step, self.outcomes, self.tracker, self.sinks, self.metrics, cfg.pipeline, b.policy,
+            self.step.hooks, self.outcomes, self.tracker, self.sinks, self.metrics, cfg.pipeline, b.policy,
             self.stats, lambda: self._drain_deadline, self.fail, self.tracer,
         )
-        self._executor_pool = Executors(self.queue, self.step, self.publisher.hand_over, self.outcomes.dead_letter)
+        self._executor_pool = Executors(self.queue, self.slot, self.publisher.hand_over, self.outcomes.dead_letter)
         self.source: Source | None = None  # created in run(): joining the group is the last step
         self.partitions = Partitions(
             self.tracker, lambda: self.source, self.producer, self.sinks, self.metrics, cfg.pipeline,
@@ -153,34 +168,6 @@ class Worker:
         )
         self.started = threading.Event()  # model loaded, source subscribed
         self.last_poll_ok: float | None = None
-
-    # ------------------------------------------------------------------ start-up
-    def _limits(self, described: dict[str, int]) -> Limits:
-        """The size limits (pipeline/limits.py) from the producer's own and the topics'
-        max.message.bytes the broker described."""
-        configured = self.cfg.limits.max_request_bytes or self.pipeline.max_request_bytes
-        limits, warnings = resolve_limits(
-            requested_request_bytes=configured,
-            producer_bytes=self.producer.max_record_bytes,
-            described=described,
-            outgoing=self.topics.all(),
-            dead_letter_topic=self.topics.dead_letter,
-            prefix_bytes=self.cfg.limits.dead_letter_prefix_bytes,
-        )
-        for warning in warnings:
-            log.warning("%s", warning)
-        return limits
-
-    def _read_topic_limits(self) -> None:
-        from consumers.admin import topic_max_message_bytes
-
-        described = topic_max_message_bytes(self.cfg.bootstrap_servers, self.topics.all(), admin_config=self.cfg.kafka.client("admin"))
-        self.outcomes.limits = self._limits(described)
-        log.info(
-            "size limits: requests up to %d bytes; records to %s",
-            self.outcomes.limits.request_bytes,
-            ", ".join(f"{t} up to {self.outcomes.limits.for_topic(t)}" for t in self.topics.all()),
-        )
 
     def stop(self, reason: str = "stop requested") -> None:
         if not self._stop.is_set():
@@ -235,7 +222,7 @@ class Worker:
         # Unless configured, the interval follows the queue's mode (interpreter.py).
         self._interval_follows_depth = rt.gil_switch_interval_ms is None
         self._backlogged = False
-        self._read_topic_limits()
+        self.outcomes.limits = described_limits(self.cfg, self.pipeline, self.producer, self.topics)
         if self.transactions is not None:
             self.transactions.start()  # before joining the group: fences our predecessor
         self.source = make_source(
@@ -251,6 +238,7 @@ class Worker:
             self.cfg.group_protocol, self.cfg.instance_id() or "dynamic",
             self.cfg.batching.policy, self.session.provider,
         )
+        self.versions.start()
         self.started.set()
         next_commit = time.monotonic()
         next_lag = time.monotonic()
@@ -310,6 +298,7 @@ class Worker:
         within cfg.drain_timeout_s (plus the final commit and the group leave). Work
         still queued when it runs out stays uncommitted, replayed by the next owner."""
         self._drain_deadline = time.monotonic() + self.cfg.drain_timeout_s
+        self.versions.stop()
         self.queue.close()
         if not self._executor_pool.join(self._drain_left):
             log.warning("drain time (%.0f s) ran out: queued requests stay uncommitted", self.cfg.drain_timeout_s)
@@ -317,7 +306,7 @@ class Worker:
         if self.publisher.thread is not None:
             self.publisher.hand_over(None)
             self.publisher.thread.join(timeout=self._drain_left())
-        self.session.close()
+        self.slot.close()
         if self._restore_interpreter is not None:
             self._restore_interpreter()
             self._restore_interpreter = None

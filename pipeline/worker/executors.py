@@ -14,12 +14,14 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from models.registry import ModelSpec
 from pipeline.batching.concurrent import BatchQueue
 from pipeline.batching.request import Batch, Request
 from pipeline.clock import wall_ms
 from pipeline.runtime import affinity
 from pipeline.runtime.model_process import ProcessSession
 from pipeline.scoring import ScoringStep
+from pipeline.versions.slot import ModelSlot
 from pipeline.worker.admission import InFlight
 
 log = logging.getLogger(__name__)
@@ -34,6 +36,7 @@ class Finished:
     batch_rows: int
     seconds: float
     started_wall: int
+    model: ModelSpec  # the version that scored it (pipeline/versions/slot.py)
     is_batch: bool = True  # False: one request re-run alone after its batch failed
 
 
@@ -50,7 +53,8 @@ class Executors:
     """The executor threads of one worker.
 
     queue: where batches come from (None from get_batch(): shut down).
-    step: scores a batch.
+    slot: the serving model version's step, which scores a batch; taken per batch, so
+    a new version is swapped in between batches (pipeline/versions/slot.py).
     hand_over: gives the publisher a Done; False when nobody will take it any more.
     dead_letter: (record, reason, stage) for a request that cannot be scored.
     """
@@ -58,12 +62,12 @@ class Executors:
     def __init__(
         self,
         queue: BatchQueue,
-        step: ScoringStep,
+        slot: ModelSlot,
         hand_over: Callable[[Done], bool],
         dead_letter: Callable[..., None],
     ) -> None:
         self.queue = queue
-        self.step = step
+        self.slot = slot
         self.hand_over = hand_over
         self.dead_letter = dead_letter
         self.threads: list[threading.Thread] = []
@@ -82,7 +86,7 @@ class Executors:
         the worker. pin: one core per executor (or for the model process), the other
         threads on the rest (runtime/affinity.py); needs Linux, enough cores and a
         single-threaded model."""
-        model_process = isinstance(self.step.session, ProcessSession)
+        model_process = isinstance(self.slot.current.session, ProcessSession)
         # With a model process, the model is what needs a core of its own, not the executors.
         can_pin = pin and intra_op_threads == 1
         pinning = affinity.plan(1 if model_process else count) if can_pin else None
@@ -106,8 +110,10 @@ class Executors:
         # must not leave that program's threads on fewer cores.
         self._unpin_to = set(os.sched_getaffinity(0))
         if model_process:
-            assert isinstance(self.step.session, ProcessSession)
-            self.step.session.pin(pinning[0][0])
+            # A version swapped in later runs unpinned (pipeline/versions/manager.py).
+            session = self.slot.current.session
+            assert isinstance(session, ProcessSession)
+            session.pin(pinning[0][0])
             moved = affinity.pin_other_threads([], pinning[1])
             log.info("model process pinned to core %s; %d worker threads on %s", pinning[0][0], moved, sorted(pinning[1]))
         else:
@@ -141,38 +147,41 @@ class Executors:
             if batch is None:
                 return
             parts: list[Finished] = []
+            step = self.slot.acquire()
             try:
-                self.run_batch(batch, parts)
+                self.run_batch(step, batch, parts)
             except Exception as exc:  # never lose a batch to a bug: dead-letter it
                 log.exception("batch failed")
                 covered = {id(req) for part in parts for req in part.batch.requests}
                 rest = [r for r in batch.requests if id(r) not in covered]
                 dead_letter_internal(self.dead_letter, rest, exc, "inference")
+            finally:
+                self.slot.release(step)
             # Exactly once per dispatched batch, even empty: the publisher waits for
             # every sequence number in turn. False: no publisher to take it any more.
             if not self.hand_over(Done(batch.seq, parts)):
                 return
 
-    def run_batch(self, batch: Batch, parts: list[Finished]) -> None:
-        """Score one batch into `parts`: one part, or (the model refused the batch) one
+    def run_batch(self, step: ScoringStep, batch: Batch, parts: list[Finished]) -> None:
+        """Score one batch with `step` into `parts`: one part, or (the model refused the batch) one
         part per request it accepted alone; the others are dead-lettered."""
         started_wall = wall_ms()
         decoded = [r.item.decoded for r in batch.requests]
         try:
-            results, seconds = self.step.infer(decoded, batch.pad_to_rows)
+            results, seconds = step.infer(decoded, batch.pad_to_rows)
         except Exception as exc:
             self.queue.done(batch, 0.0)
             log.warning("batch of %d requests failed (%s); retrying one by one", len(batch.requests), exc)
-            for req, single in zip(batch.requests, self.step.one_by_one(decoded), strict=True):
+            for req, single in zip(batch.requests, step.one_by_one(decoded), strict=True):
                 if single.result is None:
                     inf: InFlight = req.item
                     self.dead_letter(inf.rec, single.error, "inference")
                     continue
                 alone = Batch([req], req.rows, batch.bucket, batch.reason, batch.formed_at, batch.late)
-                parts.append(Finished(alone, [single.result], req.rows, single.seconds, single.started_wall, is_batch=False))
+                parts.append(Finished(alone, [single.result], req.rows, single.seconds, single.started_wall, step.model, is_batch=False))
             return
         self.queue.done(batch, seconds)
-        parts.append(Finished(batch, results, batch.rows, seconds, started_wall))
+        parts.append(Finished(batch, results, batch.rows, seconds, started_wall, step.model))
 
 
 def dead_letter_internal(

@@ -14,18 +14,21 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import orjson
 
 from consumers.offsets import OffsetTracker
 from consumers.records import SourceRecord
+from models.registry import ModelSpec
 from pipeline.batching.request import Batch, Request
 from pipeline.clock import wall_ms
+from pipeline.hooks import WorkerHook
 from pipeline.metrics import WorkerMetrics, observe_many
 from pipeline.outcomes import Outcomes
 from pipeline.reorder import Reorder
-from pipeline.scoring import BatchTiming, ScoringStep, result_document
+from pipeline.scoring import BatchTiming, result_document
 from pipeline.sinks import ResultSink, ScoredRow, notify
 from pipeline.tracing import BatchTracer, RequestTrace
 from pipeline.worker.admission import InFlight
@@ -49,7 +52,7 @@ class _BeforeOutcomes(Exception):
 class Publisher:
     """Publishes what the executors finished, in the order the batches were dispatched.
 
-    step: the model (for the documents) and the hooks that see them.
+    hooks: see the result documents before they are sent (pipeline/hooks.py).
     outcomes: sends results and dead letters (pipeline/outcomes.py).
     tracker: the offsets; a result with sinks is done when every sink acked its row.
     sinks: the offline sinks (a list the caller may still extend before run()).
@@ -59,7 +62,7 @@ class Publisher:
 
     def __init__(
         self,
-        step: ScoringStep,
+        hooks: Sequence[WorkerHook],
         outcomes: Outcomes,
         tracker: OffsetTracker,
         sinks: list[ResultSink],
@@ -71,7 +74,8 @@ class Publisher:
         fail: Callable[[str], None],
         tracer: BatchTracer | None = None,
     ) -> None:
-        self.step = step
+        self.hooks = list(hooks)
+        self._by_version: dict[str, Any] = {}  # model version -> its requests counter
         self.outcomes = outcomes
         self.tracker = tracker
         self.sinks = sinks
@@ -131,7 +135,8 @@ class Publisher:
         fails: publish gives each its own, and a bug before it gave any (a hook, the
         result documents) dead-letters them all with the error."""
         try:
-            self.publish(done.batch.requests, done.results, BatchTiming(done.batch_rows, done.seconds, done.started_wall, wall_ms()))
+            timing = BatchTiming(done.batch_rows, done.seconds, done.started_wall, wall_ms())
+            self.publish(done.batch.requests, done.results, timing, done.model)
         except _BeforeOutcomes as exc:
             log.error("publishing a batch failed", exc_info=exc.__cause__)
             dead_letter_internal(self.outcomes.dead_letter, done.batch.requests, exc.error, "publish")
@@ -145,13 +150,19 @@ class Publisher:
         self.metrics.inference.labels(self.pipeline).observe(seconds)
         self.stats.count_many(batches=1, batch_rows=batch.rows)
 
-    def publish(self, requests: list[Request], results: list[dict] | None, timing: BatchTiming) -> None:
+    def _version_counter(self, version: str) -> Any:
+        counter = self._by_version.get(version)
+        if counter is None:
+            counter = self._by_version[version] = self.metrics.version_requests.labels(self.pipeline, version)
+        return counter
+
+    def publish(self, requests: list[Request], results: list[dict] | None, timing: BatchTiming, model: ModelSpec) -> None:
         """One outcome per request: its result, or its dead letter when the result
         cannot be serialised or is over the output topic's limit (decided here, before
         anything is sent, so that one request's result never touches its batch-mates').
-        Raises _BeforeOutcomes if it failed before any request had its outcome."""
+        `model`: the version that scored them. Raises _BeforeOutcomes if it failed
+        before any request had its outcome."""
         infs: list[InFlight] = [req.item for req in requests]
-        model = self.step.model
         try:
             assert results is not None and len(results) == len(requests)
             docs = [
@@ -159,11 +170,12 @@ class Publisher:
                 for inf, result in zip(infs, results, strict=True)
             ]
             keep = [True] * len(docs)
-            for hook in self.step.hooks:
+            for hook in self.hooks:
                 verdicts = hook.after_inference([inf.rec for inf in infs], docs)
                 keep = [k and v for k, v in zip(keep, verdicts, strict=True)]
         except Exception as exc:
             raise _BeforeOutcomes(exc) from exc
+        self._version_counter(model.version).inc(len(requests))
         counts = {"ok": 0, "late": 0, "duplicate": 0}
         rows: list[ScoredRow] = []
         queue_waits: list[float] = []

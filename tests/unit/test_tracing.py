@@ -17,7 +17,7 @@ from pipeline.errors import UserError  # noqa: E402
 from pipeline.scoring import BatchTiming  # noqa: E402
 from pipeline.tracing import TracingConfig, make_tracer  # noqa: E402
 from pipeline.worker.stats import WorkerStats  # noqa: E402
-from tests.unit.test_worker_rooms import WALL, FakeOutcomes, make_batch, publisher  # noqa: E402
+from tests.unit.test_worker_rooms import MODEL, WALL, FakeOutcomes, make_batch, publisher  # noqa: E402
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT = f"00-{TRACE_ID}-00f067aa0ba902b7-01".encode()
@@ -31,7 +31,7 @@ def test_spans_follow_the_request_through_the_worker_and_the_batch_links_them() 
     batch = make_batch([b"r0", b"r1"])  # Kafka timestamps WALL, consumed at WALL
     batch.requests[0].item.rec.headers["traceparent"] = PARENT  # r1 has none: a trace of its own
     batch.requests[1].item.consumed_wall_ms = WALL + 40
-    pub.publish(batch.requests, [{"score": 0.0}, {"score": 1.0}], BatchTiming(2, 0.004, WALL + 50, WALL + 55))
+    pub.publish(batch.requests, [{"score": 0.0}, {"score": 1.0}], BatchTiming(2, 0.004, WALL + 50, WALL + 55), MODEL)
 
     spans = {(s.name, s.context.trace_id): s for s in exporter.get_finished_spans()}
     requests = [s for (name, _), s in spans.items() if name == "tidebatch.request"]

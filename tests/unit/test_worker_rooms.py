@@ -18,6 +18,7 @@ from pipeline.batching.request import Batch, Request
 from pipeline.codecs.base import Decoded, DecodeError
 from pipeline.metrics import WorkerMetrics
 from pipeline.scoring import BatchTiming, ScoringStep, result_document
+from pipeline.versions.slot import ModelSlot
 from pipeline.worker.admission import Admission, InFlight
 from pipeline.worker.executors import Done, Executors, Finished
 from pipeline.worker.publisher import Publisher
@@ -176,7 +177,7 @@ def test_an_executor_scores_a_batch_and_isolates_a_poison_request() -> None:
     queue = FakeQueue([make_batch([b"r0", b"r1"], seq=0), make_batch([b"r0", b"poison", b"r2"], seq=1)])
     handed: list[Done] = []
     dead: list[tuple[int, str, str]] = []
-    ex = Executors(queue, step, lambda done: handed.append(done) or True,  # type: ignore[arg-type]
+    ex = Executors(queue, ModelSlot(step), lambda done: handed.append(done) or True,  # type: ignore[arg-type]
                    lambda rec, reason, stage: dead.append((rec.offset, reason, stage)))
     ex.loop()
     assert [d.seq for d in handed] == [0, 1]
@@ -199,7 +200,7 @@ def test_an_executor_that_hits_a_bug_dead_letters_the_batch_and_keeps_going() ->
     queue = FakeQueue([make_batch([b"r0", b"r1"], seq=0), make_batch([b"r2"], seq=1)])
     handed: list[Done] = []
     dead: list[tuple[int, str, str]] = []
-    ex = Executors(queue, step, lambda done: handed.append(done) or True,  # type: ignore[arg-type]
+    ex = Executors(queue, ModelSlot(step), lambda done: handed.append(done) or True,  # type: ignore[arg-type]
                    lambda rec, reason, stage, error=None: dead.append((rec.offset, reason, stage)))
     ex.loop()
     assert [(d.seq, d.parts) for d in handed] == [(0, []), (1, [])]  # every number handed over
@@ -220,14 +221,13 @@ class DropSecond:
 
 def publisher(outcomes: FakeOutcomes, tracker: OffsetTracker, hooks: list, stats: WorkerStats,
               metrics: WorkerMetrics | None = None, tracer=None) -> Publisher:
-    step = ScoringStep(MODEL, ToyCodec(), ToySession(), hooks)  # type: ignore[arg-type]
     failures: list[str] = []
-    return Publisher(step, outcomes, tracker, [], metrics or WorkerMetrics("toy", "adaptive"), "toy",  # type: ignore[arg-type]
+    return Publisher(hooks, outcomes, tracker, [], metrics or WorkerMetrics("toy", "adaptive"), "toy",  # type: ignore[arg-type]
                      "adaptive", stats, lambda: None, failures.append, tracer)
 
 
 def finished(batch: Batch, results: list[dict]) -> Finished:
-    return Finished(batch, results, batch.rows, 0.004, WALL + 1)
+    return Finished(batch, results, batch.rows, 0.004, WALL + 1, MODEL)
 
 
 def test_the_publisher_publishes_in_dispatch_order_whatever_order_batches_finish_in() -> None:
@@ -276,7 +276,7 @@ def test_the_publisher_observes_where_each_request_s_time_went() -> None:
     pub = publisher(outcomes, OffsetTracker(), [], WorkerStats(), metrics)
     batch = make_batch([b"r0", b"r1"])  # timestamps WALL, consumed at WALL
     batch.requests[1].item.consumed_wall_ms = WALL + 40  # this one reached the worker 40 ms late
-    pub.publish(batch.requests, [{"score": 0.0}, {"score": 1.0}], BatchTiming(2, 0.004, WALL + 50, WALL + 55))
+    pub.publish(batch.requests, [{"score": 0.0}, {"score": 1.0}], BatchTiming(2, 0.004, WALL + 50, WALL + 55), MODEL)
 
     def stage(name: str) -> tuple[float, float]:
         got = {s.name: s.value for fam in metrics.registry.collect() for s in fam.samples
