@@ -12,11 +12,13 @@ import orjson
 import yaml
 
 from pipeline.codecs.tensor_json import InputField
+from pipeline.model_probe import Probe
 from pipeline.onnx_graph import GraphInfo, TensorInfo
 from pipeline.user_pipelines import sample_fields
 
 SAMPLE_DIM = 3  # size of a dynamic non-batch dimension in the sample request
 MAX_SAMPLE_CHARS = 4000  # a larger sample (an image) is described, not printed
+PAD_BUCKETS = (16, 32, 64, 128)  # suggested; as the text pipeline's buckets (pipeline/codecs/text.py)
 
 
 def batching_problems(graph: GraphInfo) -> list[str]:
@@ -57,14 +59,58 @@ def pipeline_name(graph: GraphInfo) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", graph.path.stem).strip("-.") or "my-model"
 
 
-def sample_request(graph: GraphInfo, name: str) -> dict:
+def sample_request(graph: GraphInfo, name: str, seed: int = 0) -> dict:
     fields = [InputField(t.name, t.name, t.dtype, t.shape[1:]) for t in graph.inputs
               if t.dtype is not None and t.shape]
     dims = {d: SAMPLE_DIM for f in fields for d in f.dims if isinstance(d, str)}
-    return {"request_id": f"{name}-1", **sample_fields(fields, False, np.random.default_rng(0), dims)}
+    return {"request_id": f"{name}-{seed + 1}", **sample_fields(fields, False, np.random.default_rng(seed), dims)}
 
 
-def starter_config(graph: GraphInfo, name: str) -> str:
+def per_request_outputs(graph: GraphInfo, probe: Probe | None) -> list[str]:
+    """The outputs a result can carry: those that gave one row per request when the
+    model ran (pipeline/model_probe.py), else, without a run, those not declared scalar."""
+    if probe is not None and probe.error is None:
+        return list(probe.per_request)
+    return [t.name for t in graph.outputs if t.shape != ()]
+
+
+def output_lines(graph: GraphInfo, probe: Probe | None) -> list[str]:
+    """What the run says about the outputs: those left out and why, and declared
+    shapes the run contradicts (an exporter's mistake that does not matter here)."""
+    if probe is None:
+        return []
+    if probe.error is not None:
+        return [f"probe       the model refused {probe.rows} sample requests in one batch: {probe.error}"]
+    lines = []
+    for t in graph.outputs:
+        gave = probe.gave[t.name]
+        if t.name not in probe.per_request:
+            why = (f"is a {t.type}, which tensor-json does not map (tensors and sequences of maps only)"
+                   if gave == f"{probe.rows} rows" else f"gave {gave} for {probe.rows} requests, not one row each")
+            lines.append(f"output      {t.name!r} {why}: left out of the starter config")
+        elif t.shape is not None and (not t.shape or isinstance(t.shape[0], int)):
+            lines.append(f"output      {t.name!r} is declared {t.shape_text()} but gives one row per request "
+                         f"({gave} for {probe.rows}): the declaration is wrong, which does no harm")
+    return lines
+
+
+def pad_hints(graph: GraphInfo, dynamic: list[str]) -> list[str]:
+    """For each dynamic dimension the model has a mask input over: the `pad` setting
+    that lets ragged lengths share a batch (pipeline/codecs/tensor_pad.py)."""
+    from pipeline.codecs.tensor_pad import padding
+
+    hints = []
+    for dim in dynamic:
+        try:
+            mask = padding({"dimension": dim, "buckets": list(PAD_BUCKETS)}, graph.inputs).mask
+        except ValueError:
+            continue  # no mask over it: padding would change results
+        hints.append(f"            or pad ragged {dim!r} to buckets, the codec filling mask {mask!r}: add "
+                     f"pad: {{dimension: {dim}, buckets: [{', '.join(map(str, PAD_BUCKETS))}]}} to the entry")
+    return hints
+
+
+def starter_config(graph: GraphInfo, name: str, outputs: list[str] | None = None) -> str:
     entry = {
         "name": name,
         "model": str(graph.path),
@@ -73,7 +119,8 @@ def starter_config(graph: GraphInfo, name: str) -> str:
         "input_topic": f"{name}.requests",
         "output_topic": f"{name}.results",
         "inputs": {t.name: t.name for t in graph.inputs},  # request field -> model input
-        "outputs": {t.name: t.name for t in graph.outputs},  # result field -> model output
+        # result field -> model output
+        "outputs": {o: o for o in (outputs if outputs is not None else [t.name for t in graph.outputs])},
     }
     doc = {
         "pipeline": name,
@@ -84,8 +131,11 @@ def starter_config(graph: GraphInfo, name: str) -> str:
     return yaml.safe_dump(doc, sort_keys=False, width=1000)
 
 
-def report(graph: GraphInfo) -> str:
+def report(graph: GraphInfo, probe: Probe | None = None) -> str:
+    """The whole text; `probe` is what running the model on sample requests showed
+    (pipeline/model_probe.py), None where it was not run (the inputs cannot be filled)."""
     name = pipeline_name(graph)
+    outputs = per_request_outputs(graph, probe)
     opsets = ", ".join(f"{d or 'ai.onnx'} {v}" for d, v in sorted(graph.opsets.items()))
     lines = [
         f"model       {graph.path}",
@@ -96,25 +146,44 @@ def report(graph: GraphInfo) -> str:
         *_table(graph.outputs),
     ]
     problems = batching_problems(graph)
+    if not outputs:
+        problems.append("no output gives one row per request, so no result can carry one")
     dynamic = sorted({d for t in graph.inputs for d in (t.shape or ())[1:] if isinstance(d, str)})
     if problems:
         lines += ["batching    NO: " + problems[0], *("            " + p for p in problems[1:])]
-        lines += ["fix         make dimension 0 dynamic:", "  " + fix_text(graph, graph.path.name)]
+        if any(isinstance(t.shape[0], int) for t in graph.inputs if t.shape):
+            lines += ["fix         make dimension 0 dynamic:", "  " + fix_text(graph, graph.path.name)]
     else:
         first = {str(t.shape[0]) for t in graph.inputs if t.shape}
-        lines.append(f"batching    yes: dimension 0 of every input is dynamic ({', '.join(sorted(first))})")
+        verdict = f"batching    yes: dimension 0 of every input is dynamic ({', '.join(sorted(first))})"
+        if probe is not None and probe.error is None:
+            verdict += f"; {probe.rows} sample requests in one batch got a row each from {_count(outputs, graph)}"
+        lines.append(verdict)
+    lines += output_lines(graph, probe)
     if dynamic:
         lines.append(f"dynamic     {', '.join(dynamic)}: requests of equal sizes share a batch (no padding)")
+        lines += pad_hints(graph, dynamic)
     sample = orjson.dumps(sample_request(graph, name)).decode()
     lines += ["", "sample request (tensor-json; the batch dimension is left out):"]
     if len(sample) <= MAX_SAMPLE_CHARS:
         lines.append(sample)
     else:
         lines.append(f"  ({len(sample)} characters: one field per input, each an array of the input's shape without dimension 0)")
-    lines += ["", f"starter config ({name}.yaml; run it with `tidebatch run -c {name}.yaml`):", starter_config(graph, name)]
+    if probe is not None and probe.error is None and probe.result:
+        result = orjson.dumps(probe.result).decode()
+        lines += ["", "sample result (the model's fields of its result document; a map becomes an object):"]
+        lines.append(result if len(result) <= MAX_SAMPLE_CHARS else f"  ({len(result)} characters)")
+    lines += ["", f"starter config ({name}.yaml; run it with `tidebatch run -c {name}.yaml`):",
+              starter_config(graph, name, outputs)]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _count(outputs: list[str], graph: GraphInfo) -> str:
+    return "every output" if len(outputs) == len(graph.outputs) else f"{len(outputs)} of {len(graph.outputs)} outputs"
 
 
 def _table(tensors: tuple[TensorInfo, ...]) -> list[str]:
     width = max((len(t.name) for t in tensors), default=0)
-    return [f"  {t.name:<{width}}  {t.type:<18} {t.shape_text()}" for t in tensors]
+    # a ZipMap's "seq(map(int64,tensor(float)))" is wider than any tensor type
+    kind = max(18, *(len(t.type) + 1 for t in tensors)) if tensors else 18
+    return [f"  {t.name:<{width}}  {t.type:<{kind}} {t.shape_text()}" for t in tensors]

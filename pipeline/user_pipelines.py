@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from pipeline.codecs.base import Codec
     from pipeline.codecs.tensor_json import InputField
 
-CODECS = ("tensor-json",)
+CODECS = ("tensor-json", "tensor-binary")  # tensor-binary: the same requests as msgpack
 # A package can name its codec classes under this entry-point group (pyproject.toml:
 # [project.entry-points."tidebatch.codecs"] my-codec = "my_pkg.codecs:MyCodec"); an
 # entry then says `codec: my-codec` (docs/OWN_MODEL.md, "A codec class of your own").
@@ -59,6 +59,8 @@ _KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "sample_dims": ((dict,), "mapping of dimension name -> size"),
     "samples": ((str,), "string (path to a file of requests, one per line)"),
     "codec_options": ((dict,), "mapping of keyword arguments of the codec class"),
+    # ragged sequences padded to bucket edges, the mask filled (pipeline/codecs/tensor_pad.py)
+    "pad": ((dict,), "mapping with dimension, buckets, mask, value"),
 }
 
 
@@ -95,6 +97,8 @@ def validate_pipelines(cfg: Any, bad: Callable[[str, str], UserError], shipped: 
             ))
         if "codec_options" in entry and codec in CODECS:
             raise bad(f"{key}.codec_options", f"only for a codec class of your own; {codec} takes inputs, outputs, rows")
+        if "pad" in entry and codec not in CODECS:
+            raise bad(f"{key}.pad", "is a tensor-json setting; a codec class of your own pads as it likes")
         if entry.get("rows", "one") not in ("one", "many"):
             raise bad(f"{key}.rows", f"{entry['rows']!r} is not one of one, many")
         for k in ("max_rows", "max_batch_rows"):
@@ -155,44 +159,56 @@ class UserPipeline:
         return self._model
 
     def make_codec(self, cfg: Any = None) -> Codec:
+        from pipeline.codecs.tensor_binary import TensorBinaryCodec
         from pipeline.codecs.tensor_json import TensorJsonCodec
 
         if self._codec is None and self.entry.get("codec", "tensor-json") not in CODECS:
+            self._check_wire(cfg)
             self._codec = codec_class(self.name, self.entry["codec"], self.entry.get("codec_options") or {})
         if self._codec is None:
             graph = self.load_model().raw["graph"]
-            runtime = getattr(cfg, "runtime", None)
-            if runtime is not None and runtime.model_process:
-                # pipeline/runtime/wire.py moves numeric arrays only: refuse at start, not per batch
-                odd = [t for t in (*graph.inputs, *graph.outputs) if t.dtype is None or t.dtype.hasobject]
-                if odd:
-                    raise UserError(
-                        f"pipeline {self.name!r}: {odd[0].name!r} is a {odd[0].type}, which runtime.model_process "
-                        "cannot carry; set runtime.model_process: false"
-                    )
+            self._check_wire(cfg)
+            cls = TensorBinaryCodec if self.entry.get("codec") == "tensor-binary" else TensorJsonCodec
             try:
-                self._codec = TensorJsonCodec(
+                self._codec = cls(
                     graph.inputs, graph.outputs, self.entry.get("inputs"), self.entry.get("outputs"),
                     rows=self.entry.get("rows", "one"), max_rows=self.entry.get("max_rows", 1000),
+                    pad=self.entry.get("pad"),
                 )
             except ValueError as exc:
                 raise UserError(f"pipeline {self.name!r} ({graph.path.name}): {exc}") from None
         return self._codec
+
+    def _check_wire(self, cfg: Any) -> None:
+        """With runtime.model_process, every input and output must be of a type the
+        model process's wire carries (pipeline/runtime/wire_values.py), whatever the
+        codec: refused at start with one line, not per batch."""
+        from pipeline.runtime.wire_values import carried
+
+        runtime = getattr(cfg, "runtime", None)
+        if runtime is None or not runtime.model_process:
+            return
+        graph = self.load_model().raw["graph"]
+        odd = [t for t in (*graph.inputs, *graph.outputs) if not carried(t.type)]
+        if odd:
+            raise UserError(f"pipeline {self.name!r}: {odd[0].name!r} is a {odd[0].type}, which runtime.model_process "
+                            "cannot carry; set runtime.model_process: false")
 
     def make_samples(self, seed: int) -> Callable[[int], tuple[bytes | None, bytes, list[tuple[str, bytes]]]]:
         """Valid requests for the warm-up profile and `tidebatch produce`: the lines of
         the entry's `samples` file, round robin; else a codec class's own
         `sample_request(i) -> bytes`; else, for tensor-json, random values: floats from
         N(0, 1), integers 0 (an index every embedding has), booleans false, strings
-        empty, a dynamic dimension of size sample_dims[name] (default 8)."""
-        import orjson
-
+        empty, an input named like a mask all ones, a dynamic dimension of size
+        sample_dims[name] (default 8)."""
         from pipeline.codecs.tensor_json import TensorJsonCodec
 
         codec = self.make_codec()
         if self.entry.get("samples"):
             path = Path(self.entry["samples"])
             lines = request_lines(path, f"pipeline {self.name!r}: samples file {path}")
+            if self.entry.get("codec") == "tensor-binary":  # lines are JSON; sent in the codec's form
+                lines = [json_line_as(codec, line, f"pipeline {self.name!r}: samples file {path}") for line in lines]
             return lambda i: (None, lines[i % len(lines)], [])
         if not isinstance(codec, TensorJsonCodec):
             own = getattr(codec, "sample_request", None)
@@ -206,7 +222,7 @@ class UserPipeline:
         def make(i: int) -> tuple[bytes | None, bytes, list[tuple[str, bytes]]]:
             rid = f"{self.name}-{seed}-{i}"
             doc = {"request_id": rid, **sample_fields(codec.fields, codec.many, rng, dims)}
-            return rid.encode(), orjson.dumps(doc), []
+            return rid.encode(), codec.encode(doc), []
 
         return make
 
@@ -265,6 +281,20 @@ def request_lines(path: Path, what: str) -> list[bytes]:
     return lines
 
 
+def json_line_as(codec: Any, line: bytes, what: str) -> bytes:
+    """A JSON request line in the form of `codec` (its `encode`); UserError naming the
+    file when the line is not a JSON object."""
+    import orjson
+
+    try:
+        doc = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise UserError(f"{what}: a line is not JSON: {exc}") from None
+    if type(doc) is not dict:
+        raise UserError(f"{what}: a line is not a JSON object")
+    return codec.encode(doc)
+
+
 def sample_fields(
     fields: Sequence[InputField], many: bool, rng: np.random.Generator, dims: Mapping[str, int]
 ) -> dict[str, Any]:
@@ -274,7 +304,10 @@ def sample_fields(
     out: dict[str, Any] = {}
     for f in fields:
         shape = lead + tuple(d if isinstance(d, int) else int(dims.get(d, 8)) for d in f.dims)
-        if f.dtype.kind == "f":
+        if "mask" in f.name.lower() and f.dtype.kind in "biuf":
+            # every position real: an all-zero attention mask makes a masked mean 0/0
+            out[f.field] = np.ones(shape, dtype=f.dtype).tolist()
+        elif f.dtype.kind == "f":
             out[f.field] = np.round(rng.standard_normal(shape), 4).tolist()
         elif f.dtype.kind == "b":
             out[f.field] = np.zeros(shape, dtype=bool).tolist()

@@ -83,12 +83,15 @@ def targets(seed: int, per_codec: int = 8) -> list[Target]:
         Target("camera", CameraCodec(), samples("camera", min(per_codec, 4))),
         Target("text", TextCodec(), samples("text", per_codec)),
         Target("tensor_json", *_tensor_json(seed, per_codec)),
+        Target("tensor_binary", *_tensor_json(seed, per_codec, binary=True)),
     ]
 
 
-def _tensor_json(seed: int, n: int) -> tuple[Codec, list[Message]]:
+def _tensor_json(seed: int, n: int, binary: bool = False) -> tuple[Codec, list[Message]]:
     """The generic codec (pipeline/codecs/tensor_json.py) over inputs of every element
-    kind, with a dynamic dimension two of them share; no ONNX file is needed."""
+    kind, with a dynamic dimension two of them share; no ONNX file is needed. `binary`:
+    its msgpack form (pipeline/codecs/tensor_binary.py), tensors as raw bytes."""
+    from pipeline.codecs.tensor_binary import TensorBinaryCodec
     from pipeline.codecs.tensor_json import TensorJsonCodec
     from pipeline.onnx_graph import TensorInfo
     from pipeline.user_pipelines import sample_fields
@@ -99,10 +102,10 @@ def _tensor_json(seed: int, n: int) -> tuple[Codec, list[Message]]:
         TensorInfo("mask", "tensor(bool)", ("batch", "seq")),
         TensorInfo("tags", "tensor(string)", ("batch", 2)),
     ]
-    codec = TensorJsonCodec(inputs, [TensorInfo("prob", "tensor(float)", ("batch", 1))])
+    codec = (TensorBinaryCodec if binary else TensorJsonCodec)(inputs, [TensorInfo("prob", "tensor(float)", ("batch", 1))])
     rng = np.random.default_rng(seed)
     docs = [{"request_id": f"tj-{i}", **sample_fields(codec.fields, False, rng, {"seq": 1 + i % 5})} for i in range(n)]
-    return codec, [(orjson.dumps(d), {}) for d in docs]
+    return codec, [(codec.encode(d), {}) for d in docs]
 
 
 # ------------------------------------------------------------------ byte-level mutators
@@ -299,6 +302,7 @@ MUTATORS: dict[str, tuple[Mutator, ...]] = {
     "ctr_id": _BYTES + _JSON,
     "text": _BYTES + _JSON,
     "tensor_json": _BYTES + _JSON,
+    "tensor_binary": _BYTES,
     "camera": (*_BYTES, bad_header, bad_header, declared_size, zero_png),
 }
 

@@ -6,7 +6,13 @@ ranker(): two inputs, a dynamic batch dimension and a dynamic sequence dimension
     prob   float[batch, 1] = sigmoid(sum(dense @ W + mean(E[tokens], seq)))
     hidden float[batch, 3] = dense @ W + mean(E[tokens], seq)
 fixed_batch(): the same dense half with dimension 0 fixed at 1 (not batchable).
+odd_outputs(): outputs that are not one row per request (a scalar, a sequence).
+masked_encoder(): token ids and an attention mask; a pooled and a per-position output.
 tree_classifier(): a tree ensemble with a ZipMap output (list of {class: probability}).
+lightgbm_classifier(): a real LightGBM model trained here on generated data and
+    converted by onnxmltools (the issue's "model the project has never seen").
+forest_with_string_labels(): a scikit-learn random forest converted by skl2onnx, its
+    classes strings: label tensor(string), probabilities seq(map(string, tensor(float))).
 
 onnx 1.23 writes IR version 14, which ONNX Runtime 1.31 refuses: both are saved as IR 10
 (as models/ctr/build.py does).
@@ -73,6 +79,53 @@ def fixed_batch(path: Path) -> Path:
     return _save(graph, path)
 
 
+def masked_encoder(path: Path) -> Path:
+    """tokens int64[batch, seq], attention_mask int64[batch, seq] ->
+    states float[batch, seq, 3] = E[tokens] * mask (a per-position output) and
+    pooled float[batch, 3] = the mean of E[tokens] over the unmasked positions: a model
+    that honours its mask, so padding changes nothing."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    e = numpy_helper.from_array(np.random.default_rng(11).standard_normal((10, 3)).astype(np.float32), "E")
+    one = numpy_helper.from_array(np.array([1], dtype=np.int64), "one")
+    two = numpy_helper.from_array(np.array([2], dtype=np.int64), "two")
+    nodes = [
+        helper.make_node("Gather", ["E", "tokens"], ["emb"]),
+        helper.make_node("Cast", ["attention_mask"], ["m"], to=TensorProto.FLOAT),
+        helper.make_node("Unsqueeze", ["m", "two"], ["m3"]),
+        helper.make_node("Mul", ["emb", "m3"], ["states"]),
+        helper.make_node("ReduceSum", ["states", "one"], ["total"], keepdims=0),
+        helper.make_node("ReduceSum", ["m3", "one"], ["count"], keepdims=0),
+        helper.make_node("Div", ["total", "count"], ["pooled"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "masked",
+        [helper.make_tensor_value_info("tokens", TensorProto.INT64, ["batch", "seq"]),
+         helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "seq"])],
+        [helper.make_tensor_value_info("pooled", TensorProto.FLOAT, ["batch", 3]),
+         helper.make_tensor_value_info("states", TensorProto.FLOAT, ["batch", "seq", 3])],
+        initializer=[e, one, two],
+    )
+    return _save(graph, path)
+
+
+def odd_outputs(path: Path) -> Path:
+    """x float[N, 2] -> y float[N, 2] (one row per request), total float[] (the batch's
+    sum: a scalar) and parts seq(tensor(float)) (one tensor for the whole batch)."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"]),
+         helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
+         helper.make_node("SequenceConstruct", ["x"], ["parts"])], "odd",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2]),
+         helper.make_tensor_value_info("total", TensorProto.FLOAT, []),
+         helper.make_tensor_sequence_value_info("parts", TensorProto.FLOAT, None)],
+    )
+    return _save(graph, path)
+
+
 def run_alone(path: Path, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The reference: ONNX Runtime on one request alone (batch of 1)."""
     import onnxruntime as ort
@@ -114,6 +167,48 @@ def tree_classifier(path: Path) -> Path:
     model.ir_version = IR_VERSION
     onnx.checker.check_model(model)
     onnx.save(model, str(path))
+    return path
+
+
+def lightgbm_classifier(path: Path, features: int = 5, seed: int = 20) -> Path:
+    """LightGBM, three classes, trained on `features` generated features; converted by
+    onnxmltools with its ZipMap: features float[?, F] -> label int64 (declared [1],
+    one per row in fact), probabilities seq(map(int64, tensor(float)))."""
+    import lightgbm
+    import onnx
+    from onnxmltools import convert_lightgbm
+    from onnxmltools.convert.common.data_types import FloatTensorType
+
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((600, features)).astype(np.float32)
+    y = (x[:, 0] + 0.5 * x[:, 1] > 0).astype(int) + (x[:, 2] > 0.8).astype(int)
+    model = lightgbm.LGBMClassifier(n_estimators=25, num_leaves=7, min_child_samples=5, verbose=-1).fit(x, y)
+    proto = convert_lightgbm(model, initial_types=[("features", FloatTensorType([None, features]))],
+                             target_opset=OPSET, zipmap=True)
+    proto.ir_version = min(proto.ir_version, IR_VERSION)  # ONNX Runtime 1.31 reads at most 13
+    onnx.checker.check_model(proto)
+    onnx.save(proto, str(path))
+    return path
+
+
+def forest_with_string_labels(path: Path) -> Path:
+    """scikit-learn's random forest on x float[?, 4], classes "cat", "dog", "émeu",
+    converted by skl2onnx: output_label string[?], output_probability
+    seq(map(string, tensor(float)))."""
+    import onnx
+    from skl2onnx import to_onnx
+    from skl2onnx.common.data_types import FloatTensorType
+    from sklearn.ensemble import RandomForestClassifier
+
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((300, 4)).astype(np.float32)
+    y = np.array(["cat", "dog", "émeu"])[(x[:, 0] > 0).astype(int) + (x[:, 1] > 1).astype(int)]
+    model = RandomForestClassifier(n_estimators=5, max_depth=3, random_state=0).fit(x, y)
+    proto = to_onnx(model, initial_types=[("x", FloatTensorType([None, 4]))],
+                    target_opset={"": OPSET, "ai.onnx.ml": 3})
+    proto.ir_version = min(proto.ir_version, IR_VERSION)
+    onnx.checker.check_model(proto)
+    onnx.save(proto, str(path))
     return path
 
 

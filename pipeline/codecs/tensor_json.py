@@ -32,9 +32,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import orjson
 
 from pipeline.codecs.base import Decoded, DecodeError
 from pipeline.codecs.ctr_fields import parse_json, read_meta, read_request_id, type_name
+from pipeline.codecs.tensor_pad import cut, length_of, pad_request, padding
 from pipeline.onnx_graph import TensorInfo
 
 RESERVED = ("request_id", "priority", "deadline_ms", "tenant", "user_id")
@@ -62,20 +64,26 @@ class TensorJsonCodec:
         results: Mapping[str, str] | None = None,
         rows: str = "one",
         max_rows: int = 1000,
+        pad: Mapping[str, Any] | None = None,
     ) -> None:
         """fields: request field -> model input (default: every input by its name);
-        results: result field -> model output (default: every output by its name).
-        Raises ValueError (one line) for a mapping that does not fit the model."""
+        results: result field -> model output (default: every output by its name);
+        pad: a dynamic dimension padded to bucket edges, the mask input filled here
+        (tensor_pad.py). Raises ValueError (one line) for settings that do not fit the model."""
         if rows not in ROWS:
             raise ValueError(f"rows must be one of {', '.join(ROWS)}, got {rows!r}")
+        self.pad = padding(pad, inputs) if pad else None
+        mask = self.pad.mask if self.pad else None
         by_name = {t.name: t for t in inputs}
-        fields = dict(fields) if fields else {t.name: t.name for t in inputs}
+        fields = dict(fields) if fields else {t.name: t.name for t in inputs if t.name != mask}
         for field, name in fields.items():
             if name not in by_name:
                 raise ValueError(f"inputs.{field}: the model has no input {name!r}; its inputs: {', '.join(by_name)}")
             if field in RESERVED:
                 raise ValueError(f"inputs.{field}: {field!r} is a reserved request field")
-        unmapped = [n for n in by_name if n not in fields.values()]
+            if name == mask:
+                raise ValueError(f"inputs.{field}: {name!r} is the mask the codec fills (pad.mask); leave it out")
+        unmapped = [n for n in by_name if n not in fields.values() and n != mask]
         if unmapped:
             raise ValueError(f"inputs: model input(s) {', '.join(unmapped)} have no request field")
         self.fields: list[InputField] = []
@@ -87,20 +95,31 @@ class TensorJsonCodec:
                 raise ValueError(f"input {name!r} has no dynamic batch dimension (shape {t.shape_text()}): "
                                  "`tidebatch inspect` shows how to make dimension 0 dynamic")
             self.fields.append(InputField(field, name, t.dtype, t.shape[1:]))
+        self.input_dims = {f.name: f.dims for f in self.fields}
+        self.collated = list(self.fields)  # the inputs collate() stacks: the fields, and a pad's mask
+        if self.pad is not None:
+            if not any(self.pad.dimension in f.dims for f in self.fields):
+                raise ValueError(f"pad.dimension: only the mask has dimension {self.pad.dimension!r}")
+            self.collated.append(InputField(mask, mask, self.pad.mask_dtype, (self.pad.dimension,)))
+        self.out_dims = {t.name: t.shape[1:] for t in outputs if t.shape}
         out_names = [t.name for t in outputs]
         self.results = dict(results) if results else {n: n for n in out_names}
         for field, name in self.results.items():
             if name not in out_names:
                 raise ValueError(f"outputs.{field}: the model has no output {name!r}; its outputs: {', '.join(out_names)}")
-            shape = next(t.shape for t in outputs if t.name == name)
-            if shape == ():  # split() gives each request its rows; a scalar has none
+            out = next(t for t in outputs if t.name == name)
+            if out.shape == ():  # split() gives each request its rows; a scalar has none
                 raise ValueError(f"outputs.{field}: output {name!r} is a scalar, not one row per request")
+            if out.shape is None and not out.type.startswith("seq(map("):
+                # a ZipMap's sequence has a map per row; any other sequence or map has no rows
+                raise ValueError(f"outputs.{field}: output {name!r} is a {out.type}: tensor-json maps tensors and "
+                                 "sequences of maps (one per row); leave it out of outputs")
         self.many = rows == "many"
         self.max_rows = max_rows
 
     # ------------------------------------------------------------------------ decode
     def decode(self, value: bytes | None, headers: Mapping[str, bytes] | None = None) -> Decoded:
-        doc = parse_json(value)
+        doc = self.document(value)
         request_id = read_request_id(doc)
         priority, deadline_ms, tenant = read_meta(doc, value or b"")
         payload: dict[str, np.ndarray] = {}
@@ -109,7 +128,7 @@ class TensorJsonCodec:
         for f in self.fields:
             if f.field not in doc:
                 raise DecodeError(f"missing field {f.field!r}")
-            arr = to_array(f.field, doc[f.field], f.dtype)
+            arr = self.array(f, doc[f.field])
             if self.many:
                 if arr.ndim == 0:
                     raise DecodeError(f"{f.field}: expected an array of rows, got a {type_name(doc[f.field])}")
@@ -125,13 +144,29 @@ class TensorJsonCodec:
                 arr = arr[None]
             payload[f.name] = arr
         rows = n_rows[0] if n_rows is not None else 1
+        if self.pad is not None:
+            length, field = named[self.pad.dimension]
+            pad_request(payload, self.input_dims, length, rows, self.pad, field)
         bucket = tuple(a.shape[1:] for a in payload.values())
         return Decoded(request_id, rows, payload, priority, deadline_ms, tenant, bucket)
+
+    def document(self, value: bytes | None) -> dict[str, Any]:
+        """The request as a mapping of fields (the binary form overrides: tensor_binary.py)."""
+        return parse_json(value)
+
+    def array(self, f: InputField, value: Any) -> np.ndarray:
+        """One field's value as an array of its input's dtype, not yet shape-checked."""
+        return to_array(f.field, value, f.dtype)
+
+    def encode(self, doc: Mapping[str, Any]) -> bytes:
+        """A request document (fields as nested lists) in this codec's form: for the
+        generated requests of the warm-up and `tidebatch produce`."""
+        return orjson.dumps(doc)
 
     # ------------------------------------------------------------------------ collate
     def collate(self, payloads: Sequence[dict[str, np.ndarray]], pad_to_rows: int | None = None) -> dict[str, np.ndarray]:
         feeds: dict[str, np.ndarray] = {}
-        for f in self.fields:
+        for f in self.collated:
             parts = [p[f.name] for p in payloads]
             total = sum(len(a) for a in parts)
             if pad_to_rows is not None and pad_to_rows > total:
@@ -151,8 +186,14 @@ class TensorJsonCodec:
             if len(out) < total:
                 raise ValueError(f"output {name!r} has {len(out)} rows for a batch of {total}")
             start = 0
+            dims = self.out_dims.get(name, ())
+            trim = self.pad is not None and self.pad.dimension in dims
             for doc, d in zip(results, decoded, strict=True):
-                part = [_json_value(out[i]) for i in range(start, start + d.rows)]
+                if trim:  # a per-position output: the request's own positions only
+                    n = length_of(d.payload, self.pad)
+                    part = [_json_value(cut(out[i], dims, n, self.pad)) for i in range(start, start + d.rows)]
+                else:
+                    part = [_json_value(out[i]) for i in range(start, start + d.rows)]
                 doc[field] = part if self.many else part[0]
                 start += d.rows
         return results

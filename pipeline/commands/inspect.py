@@ -1,5 +1,7 @@
 """`tidebatch inspect MODEL.onnx`: a model's inputs, outputs and dynamic dimensions,
-whether it can be batched, a sample request and a starter config (pipeline/inspect_model.py)."""
+whether it can be batched (its inputs, and what its outputs give when it runs on a few
+sample requests: pipeline/model_probe.py), a sample request and result, and a starter
+config (pipeline/inspect_model.py)."""
 
 from __future__ import annotations
 
@@ -13,8 +15,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipeline.inspect_model import report
+    from pipeline.inspect_model import batching_problems, pipeline_name, report, sample_request
+    from pipeline.model_probe import PROBE_ROWS, probe
     from pipeline.onnx_graph import read_graph
 
-    print(report(read_graph(args.model)), end="")
+    graph = read_graph(args.model)
+    found = None
+    if not batching_problems(graph):  # the inputs can be filled: see what the outputs give
+        name = pipeline_name(graph)
+        found = probe(graph, [sample_request(graph, name, seed) for seed in range(PROBE_ROWS)])
+    print(report(graph, found), end="")
     return 0

@@ -19,7 +19,7 @@ import socket
 import sys
 import time
 
-from pipeline.runtime import wire
+from pipeline.runtime import wire, wire_values
 
 
 def serve(sock: socket.socket, model: str, providers: str, intra_op_threads: int) -> int:
@@ -53,14 +53,16 @@ def serve(sock: socket.socket, model: str, providers: str, intra_op_threads: int
         try:
             if header.get("slot") is not None:
                 feeds = wire.slot_arrays(slots[header["slot"]], header["arrays"])
-            outputs = session.run(feeds)
+            outputs = session.run(wire_values.unpack(feeds, header.get("packed")))
+            # string tensors and sequences of maps (a ZipMap) as numeric arrays
+            arrays, packed = wire_values.pack(outputs)
         except Exception as exc:  # ORT's own types: shape, dtype, kernel failures
             first = f"{type(exc).__name__}: {exc}".splitlines()[0]
             wire.send_frame(sock, wire.ERROR, {"error": first})
             continue
         seconds = time.perf_counter() - t0
         try:
-            wire.send_frame(sock, wire.RESULT, {"seconds": seconds}, outputs)
+            wire.send_frame(sock, wire.RESULT, {"seconds": seconds, "packed": packed}, arrays)
         except (ConnectionError, OSError):
             return 0
 

@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.errors import UserError
-from pipeline.runtime import wire
+from pipeline.runtime import wire, wire_values
 from pipeline.runtime.session import ProfiledSession, model_file
 
 log = logging.getLogger(__name__)
@@ -105,13 +105,14 @@ class _Channel:
         if self._dead:
             raise ModelProcessError(self._dead)
         ticket = self.sent
+        arrays, packed = wire_values.pack(feeds)  # string inputs as bytes + lengths
         try:
             if wire.SHARED_MEMORY:
                 place = self.slots.setdefault(slot, wire.Slot(slot))
-                specs = place.place(self.sock, feeds)
-                wire.send_frame(self.sock, wire.RUN, {"slot": slot, "arrays": specs})
+                specs = place.place(self.sock, arrays)
+                wire.send_frame(self.sock, wire.RUN, {"slot": slot, "arrays": specs, "packed": packed})
             else:
-                wire.send_frame(self.sock, wire.RUN, {"slot": None}, feeds)
+                wire.send_frame(self.sock, wire.RUN, {"slot": None, "packed": packed}, arrays)
         except OSError as exc:
             self._fail(f"model process channel broke: {self._why(exc)}")
             raise ModelProcessError(self._dead) from None
@@ -135,7 +136,7 @@ class _Channel:
             self._cond.notify_all()
         if kind == wire.ERROR:
             raise ModelError(header["error"])
-        return outputs, float(header["seconds"])
+        return wire_values.unpack(outputs, header.get("packed")), float(header["seconds"])
 
     def _why_after_eof(self, exc: BaseException) -> str:
         with contextlib.suppress(subprocess.TimeoutExpired):

@@ -14,6 +14,9 @@ SIGKILL. Where memfd_create is missing (not Linux), batches go inline instead.
 
 Results come back inline: a score per row is a few KB, well inside the buffer, so the
 model process never waits for the worker to read them.
+
+Frames carry numeric arrays only; string tensors and sequences of maps (a ZipMap's
+class probabilities) travel packed into numeric arrays by wire_values.py, both ways.
 """
 
 from __future__ import annotations

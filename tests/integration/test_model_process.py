@@ -145,6 +145,43 @@ def test_a_file_that_is_not_a_model_is_a_one_line_user_error(tmp_path: Path) -> 
     assert "broken.onnx" in str(info.value) and "\n" not in str(info.value)
 
 
+def test_string_tensors_and_zipmaps_cross_both_ways_equal_to_in_process(tmp_path: Path) -> None:
+    """What is not a numeric array (pipeline/runtime/wire_values.py): a skl2onnx forest's
+    string labels and its seq(map(string, float)) probabilities, a LightGBM ZipMap with
+    int64 keys, and a string input, equal to ONNX Runtime in this process, through
+    batches that outgrow the first shared-memory slot."""
+    pytest.importorskip("skl2onnx")
+    pytest.importorskip("lightgbm")
+    pytest.importorskip("onnxmltools")
+    from onnx import TensorProto, helper
+
+    from tests.own_models import _save, forest_with_string_labels, lightgbm_classifier
+
+    echo = _save(helper.make_graph(
+        [helper.make_node("Identity", ["s"], ["t"])], "echo",
+        [helper.make_tensor_value_info("s", TensorProto.STRING, ["N", 2])],
+        [helper.make_tensor_value_info("t", TensorProto.STRING, ["N", 2])]), tmp_path / "echo.onnx")
+    rng = np.random.default_rng(9)
+    words = np.array(["", "cat", "émeu", "狗\U0001f415", "a" * 300], dtype=object)
+    cases = [
+        (forest_with_string_labels(tmp_path / "forest.onnx"), lambda n: {"x": rng.standard_normal((n, 4)).astype(np.float32)}),
+        (lightgbm_classifier(tmp_path / "lgbm.onnx"), lambda n: {"features": rng.standard_normal((n, 5)).astype(np.float32)}),
+        (echo, lambda n: {"s": words[rng.integers(0, len(words), (n, 2))]}),
+    ]
+    for path, make in cases:
+        direct = InferenceSession(path, "cpu", 1)
+        with ProcessSession(path, "cpu", 1) as session:
+            for rows in (1, 9, 2000):
+                f = make(rows)
+                got, want = session.run(f), direct.run(f)
+                assert list(got) == list(want), path.name
+                for name, value in want.items():
+                    if isinstance(value, np.ndarray):
+                        assert got[name].dtype == value.dtype and got[name].tolist() == value.tolist(), (path.name, name)
+                    else:
+                        assert got[name] == value, (path.name, name)  # the same dicts, keys and float values
+
+
 def test_worker_whose_model_process_died_scores_every_request(broker, topic_factory, unique_group_id):
     """The first batch after the death fails; its requests run again one by one on a
     new model process, so none is lost and none is dead-lettered."""

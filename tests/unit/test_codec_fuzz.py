@@ -11,7 +11,7 @@ import pytest
 from tests.fuzz_mutators import Target, check_batch, mutate, targets
 
 SEED = 22
-MESSAGES = {"ctr": 300, "ctr_binary": 300, "ctr_id": 200, "text": 300, "camera": 60, "tensor_json": 300}
+MESSAGES = {"ctr": 300, "ctr_binary": 300, "ctr_id": 200, "text": 300, "camera": 60, "tensor_json": 300, "tensor_binary": 300}
 BATCH = 20  # messages per decode_many call
 
 

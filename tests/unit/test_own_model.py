@@ -187,7 +187,7 @@ def test_rows_many_splits_per_row(model):
 def test_zipmap_output_becomes_objects_with_string_keys(codec):
     d = codec.decode(req(), None)
     c = TensorJsonCodec.__new__(TensorJsonCodec)
-    c.results, c.many = {"probabilities": "zipmap"}, False
+    c.results, c.many, c.out_dims, c.pad = {"probabilities": "zipmap"}, False, {}, None
     assert c.split({"zipmap": [{0: np.float32(0.25), 1: np.float32(0.75)}]}, [d]) == [
         {"probabilities": {"0": 0.25, "1": 0.75}}]
 
@@ -269,16 +269,85 @@ def test_model_file_missing_is_one_line_at_start(tmp_path):
         get_pipeline(cfg.pipeline, cfg.pipelines).load_model()
 
 
-def test_model_process_refuses_a_zipmap_output_at_start(tmp_path):
-    from tests.own_models import tree_classifier
+def test_model_process_carries_a_zipmap_and_refuses_a_sequence_of_tensors_at_start(tmp_path):
+    from tests.own_models import odd_outputs, tree_classifier
 
-    path = _config(tmp_path, model=str(tree_classifier(tmp_path / "trees.onnx")))
-    cfg = load_config(path, {"runtime": {"model_process": True}}, environ={})
-    with pytest.raises(UserError, match="'probabilities' is a seq.*set runtime.model_process: false"):
+    on = {"runtime": {"model_process": True}}
+    cfg = load_config(_config(tmp_path, model=str(tree_classifier(tmp_path / "trees.onnx"))), on, environ={})
+    assert get_pipeline(cfg.pipeline, cfg.pipelines).make_codec(cfg).results == {
+        "label": "label", "probabilities": "probabilities"}  # pipeline/runtime/wire_values.py carries it
+    path = _config(tmp_path, model=str(odd_outputs(tmp_path / "odd.onnx")), outputs={"y": "y"})
+    cfg = load_config(path, on, environ={})
+    with pytest.raises(UserError, match="^pipeline 'mine': 'parts' is a seq\\(tensor\\(float\\)\\), which runtime.model_process "
+                       "cannot carry; set runtime.model_process: false$"):
         get_pipeline(cfg.pipeline, cfg.pipelines).make_codec(cfg)
     cfg = load_config(path, environ={})
-    assert get_pipeline(cfg.pipeline, cfg.pipelines).make_codec(cfg).results == {
-        "label": "label", "probabilities": "probabilities"}
+    assert get_pipeline(cfg.pipeline, cfg.pipelines).make_codec(cfg).results == {"y": "y"}
+    # a codec class of one's own is held to the same check: the wire carries the model's outputs whatever the codec
+    path = _config(tmp_path, model=str(odd_outputs(tmp_path / "odd.onnx")), codec="tests.own_models:CsvCodec")
+    cfg = load_config(path, on, environ={})
+    with pytest.raises(UserError, match="^pipeline 'mine': 'parts' is a seq"):
+        get_pipeline(cfg.pipeline, cfg.pipelines).make_codec(cfg)
+
+
+def test_outputs_that_are_not_rows_are_refused_by_name(tmp_path):
+    from tests.own_models import odd_outputs
+
+    g = read_graph(odd_outputs(tmp_path / "odd.onnx"))
+    with pytest.raises(ValueError, match="^outputs.total: output 'total' is a scalar, not one row per request$"):
+        TensorJsonCodec(g.inputs, g.outputs)
+    with pytest.raises(ValueError, match="^outputs.p: output 'parts' is a seq\\(tensor\\(float\\)\\): tensor-json maps "
+                       "tensors and sequences of maps \\(one per row\\); leave it out of outputs$"):
+        TensorJsonCodec(g.inputs, g.outputs, results={"p": "parts"})
+
+
+def test_inspect_runs_the_model_and_leaves_out_outputs_without_a_row_per_request(tmp_path, capsys):
+    from tests.own_models import odd_outputs
+
+    odd_outputs(tmp_path / "odd.onnx")
+    assert main(["inspect", str(tmp_path / "odd.onnx")]) == 0
+    out = capsys.readouterr().out
+    assert "  parts  seq(tensor(float))  -" in out
+    assert "got a row each from 1 of 3 outputs" in out
+    assert "output      'total' gave a scalar for 3 requests, not one row each: left out of the starter config" in out
+    assert "output      'parts' gave 1 row for 3 requests, not one row each: left out of the starter config" in out
+    (tmp_path / "odd.yaml").write_text(out.split("odd.yaml`):\n", 1)[1])
+    cfg = load_config(tmp_path / "odd.yaml", environ={})
+    assert cfg.pipelines[0]["outputs"] == {"y": "y"}
+    assert get_pipeline(cfg.pipeline, cfg.pipelines).make_codec(cfg).results == {"y": "y"}  # the config works
+
+
+@pytest.fixture(scope="module")
+def lightgbm_model(tmp_path_factory) -> Path:
+    pytest.importorskip("lightgbm")
+    pytest.importorskip("onnxmltools")
+    from tests.own_models import lightgbm_classifier
+
+    return lightgbm_classifier(tmp_path_factory.mktemp("lgbm") / "churn.onnx")
+
+
+def test_inspect_describes_a_lightgbm_zipmap_and_its_sample_result_is_the_workers(lightgbm_model, tmp_path, capsys):
+    assert main(["inspect", str(lightgbm_model)]) == 0
+    out = capsys.readouterr().out
+    assert "  label          tensor(int64)                  [1]\n" in out
+    assert "  probabilities  seq(map(int64,tensor(float)))  -\n" in out
+    assert "batching    yes: dimension 0 of every input is dynamic (?); 3 sample requests in one batch got a row each " \
+           "from every output" in out
+    # onnxmltools declares label [1]; what it gives decides, not the declaration
+    assert "output      'label' is declared [1] but gives one row per request (3 rows for 3)" in out
+    sample = out.split("left out):\n", 1)[1].split("\n", 1)[0]
+    shown = json.loads(out.split("becomes an object):\n", 1)[1].split("\n", 1)[0])
+    (tmp_path / "churn.yaml").write_text(out.split("churn.yaml`):\n", 1)[1])
+    cfg = load_config(tmp_path / "churn.yaml", environ={})
+    codec = get_pipeline(cfg.pipeline, cfg.pipelines).make_codec(cfg)
+    from pipeline.runtime.session import InferenceSession
+
+    d = codec.decode(sample.encode(), None)
+    result = codec.split(InferenceSession(lightgbm_model, "cpu", 1).run(codec.collate([d.payload])), [d])[0]
+    assert shown == result and set(result["probabilities"]) == {"0", "1", "2"}
+    alone = run_alone(lightgbm_model, {"features": d.payload["features"]})
+    assert result["label"] == int(alone["label"][0])
+    assert result["probabilities"] == {str(k): v for k, v in alone["probabilities"][0].items()}
 
 
 def test_codec_class_of_ones_own(tmp_path):
@@ -316,7 +385,7 @@ def test_codec_class_errors_are_one_line(tmp_path, entry, reason):
 
 
 def test_codec_name_and_options_are_checked_with_the_config(tmp_path):
-    with pytest.raises(UserError, match="'pipelines\\[0\\].codec': 'a b' is not one of tensor-json, nor a class"):
+    with pytest.raises(UserError, match="'pipelines\\[0\\].codec': 'a b' is not one of tensor-json, tensor-binary, nor a class"):
         load_config(_config(tmp_path, codec="a b"), environ={})
     with pytest.raises(UserError, match="'pipelines\\[0\\].codec_options': only for a codec class of your own"):
         load_config(_config(tmp_path, codec_options={"x": 1}), environ={})
@@ -331,3 +400,98 @@ def test_samples_file_feeds_the_warm_up(model, tmp_path):
     samples.write_text("\n")
     with pytest.raises(UserError, match="samples file .*: no requests in it"):
         get_pipeline(cfg.pipeline, cfg.pipelines).make_samples(1)
+
+
+# ----------------------------------------------------------------------------- ragged sequences
+@pytest.fixture(scope="module")
+def masked(tmp_path_factory) -> Path:
+    from tests.own_models import masked_encoder
+
+    return masked_encoder(tmp_path_factory.mktemp("masked") / "masked.onnx")
+
+
+def test_ragged_sequences_share_a_bucket_and_equal_the_model_alone(masked):
+    from pipeline.runtime.session import InferenceSession
+
+    g = read_graph(masked)
+    codec = TensorJsonCodec(g.inputs, g.outputs, pad={"dimension": "seq", "buckets": [4, 8]})
+    assert [f.name for f in codec.fields] == ["tokens"]  # the mask is found and filled, not asked for
+    lengths = [1, 3, 4, 2, 5, 8, 7]
+    docs = [{"request_id": f"r{n}", "tokens": [(3 * n + i) % 10 for i in range(n)]} for n in lengths]
+    decoded = [codec.decode(json.dumps(doc).encode(), None) for doc in docs]
+    assert [d.bucket for d in decoded] == [((4,), (4,))] * 4 + [((8,), (8,))] * 3
+    assert decoded[1].payload["attention_mask"].tolist() == [[1, 1, 1, 0]]
+    assert decoded[1].payload["tokens"].tolist() == [[9, 0, 1, 0]]
+    session = InferenceSession(g.path, "cpu", 1)
+    results = []
+    for group in (decoded[:4], decoded[4:]):  # one batch per bucket, as the batching core forms them
+        results += codec.split(session.run(codec.collate([d.payload for d in group], pad_to_rows=8)), group)
+    for doc, result in zip(docs, results, strict=True):
+        n = len(doc["tokens"])
+        alone = run_alone(masked, {"tokens": np.array([doc["tokens"]], np.int64),
+                                   "attention_mask": np.ones((1, n), np.int64)})
+        assert np.allclose(result["pooled"], alone["pooled"][0], rtol=1e-6, atol=1e-7)
+        assert np.array(result["states"]).shape == (n, 3)  # the per-position output is cut to the request's length
+        assert np.allclose(result["states"], alone["states"][0], rtol=1e-6, atol=1e-7)
+
+
+def test_ragged_rows_many_and_a_request_over_the_largest_bucket(masked):
+    g = read_graph(masked)
+    codec = TensorJsonCodec(g.inputs, g.outputs, rows="many", pad={"dimension": "seq", "buckets": [4], "mask": "attention_mask"})
+    d = codec.decode(b'{"request_id": "r", "tokens": [[1, 2], [3, 4]]}', None)
+    assert d.payload["attention_mask"].tolist() == [[1, 1, 0, 0]] * 2
+    with pytest.raises(DecodeError, match=r"^tokens: dimension 'seq' has size 5, over the largest bucket \(4\)$"):
+        codec.decode(b'{"request_id": "r", "tokens": [[1, 2, 3, 4, 5]]}', None)
+
+
+@pytest.mark.parametrize(("pad", "fields", "reason"), [
+    ({"dimension": "len", "buckets": [4]}, None, "pad.dimension: no input has a dimension 'len'; named dynamic dimensions: seq"),
+    ({"dimension": "seq", "buckets": [8, 4]}, None, "pad.buckets: expected ascending sizes >= 1, e.g. [16, 32, 64], got [8, 4]"),
+    ({"dimension": "seq", "buckets": [4], "mask": "nope"}, None, "pad.mask: 'nope' is not a numeric or bool input shaped [batch, seq]"),
+    ({"dimension": "seq", "buckets": [4], "fill": 0}, None, "pad.fill: is not known; use dimension, buckets, mask, value"),
+    ({"dimension": "seq", "buckets": [4]}, {"tokens": "tokens", "m": "attention_mask"},
+     "inputs.m: 'attention_mask' is the mask the codec fills (pad.mask); leave it out"),
+])
+def test_pad_settings_that_do_not_fit_the_model(masked, pad, fields, reason):
+    g = read_graph(masked)
+    with pytest.raises(ValueError) as exc:
+        TensorJsonCodec(g.inputs, g.outputs, fields, pad=pad)
+    assert str(exc.value).startswith(reason)
+
+
+def test_padding_needs_a_mask(model):
+    g = read_graph(model)  # the ranker averages over every position: padding would change its results
+    with pytest.raises(ValueError, match="^pad.mask: name the model's mask input over 'seq'"):
+        TensorJsonCodec(g.inputs, g.outputs, pad={"dimension": "seq", "buckets": [4]})
+
+
+def test_pad_from_the_configuration_and_its_warm_up_samples(masked, tmp_path):
+    cfg = load_config(_config(tmp_path, model=str(masked), pad={"dimension": "seq", "buckets": [16, 32]},
+                              sample_dims={"seq": 5}), environ={})
+    spec = get_pipeline(cfg.pipeline, cfg.pipelines)
+    codec = spec.make_codec(cfg)
+    _key, value, _headers = spec.make_samples(1)(0)
+    assert "attention_mask" not in json.loads(value)
+    d = codec.decode(value, None)
+    assert d.payload["tokens"].shape == (1, 16) and d.payload["attention_mask"].sum() == 5
+    with pytest.raises(UserError, match="'pipelines\\[0\\].pad': is a tensor-json setting"):
+        load_config(_config(tmp_path, codec="tests.own_models:CsvCodec", pad={"dimension": "seq"}), environ={})
+
+
+def test_inspect_suggests_padding_where_the_model_has_a_mask_and_the_hint_works(masked, model, tmp_path, capsys):
+    assert main(["inspect", str(masked)]) == 0
+    out = capsys.readouterr().out
+    hint = "add pad: {dimension: seq, buckets: [16, 32, 64, 128]} to the entry"
+    assert f"or pad ragged 'seq' to buckets, the codec filling mask 'attention_mask': {hint}" in out
+    sample = json.loads(out.split("left out):\n", 1)[1].split("\n", 1)[0])
+    assert sample["attention_mask"] == [1, 1, 1]  # all positions real: a masked mean of none is 0/0
+    assert "null" not in out.split("becomes an object):\n", 1)[1].split("\n", 1)[0]
+    config = yaml.safe_load(out.split("masked.yaml`):\n", 1)[1])
+    config["pipelines"][0]["pad"] = yaml.safe_load(hint.removeprefix("add ").removesuffix(" to the entry"))["pad"]
+    del config["pipelines"][0]["inputs"]["attention_mask"]  # the codec fills it now
+    (tmp_path / "masked.yaml").write_text(yaml.safe_dump(config))
+    cfg = load_config(tmp_path / "masked.yaml", environ={})
+    d = get_pipeline(cfg.pipeline, cfg.pipelines).make_codec(cfg).decode(b'{"request_id": "r", "tokens": [1, 2]}', None)
+    assert d.payload["attention_mask"].shape == (1, 16)
+    assert main(["inspect", str(model)]) == 0
+    assert "or pad ragged" not in capsys.readouterr().out  # the ranker has no mask: padding would change results
