@@ -1,6 +1,10 @@
 """Real-pipeline comparison of batching policies (issues 3 and 10), in one run:
 
-1. capacity: a `tidebatch run` worker (adaptive) drains a preloaded backlog;
+1. capacity, two ways: a `tidebatch run` worker (adaptive) drains a preloaded backlog
+   (no generator, no live fetches: an upper bound), and the live capacity, the highest
+   rate greedy keeps up with while this process generates the load and the broker is in
+   the loop (bisection between 0 and the drained figure; issue 26). 100 % load is the
+   live one unless --load-basis drained;
 2. steady loads at 10 %, 50 % and 90 % of it, and on/off bursts, for none, static-64
    (64 rows / 10 ms, as commonly deployed), static-tuned (the static configuration
    best at 50 % load, from a small grid run here), greedy and adaptive;
@@ -157,6 +161,33 @@ def tune_static(bs: str, pool: RequestPool, rate: float, seconds: float) -> tupl
     return env, trials
 
 
+def kept_up(r: dict, seconds: float) -> bool:
+    """Did the pipeline keep up with the offered load? Every request answered, and the
+    ones produced in the run's last third answered within 5 SLOs at p99: below capacity
+    latency stays flat through a run; above it a backlog grows and pushes the last
+    third's latency up and up."""
+    ts, lat = r["_ts"], r["_lat"]
+    last = lat[ts >= seconds * 1000.0 * 2 / 3] if len(ts) else lat[:0]
+    return bool(r["outcomes_add_up"] and len(last) and float(np.percentile(last, 99)) <= 5 * SLO_MS)
+
+
+def live_capacity(bs: str, pool: RequestPool, drained: float, seconds: float, probes: int) -> tuple[float, list[dict]]:
+    """The closed-loop capacity (issue 26): the highest request rate the worker keeps up
+    with while the generator runs and the broker is in the loop, by bisection between 0
+    and the drained capacity (a backlog drain has no generator and no live fetches, so it
+    is an upper bound). Greedy scores everything (adaptive would route a backlog late)."""
+    lo, hi, trials = 0.0, drained, []
+    for _ in range(probes):
+        rate = (lo + hi) / 2
+        r = run_scenario(bs, pool, "greedy", rate, seconds)
+        ok = kept_up(r, seconds)
+        trials.append({"rate_req_s": rate, "kept_up": ok, "p99_ms": r["p99_ms"], "cpu_cores": r["cpu_cores"]})
+        print(f"  live capacity probe {rate:7.0f} req/s: {'kept up' if ok else 'fell behind'} "
+              f"(p99 {r['p99_ms']:.0f} ms; {cpu_text(r['cpu_cores'])})", flush=True)
+        lo, hi = (rate, hi) if ok else (lo, rate)
+    return (lo if lo > 0 else hi / 2), trials
+
+
 STEADY_POLICIES = ["none", "static-64", "static-tuned", "greedy", "adaptive"]
 OVER_POLICIES = ["greedy", "static-64", "adaptive", "adaptive-score"]
 LOADS = [0.1, 0.5, 0.9]
@@ -176,9 +207,18 @@ def run_report(engine: str, args: argparse.Namespace, pool: RequestPool) -> dict
         with worker_process(bs, inp, out, "adaptive", extra_env=env, log_name="policies-capacity") as proc:
             wait_outcomes(proc, args.backlog)
             cap_res = read_results(bs, out, args.backlog, timeout=600, run="cap")
-        capacity, capacity_rows = drain_throughput(cap_res)
-        report["capacity_req_s"], report["capacity_rows_s"] = capacity, capacity_rows
-        print(f"[{engine}] capacity: {capacity:.0f} req/s ({capacity_rows:.0f} rows/s)", flush=True)
+        drained, drained_rows = drain_throughput(cap_res)
+        report["drained_capacity_req_s"], report["drained_capacity_rows_s"] = drained, drained_rows
+        print(f"[{engine}] drained capacity (backlog, no generator): {drained:.0f} req/s ({drained_rows:.0f} rows/s)", flush=True)
+        live, report["live_capacity_probes"] = live_capacity(bs, pool, drained, seconds, 3 if args.quick else 5)
+        report["live_capacity_req_s"] = live
+        print(f"[{engine}] live capacity (generator running, broker in the loop): {live:.0f} req/s, "
+              f"{100 * live / drained:.0f} % of the drained one", flush=True)
+        # Loads (10/50/90 %, bursts, overload) are fractions of this capacity.
+        capacity = live if args.load_basis == "live" else drained
+        report["load_basis"] = args.load_basis
+        report["capacity_req_s"] = capacity
+        report["capacity_rows_s"] = capacity * drained_rows / drained
 
         if args.quick or args.overload_only:
             tuned = {"TIDEBATCH_BATCHING__MAX_BATCH_ROWS": "64", "TIDEBATCH_BATCHING__MAX_QUEUE_DELAY_MS": "2"}
@@ -246,6 +286,9 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="shorter runs, no static grid")
     ap.add_argument("--camera-text", action="store_true", help="also run the camera and text section")
     ap.add_argument("--overload-only", action="store_true", help="capacity + the overload scenarios only")
+    ap.add_argument("--load-basis", choices=("live", "drained"), default="live",
+                    help="what 100 %% load is: the live capacity, with the generator running and the broker "
+                         "in the loop (default), or a drained backlog's (the old definition, an upper bound)")
     args = ap.parse_args()
     pool = RequestPool()
     engines = list(BROKERS) if args.broker == "both" else [args.broker]
@@ -282,8 +325,9 @@ def side_by_side(reports: dict[str, dict], policies: list[str]) -> str:
     """One row per policy and load, one column per broker: p50 / p99 ms (SLO-miss %);
     then goodput under overload, and the cores each process used at 50 % load."""
     engines = list(reports)
-    rows = [["capacity, req/s (rows/s)", *(f"{reports[e]['capacity_req_s']:.0f} ({reports[e]['capacity_rows_s']:.0f})"
-                                           for e in engines)]]
+    rows = [["capacity, req/s: drained / live", *(f"{reports[e]['drained_capacity_req_s']:.0f} / {reports[e]['live_capacity_req_s']:.0f}"
+                                                 for e in engines)],
+            ["loads are of", *(reports[e]["load_basis"] for e in engines)]]
     for p in policies:
         for k in [str(x) for x in LOADS] + ["onoff"]:
             what = "on/off bursts" if k == "onoff" else f"{100 * float(k):.0f}%"
@@ -305,7 +349,9 @@ def side_by_side(reports: dict[str, dict], policies: list[str]) -> str:
 
 def print_tables(report: dict, policies: list[str], loads: list[float], over_policies: list[str]) -> None:
     cap = report["capacity_req_s"]
-    print(f"\ncapacity {cap:.0f} req/s ({report['capacity_rows_s']:.0f} rows/s); SLO {SLO_MS:.0f} ms; "
+    print(f"\ncapacity: drained {report['drained_capacity_req_s']:.0f} req/s, live {report['live_capacity_req_s']:.0f} req/s; "
+          f"loads are of the {report['load_basis']} one")
+    print(f"capacity {cap:.0f} req/s ({report['capacity_rows_s']:.0f} rows/s); SLO {SLO_MS:.0f} ms; "
           f"static-tuned = {report['static_tuned']}")
     rows = []
     for p in policies:  # empty with --overload-only
