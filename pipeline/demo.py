@@ -301,8 +301,8 @@ def _stage_text(d: dict) -> str:
     return f"p50 {d['p50_ms']} ms, p99 {d['p99_ms']} ms, mean {d['mean_ms']} ms"
 
 
-# What the demo promises at its default load (docs/OPERATIONS.md, "Capacity of one
-# worker"): p99 under this and no request past its SLO.
+# What the demo should show at its default load on a fresh machine: p99 under this
+# and no request past its SLO; the summary says when it does not, and why.
 P99_TARGET_MS = 50.0
 
 
