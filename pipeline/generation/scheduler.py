@@ -187,10 +187,10 @@ class GenerationScheduler:
             if head is None or not budget.fits(head.item.reserve_tokens):
                 return
             self.queue.pop_head(_BUCKET)
-            budget.take(head.item.reserve_tokens)
-            self.active.append(Sequence(head.item, now))
+            slot = budget.take(head.item.reserve_tokens)
+            self.active.append(Sequence(head.item, now, slot))
 
     def _retire(self, seq: Sequence, reason: str, now: float) -> Outcome:
         self.active.remove(seq)
-        self.budget.give_back(seq.request.reserve_tokens)
+        self.budget.give_back(seq.slot, seq.request.reserve_tokens)
         return Outcome(seq.request, reason, now, seq.generated, seq.first_token_at)

@@ -41,6 +41,7 @@ class Sequence:
 
     request: GenRequest
     admitted_at: float
+    slot: int  # its row in the decoder's KV cache (pipeline/generation/budget.py)
     prefilled: int = 0
     generated: int = 0
     first_token_at: float | None = None

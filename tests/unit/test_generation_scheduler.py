@@ -50,6 +50,8 @@ def test_slots_and_tokens_never_exceed_the_budget():
     while s.has_work:
         plan = s.plan(now)
         assert s.budget.slots_used <= 3 and len(s.active) <= 3
+        slots = [q.slot for q in s.active]
+        assert len(set(slots)) == len(slots) and all(0 <= x < 3 for x in slots)
         assert s.budget.tokens_reserved <= 60
         most = max(most, len(s.active))
         now += 1.0
@@ -118,6 +120,7 @@ def test_continuous_admits_the_next_waiting_request_on_the_step_after_a_slot_fre
     assert ids(plan.decode) == ["a", "b"] and not plan.prefill and [o.reason for o in done] == [FINISH_STOP]
     plan, _ = step(s, 2.0)
     assert ids(c.sequence for c in plan.prefill) == ["c"] and ids(plan.decode) == ["b"]
+    assert [q.slot for q in s.active] == [1, 0]  # c took the slot a freed
 
 
 def test_none_runs_one_sequence_at_a_time():
