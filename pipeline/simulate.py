@@ -129,6 +129,18 @@ def load_curve(spec: str) -> Curve:
              "slo_ms": {"0": slo_ms, "1": 2 * slo_ms}},
             spec,
         )
+    name, data = read_curve_file(spec, "batch")
+    return curve_from_dict(data, name)
+
+
+# A curve file's "kind": "batch" (t(n) = a + b·n per call, the default when absent) or
+# "generation" (a decoder's per-step cost, pipeline/generation/cost.py).
+CURVE_KINDS = ("batch", "generation")
+
+
+def read_curve_file(spec: str, kind: str) -> tuple[str, dict]:
+    """The name and JSON of a curve: a shipped one by name (pipeline/curves/NAME.json)
+    or a file path; refused with one line when it is not of `kind`."""
     path = Path(spec)
     if not path.exists():
         path = CURVES_DIR / f"{spec}.json"
@@ -139,13 +151,19 @@ def load_curve(spec: str) -> Curve:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise UserError(f"curve file {path}: not valid JSON ({exc})") from None
-    return curve_from_dict(data, path.stem)
+    found = data.get("kind", "batch") if isinstance(data, dict) else None
+    if found != kind:
+        hint = "tidebatch simulate --workload generate" if found == "generation" else "tidebatch simulate"
+        raise UserError(f"curve {spec!r} is a {found!r} curve, not a {kind!r} one (use it with {hint})")
+    return path.stem, data
 
 
 # ---------------------------------------------------------------------------- workload
 @dataclass(frozen=True)
 class RowsDist:
-    """Rows per request: fixed:N, geometric:MEAN, lognormal:MEAN:SIGMA, uniform:LO:HI."""
+    """Rows per request (or, for the generation workload, prompt and output tokens):
+    fixed:N, geometric:MEAN, lognormal:MEAN:SIGMA, uniform:LO:HI, loguniform:LO:HI
+    (uniform in log: as many 8-16 as 128-256, the skew of chat answers' lengths)."""
 
     kind: str
     p1: float
@@ -163,19 +181,22 @@ class RowsDist:
                 return cls(kind, nums[0])
             if kind == "lognormal" and len(nums) == 2 and nums[0] >= 1 and nums[1] >= 0:
                 return cls(kind, nums[0], nums[1])
-            if kind == "uniform" and len(nums) == 2 and 1 <= nums[0] <= nums[1]:
+            if kind in ("uniform", "loguniform") and len(nums) == 2 and 1 <= nums[0] <= nums[1]:
                 return cls(kind, nums[0], nums[1])
         except ValueError:
             pass
         raise UserError(
             f"bad rows distribution {spec!r}; use fixed:N, geometric:MEAN, "
-            "lognormal:MEAN:SIGMA or uniform:LO:HI"
+            "lognormal:MEAN:SIGMA, uniform:LO:HI or loguniform:LO:HI"
         )
 
     @property
     def mean(self) -> float:
         if self.kind == "uniform":
             return (self.p1 + self.p2) / 2
+        if self.kind == "loguniform":
+            lo, hi = self.p1, self.p2
+            return lo if hi == lo else (hi - lo) / math.log(hi / lo)
         return self.p1  # the others are parameterised by their (approximate) mean
 
     def sampler(self, rng: random.Random) -> Callable[[], int]:
@@ -191,6 +212,9 @@ class RowsDist:
             mu = math.log(self.p1) - sigma * sigma / 2  # mean of the lognormal = p1
             return lambda: max(1, round(rng.lognormvariate(mu, sigma)))
         lo, hi = int(self.p1), int(self.p2)
+        if self.kind == "loguniform":
+            llo, lhi = math.log(lo), math.log(hi)
+            return lambda: min(hi, max(lo, round(math.exp(rng.uniform(llo, lhi)))))
         return lambda: rng.randint(lo, hi)
 
 

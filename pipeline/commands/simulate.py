@@ -3,11 +3,15 @@
     tidebatch simulate --curve ctr --load 0.1,0.5,0.9 --scenario poisson
     tidebatch simulate --curve gpu-large --scenario burst --policies static-64,greedy,adaptive
     tidebatch simulate --curve ctr --scenario trace:arrivals.csv --json
+    tidebatch simulate --workload generate --load 0.25,0.5,0.9
 
 Replays the batching core (the worker's own Batcher and policies) on a fake clock
 against an arrival scenario and a latency curve t(n) = a + b·n, and prints p50/p99/
 p99.9 latency, throughput, goodput, batch size, SLO misses and outcome counts per
 policy. pipeline/simulate.py describes the model; docs/BATCHING.md the results.
+With --workload generate it steps the generation scheduler instead
+(pipeline/generation/simulate.py; docs/GENERATION.md): none / static / continuous
+batching of text generation against a per-step cost curve.
 """
 
 from __future__ import annotations
@@ -38,9 +42,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         ),
     )
     parser.add_argument(
-        "--curve", default="ctr",
-        help="shipped curve name (ctr, gpu-small, gpu-large), a JSON curve file, or "
-             "ab:A_MS:B_MS[:MAX_ROWS[:SLO_MS]] (default: ctr)",
+        "--workload", choices=("batch", "generate"), default="batch",
+        help="batch: requests scored in batches (the worker's batching core); generate: "
+             "text generation, none/static/continuous batching (default: batch)",
+    )
+    parser.add_argument(
+        "--curve", default=None,
+        help="shipped curve name (ctr, gpu-small, gpu-large; generation-assumed for "
+             "--workload generate), a JSON curve file, or ab:A_MS:B_MS[:MAX_ROWS[:SLO_MS]] "
+             "(default: ctr; generation-assumed)",
     )
     parser.add_argument(
         "--scenario", default="poisson",
@@ -49,21 +59,23 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
              "(CSV/JSONL: time, rows[, priority, deadline]) (default: poisson)",
     )
     parser.add_argument(
-        "--load", type=_floats, default=[0.1, 0.5, 0.9],
-        help="loads for poisson/onoff/diurnal, comma-separated (default: 0.1,0.5,0.9)",
+        "--load", type=_floats, default=None,
+        help="loads for poisson/onoff/diurnal, comma-separated (default: 0.1,0.5,0.9; "
+             "generate: 0.25,0.5,0.9, plus saturation)",
     )
     parser.add_argument(
         "--policies", type=_names, default=None,
         help="comma-separated: none, static-64, static-tuned, static:ROWS:DELAY_MS, greedy, "
              "adaptive, adaptive-score, adaptive-hold (default: none,static-64,static-tuned,"
-             "greedy,adaptive)",
+             "greedy,adaptive); generate: none, static, continuous, continuous:CHUNK "
+             "(default: none,static,continuous)",
     )
     parser.add_argument("--duration", type=float, default=None,
-                        help="simulated seconds (default: 10; burst 25; priorities 20)")
+                        help="simulated seconds (default: 10; burst 25; priorities 20; generate 60)")
     parser.add_argument("--seed", type=int, default=1, help="random seed (default: 1)")
     parser.add_argument("--rows", default=None,
                         help="rows per request: fixed:N, geometric:MEAN, lognormal:MEAN:SIGMA, "
-                             "uniform:LO:HI (default: lognormal:20:0.5, CTR requests)")
+                             "uniform:LO:HI, loguniform:LO:HI (default: lognormal:20:0.5, CTR requests)")
     parser.add_argument("--executors", type=int, default=1, help="executors (default: 1)")
     parser.add_argument("--noise", type=float, default=0.1,
                         help="sigma of the lognormal noise on service times (default: 0.1)")
@@ -71,6 +83,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                         help="rows in the in-time queue that pause consumption (default: 20000)")
     parser.add_argument("--low-watermark", type=int, default=None,
                         help="rows at which consumption resumes (default: half the high one)")
+    gen = parser.add_argument_group("--workload generate")
+    gen.add_argument("--prompt-tokens", default=None,
+                     help="prompt tokens per request, a distribution as --rows (default: lognormal:128:0.6)")
+    gen.add_argument("--output-tokens", default=None,
+                     help="tokens until the stop token, a distribution as --rows (default: loguniform:8:256)")
+    gen.add_argument("--max-new-tokens", type=int, default=None, help="per request (default: 256)")
+    gen.add_argument("--no-saturation", action="store_true", help="leave out the saturation row")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.set_defaults(func=run)
     return parser
@@ -78,6 +97,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 def run(args: argparse.Namespace) -> int:
     from pipeline.errors import UserError
+
+    if args.load is not None and any(x <= 0 for x in args.load):
+        raise UserError("--load values must be > 0")
+    if args.noise < 0:
+        raise UserError("--noise must be >= 0")
+    if args.workload == "generate":
+        return run_generate(args)
     from pipeline.simulate import (
         DEFAULT_POLICIES,
         DEFAULT_ROWS,
@@ -89,21 +115,17 @@ def run(args: argparse.Namespace) -> int:
 
     if args.executors < 1:
         raise UserError("--executors must be >= 1")
-    if args.noise < 0:
-        raise UserError("--noise must be >= 0")
-    if any(x <= 0 for x in args.load):
-        raise UserError("--load values must be > 0")
     low = args.low_watermark
     if args.high_watermark < 1 or (low is not None and not 0 <= low < args.high_watermark):
         raise UserError("watermarks: need high >= 1 and 0 <= low < high")
-    curve = load_curve(args.curve)
+    curve = load_curve(args.curve or "ctr")
     cfg = SimConfig(executors=args.executors, noise=args.noise, seed=args.seed,
                     high_watermark=args.high_watermark, low_watermark=low)
     comp = compare(
         curve,
         args.scenario,
         args.policies or list(DEFAULT_POLICIES),
-        loads=args.load,
+        loads=args.load or [0.1, 0.5, 0.9],
         duration=args.duration,
         rows=args.rows or DEFAULT_ROWS,
         seed=args.seed,
@@ -124,4 +146,46 @@ def run(args: argparse.Namespace) -> int:
     print(format_table(comp.results))
     print("latency = produce -> outcome (scored, or late-topic record); thru/good = scored/"
           "in-SLO rows per s over capacity; miss% = not answered in SLO")
+    return 0
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    from pipeline.errors import UserError
+    from pipeline.generation import simulate as gen
+    from pipeline.generation.cost import load_step_cost
+
+    if args.scenario != "poisson":
+        raise UserError("--workload generate runs Poisson arrivals only; leave out --scenario")
+    if args.executors != 1:
+        raise UserError("--workload generate simulates one decoder; leave out --executors")
+    cost = load_step_cost(args.curve or "generation-assumed")
+    max_new = gen.DEFAULT_MAX_NEW if args.max_new_tokens is None else args.max_new_tokens
+    prompt, output = args.prompt_tokens or gen.DEFAULT_PROMPT, args.output_tokens or gen.DEFAULT_OUTPUT
+    results = gen.compare_generation(
+        cost,
+        args.policies or list(gen.DEFAULT_POLICIES),
+        loads=args.load or list(gen.DEFAULT_LOADS),
+        saturation=not args.no_saturation,
+        duration=gen.DEFAULT_DURATION if args.duration is None else args.duration,
+        prompt=prompt,
+        output=output,
+        max_new_tokens=max_new,
+        seed=args.seed,
+        noise=args.noise,
+    )
+    if args.json:
+        print(json.dumps({"curve": cost.to_dict(), "results": [r.to_dict() for r in results]}, indent=2))
+        return 0
+    print(
+        f"generation curve {cost.name}{' (ASSUMED, not measured)' if cost.assumed else ''}: "
+        f"t(step) = {cost.a * 1e3:g} ms + {cost.b * 1e3:g} ms/sequence + {cost.c * 1e3:g} ms/context token "
+        f"+ {cost.p * 1e3:g} ms/prefill token; KV budget {cost.max_slots} slots, {cost.max_tokens} tokens"
+    )
+    print(f"prompts {prompt}, outputs {output}, max_new_tokens {max_new}, seed {args.seed}, noise {args.noise:g}; "
+          f"load 1 = {gen.capacity_req_s(cost, prompt, output, max_new):.1f} "
+          f"requests/s, saturation = {gen.SATURATION_LOAD:g}x")
+    print(gen.format_generation_table(results))
+    print("tokens/s = generated tokens per s of the arrival window; ttft = arrival -> first token, "
+          "lat = arrival -> last token, over finished requests; itl = gap between a sequence's tokens; "
+          "batch = sequences per decoding step")
     return 0
