@@ -246,3 +246,19 @@ def test_a_repository_without_versions_is_one_line_at_start(tmp_path):
 def test_model_poll_s_must_not_be_negative():
     with pytest.raises(UserError, match="runtime.model_poll_s"):
         load_config(overrides={"runtime": {"model_poll_s": -1}}, environ={})
+
+
+def test_polling_an_unchanged_model_loads_nothing(tmp_path, monkeypatch):
+    """The version serving at start is the one the watch starts from, also for a
+    relative path: polls without a change swap nothing in."""
+    monkeypatch.chdir(tmp_path)
+    ranker(tmp_path / "m.onnx")
+    repo = tmp_path / "repo"
+    _version(repo, "1")
+    for model in (Path("m.onnx"), Path("repo")):
+        h = Harness(model)
+        try:
+            assert [h.versions.poll().version for _ in range(3)] == [None, None, None]
+            assert h.swaps == [] and h.versions.reload().loaded == h.versions.version
+        finally:
+            h.close()
