@@ -117,7 +117,7 @@ def cpu_shares(
 
 def stages(proc: subprocess.Popen, pipeline: str = "ctr") -> dict[str, dict[str, float | None]]:
     """Where the worker's scored requests spent their time so far (its
-    tidebatch_stage_seconds: to_worker, queue, model, publish; p50/p99/mean ms)."""
+    tidebatch_stage_seconds: to_worker, decode, queue, model, publish; p50/p99/mean ms)."""
     from pipeline.demo import scrape_text
     from pipeline.ops.stats import from_text, stage_breakdown
 
@@ -125,7 +125,7 @@ def stages(proc: subprocess.Popen, pipeline: str = "ctr") -> dict[str, dict[str,
 
 
 def stages_text(breakdown: dict[str, dict[str, float | None]]) -> str:
-    """'stage p99 ms: to_worker 9, queue 42, model 23, publish 28'."""
+    """'stage p99 ms: to_worker 9, decode 3, queue 40, model 23, publish 28'."""
     return "stage p99 ms: " + ", ".join(
         f"{k} {v['p99_ms']:.0f}" if v.get("p99_ms") is not None else f"{k} -" for k, v in breakdown.items()
     )

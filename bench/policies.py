@@ -337,9 +337,9 @@ def side_by_side(reports: dict[str, dict], policies: list[str]) -> str:
                      *(f"{reports[e]['overload'][p]['burst']['burst_goodput_x_capacity']:.2f} / "
                        f"{reports[e]['overload'][p]['overload']['goodput_x_capacity']:.2f}" for e in engines)])
     for p in policies:
-        rows.append([f"{p}, 50%: stage p99 ms to_worker / queue / model / publish",
+        rows.append([f"{p}, 50%: stage p99 ms to_worker / decode / queue / model / publish",
                      *(" / ".join(_ms(reports[e]["steady"][p]["0.5"]["stages"][k]["p99_ms"])
-                                 for k in ("to_worker", "queue", "model", "publish")) for e in engines)])
+                                 for k in ("to_worker", "decode", "queue", "model", "publish")) for e in engines)])
     for p in policies:
         rows.append([f"{p}, 50%: cores generator / worker / broker",
                      *("{generator:.2f} / {worker:.2f} / {broker:.2f}".format(**reports[e]["steady"][p]["0.5"]["cpu_cores"])

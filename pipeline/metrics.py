@@ -16,7 +16,7 @@ from prometheus_client.registry import Collector
 OUTCOMES = ("ok", "late", "dlq", "routed_late", "duplicate")
 # Where a scored request's time goes, in order; they add up to Kafka timestamp →
 # result acknowledged (docs/OPERATIONS.md, "Where the time goes").
-STAGES = ("to_worker", "queue", "model", "publish")
+STAGES = ("to_worker", "decode", "queue", "model", "publish")
 
 # Rows per batch: powers of two up to the largest batch anyone configures.
 _ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
@@ -96,8 +96,8 @@ class BatchingMetrics:
         self.stage = Histogram(
             "tidebatch_stage_seconds",
             "A scored request's time by stage: to_worker (Kafka timestamp to consumed), "
-            "queue (consumed, decoded and queued until its batch started), model (its "
-            "batch's model time), publish (results ready to the result acknowledged)",
+            "decode (consumed to its poll decoded), queue (decoded until its batch started), "
+            "model (its batch's model time), publish (results ready to the result acknowledged)",
             ["pipeline", "stage"], buckets=_LATENCY_BUCKETS, registry=r,
         )
 

@@ -21,7 +21,7 @@ from typing import Protocol
 from consumers.dead_letter import record_bytes
 from consumers.records import SourceRecord
 from pipeline.batching.request import Request
-from pipeline.clock import ClockAnchor
+from pipeline.clock import ClockAnchor, wall_ms
 from pipeline.codecs.base import Codec, Decoded, DecodeError, decode_all
 
 
@@ -33,6 +33,7 @@ class InFlight:
     decoded: Decoded
     deadline_wall_ms: float
     consumed_wall_ms: int
+    decoded_wall_ms: int = 0  # its poll was decoded (tidebatch_stage_seconds{stage="decode"}); 0: not known
 
 
 class AdmissionOutcomes(Protocol):
@@ -55,6 +56,7 @@ class Admission:
         described the topics, pipeline/limits.py).
     route_expired_ms: route records older than this many ms to the late topic without
         decoding them; None to decode everything (only set where expiry routes late).
+    wall: wall-clock ms, read once a poll is decoded (a fake one in tests).
     """
 
     def __init__(
@@ -64,8 +66,10 @@ class Admission:
         outcomes: AdmissionOutcomes,
         request_bytes: Callable[[], int],
         route_expired_ms: float | None = None,
+        wall: Callable[[], int] = wall_ms,
     ) -> None:
         self.codec = codec
+        self.wall = wall
         self.budget_ms = budget_ms
         self.outcomes = outcomes
         self.request_bytes = request_bytes
@@ -80,6 +84,7 @@ class Admission:
         records = self.expired_before_decoding(records, now_wall)
         requests: list[Request] = []
         outcomes = decode_all(self.codec, [(rec.value, rec.headers) for rec in records])
+        decoded_wall = self.wall()
         for rec, decoded in zip(records, outcomes, strict=True):
             if isinstance(decoded, Exception):
                 drop_traceback(decoded)
@@ -101,7 +106,7 @@ class Admission:
                     deadline=ClockAnchor.to_clock(anchor, deadline_wall),
                     priority=decoded.priority,
                     bucket=decoded.bucket,
-                    item=InFlight(rec, decoded, deadline_wall, now_wall),
+                    item=InFlight(rec, decoded, deadline_wall, now_wall, decoded_wall),
                 )
             )
         return requests

@@ -89,7 +89,7 @@ class Publisher:
         # Per-request metrics, bound once: labels() costs a lock and a dict lookup.
         self._queue_wait_hist = metrics.queue_wait.labels(pipeline)
         self._e2e_hist = metrics.e2e.labels(pipeline)
-        self._stage = {name: metrics.stage.labels(pipeline, name) for name in ("to_worker", "queue", "model")}
+        self._stage = {name: metrics.stage.labels(pipeline, name) for name in ("to_worker", "decode", "queue", "model")}
         self._finished: queue.Queue[Done | None] = queue.Queue(maxsize=PUBLISH_BACKLOG)
         self.thread: threading.Thread | None = None
 
@@ -181,6 +181,8 @@ class Publisher:
         queue_waits: list[float] = []
         e2e: list[float] = []
         to_worker: list[float] = []
+        decode: list[float] = []
+        queued: list[float] = []
         done_wall = timing.done_wall
         model_end = timing.started_wall + int(timing.seconds * 1000)
         traces: list[RequestTrace] = []
@@ -207,6 +209,9 @@ class Publisher:
                 traces.append(trace)
             self.outcomes.result(rec, refused, done_wall, trace.headers if trace else None)
             queue_waits.append(max(timing.started_wall - inf.consumed_wall_ms, 0) / 1000.0)
+            decoded_wall = inf.decoded_wall_ms or inf.consumed_wall_ms
+            decode.append(max(decoded_wall - inf.consumed_wall_ms, 0) / 1000.0)
+            queued.append(max(timing.started_wall - decoded_wall, 0) / 1000.0)
             if rec.timestamp_ms is not None:
                 e2e.append(max(done_wall - rec.timestamp_ms, 0) / 1000.0)
                 to_worker.append(max(inf.consumed_wall_ms - rec.timestamp_ms, 0) / 1000.0)
@@ -216,7 +221,8 @@ class Publisher:
         observe_many(self._e2e_hist, e2e)
         # Where the time went (docs/OPERATIONS.md, "Where the time goes").
         observe_many(self._stage["to_worker"], to_worker)
-        observe_many(self._stage["queue"], queue_waits)
+        observe_many(self._stage["decode"], decode)
+        observe_many(self._stage["queue"], queued)
         observe_many(self._stage["model"], [timing.seconds] * len(queue_waits))
         if rows:
             try:

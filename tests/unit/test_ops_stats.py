@@ -318,7 +318,7 @@ def test_stage_breakdown_gives_each_stage_its_quantiles_and_mean() -> None:
     before = from_registry(m.registry)
     m.stage.labels("ctr", "model").observe(0.002)
     got = stage_breakdown(None, from_registry(m.registry), "ctr")
-    assert list(got) == ["to_worker", "queue", "model", "publish"]
+    assert list(got) == ["to_worker", "decode", "queue", "model", "publish"]
     assert got["queue"]["requests"] == 100 and got["queue"]["mean_ms"] == round((99 * 4 + 900) / 100, 2)
     assert 2.5 < got["queue"]["p50_ms"] <= 5.0 and got["queue"]["p99_ms"] <= 5.0  # bucket-interpolated
     assert got["to_worker"] == {"requests": 0, "p50_ms": None, "p99_ms": None, "mean_ms": None}

@@ -139,6 +139,17 @@ def test_admission_deadline_is_timestamp_plus_budget_tightened_by_the_request() 
     assert all(i.consumed_wall_ms == WALL + 10 for i in infs)
 
 
+def test_admission_stamps_when_each_poll_was_decoded() -> None:
+    """The decode stage's end (tidebatch_stage_seconds{stage="decode"}): the wall clock
+    read once the whole poll is decoded, the same for every request of that poll."""
+    clock = iter([WALL + 7, WALL + 19])
+    adm = Admission(ToyCodec(), lambda priority: 100.0, FakeOutcomes(), lambda: 1 << 20, wall=lambda: next(clock))
+    first = adm.admit([record(0, b"r0"), record(1, b"r1")], now=1.0, now_wall=WALL)
+    second = adm.admit([record(2, b"r2")], now=1.01, now_wall=WALL + 10)
+    assert [(r.item.consumed_wall_ms, r.item.decoded_wall_ms) for r in first + second] == [
+        (WALL, WALL + 7), (WALL, WALL + 7), (WALL + 10, WALL + 19)]
+
+
 def test_equal_timestamps_admitted_in_different_polls_get_equal_deadlines() -> None:
     """The anchor stays fixed: whole-ms wall readings that truncate differently in two
     polls must not reorder equal timestamps under EDF (pipeline/clock.py ClockAnchor)."""
@@ -269,13 +280,16 @@ def test_a_publisher_bug_before_any_outcome_dead_letters_the_whole_part() -> Non
 
 
 def test_the_publisher_observes_where_each_request_s_time_went() -> None:
-    """tidebatch_stage_seconds: to_worker (Kafka timestamp → consumed), queue (consumed →
-    batch started), model (the batch's model time), per published request; the publish
-    stage starts at the ready time handed to outcomes.result (pipeline/outcomes.py)."""
+    """tidebatch_stage_seconds: to_worker (Kafka timestamp → consumed), decode (consumed →
+    its poll decoded), queue (decoded → batch started), model (the batch's model time),
+    per published request; the publish stage starts at the ready time handed to
+    outcomes.result (pipeline/outcomes.py)."""
     outcomes, metrics = FakeOutcomes(), WorkerMetrics("toy", "adaptive")
     pub = publisher(outcomes, OffsetTracker(), [], WorkerStats(), metrics)
     batch = make_batch([b"r0", b"r1"])  # timestamps WALL, consumed at WALL
+    batch.requests[0].item.decoded_wall_ms = WALL + 3  # its poll took 3 ms to decode
     batch.requests[1].item.consumed_wall_ms = WALL + 40  # this one reached the worker 40 ms late
+    batch.requests[1].item.decoded_wall_ms = WALL + 45
     pub.publish(batch.requests, [{"score": 0.0}, {"score": 1.0}], BatchTiming(2, 0.004, WALL + 50, WALL + 55), MODEL)
 
     def stage(name: str) -> tuple[float, float]:
@@ -284,7 +298,8 @@ def test_the_publisher_observes_where_each_request_s_time_went() -> None:
         return got["tidebatch_stage_seconds_count"], round(got["tidebatch_stage_seconds_sum"], 6)
 
     assert stage("to_worker") == (2, 0.040)
-    assert stage("queue") == (2, 0.060)  # 50 ms and 10 ms
+    assert stage("decode") == (2, 0.008)  # 3 ms and 5 ms
+    assert stage("queue") == (2, 0.052)  # 47 ms and 5 ms
     assert stage("model") == (2, 0.008)
     assert outcomes.ready == [WALL + 55, WALL + 55]
 
