@@ -4,9 +4,12 @@ class (RFC 2698, colour-blind) in front of the one shared queue.
 Each class has a guaranteed share of capacity (the committed rate) and an optional
 burst ceiling (the peak rate), each a token bucket in rows. A request is
 - green within its class's share: queued at its own priority;
-- yellow over the share but within the ceiling: queued one tier below every green
-  request;
-- red beyond the ceiling: what the class says, `queue` (two tiers below green),
+- yellow over the share but within the ceiling: queued below every green request, in
+  one of YELLOW_LEVELS tiers by how far its class is over its share lately (its
+  recent rate over its guaranteed rate, in steps of OVER_STEP): a tenant at its share
+  whose Poisson noise emptied its bucket for a moment is served before one sending
+  twice its share (weighted fair queuing, in coarse steps, among the over-share);
+- red beyond the ceiling: what the class says, `queue` (below every yellow tier),
   `shed` (routed unscored to the late topic) or `score_late` (the late lane).
 
 Why tiers on one queue rather than a queue per tenant: requests of every tenant stay
@@ -23,9 +26,11 @@ Pure: the clock comes in as an argument; no locks, no I/O.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from pipeline.batching.rate import RateEstimator
 from pipeline.batching.request import Request
 
 GREEN, YELLOW, RED = "green", "yellow", "red"
@@ -35,6 +40,11 @@ DEFAULT_CLASS = "default"
 # Far above any priority a request carries (codecs take small ints), so a tier never
 # overlaps the priority levels of the tier above it.
 TIER_STEP = 1 << 20
+YELLOW_LEVELS = 8
+OVER_STEP = 0.25  # a yellow tier per 25 % over the share
+# Half-life of a class's rate estimate: long against the Poisson noise of a tenant at
+# its share (hundreds of requests a second), short against a burst's length.
+RATE_HALF_LIFE = 1.0
 
 
 class TokenBucket:
@@ -112,6 +122,7 @@ class TenantGate:
         self._peak = {
             n: TokenBucket(c.ceiling, c.ceiling_depth) for n, c in self.classes.items() if c.ceiling is not None
         }
+        self._rates = {n: RateEstimator(RATE_HALF_LIFE) for n in self.classes}
         self.counters = {n: TenantCounters() for n in self.classes}
 
     def class_of(self, tenant: str | None) -> str:
@@ -125,6 +136,7 @@ class TenantGate:
         """Colour req, set its tenant_class and lower its priority by its tier; the
         caller acts on red per beyond(req)."""
         name = req.tenant_class = self.class_of(req.tenant)
+        self._rates[name].observe(now, req.rows)
         committed, peak = self._committed[name], self._peak.get(name)
         committed.refill(now)
         if peak is not None:
@@ -141,8 +153,17 @@ class TenantGate:
         c = self.counters[name]
         c.rows[colour] += req.rows
         c.requests += 1
-        req.priority += TIER_STEP * COLOURS.index(colour)
+        tier = 0 if colour == GREEN else self._over_level(name, now) if colour == YELLOW else YELLOW_LEVELS + 1
+        req.priority += TIER_STEP * tier
         return colour
+
+    def _over_level(self, name: str, now: float) -> int:
+        """1 (at most OVER_STEP over the share lately) .. YELLOW_LEVELS (far over, or no share)."""
+        rate = self.classes[name].rate
+        if rate <= 0:
+            return YELLOW_LEVELS
+        over = self._rates[name].rate(now) / rate - 1.0
+        return 1 + min(YELLOW_LEVELS - 1, max(0, math.ceil(over / OVER_STEP) - 1))
 
     def beyond(self, req: Request) -> str:
         return self.classes[req.tenant_class or DEFAULT_CLASS].beyond

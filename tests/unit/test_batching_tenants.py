@@ -14,6 +14,7 @@ from pipeline.batching.tenants import (
     RED,
     TIER_STEP,
     YELLOW,
+    YELLOW_LEVELS,
     TenantClass,
     TenantGate,
     TokenBucket,
@@ -58,7 +59,7 @@ def test_a_request_larger_than_the_depth_conforms_on_a_full_bucket_and_leaves_a_
     assert b.tokens == pytest.approx(1.0)
 
 
-def test_within_the_share_green_over_it_yellow_one_tier_down():
+def test_within_the_share_green_over_it_yellow_a_tier_down():
     g = gate(gold=GOLD)
     colours = [g.mark(r, 0.0) for r in (req("gold", prio=1), req("acme-eu", prio=1), req("gold", prio=1))]
     assert colours == [GREEN, GREEN, YELLOW]
@@ -67,7 +68,7 @@ def test_within_the_share_green_over_it_yellow_one_tier_down():
     assert r.priority == 1 and r.tenant_class == "gold"
     late = req("gold", prio=1)
     assert g.mark(late, 0.1) == YELLOW
-    assert late.priority == 1 + TIER_STEP and base_priority(late.priority) == 1
+    assert late.priority > TIER_STEP and base_priority(late.priority) == 1
     assert g.counters["gold"].rows == {GREEN: 3, YELLOW: 2, RED: 0}
 
 
@@ -131,7 +132,7 @@ def test_red_shed_is_routed_late_and_counted():
     assert g.counters["capped"].shed_rows == 1 and len(b) == 2
 
 
-def test_red_score_late_goes_to_the_late_lane_and_queue_stays_two_tiers_down():
+def test_red_score_late_goes_to_the_late_lane_and_queue_goes_below_every_yellow():
     lane = TenantClass("c", rate=10.0, depth=1.0, ceiling=10.0, ceiling_depth=1.0, beyond="score_late")
     b = greedy(gate(c=lane), expiry_action="route_late")
     b.add(req("c", item="ok"), 0.0)
@@ -141,7 +142,7 @@ def test_red_score_late_goes_to_the_late_lane_and_queue_stays_two_tiers_down():
     g = gate(q=queued)
     over = req("q")
     g.mark(req("q"), 0.0)
-    assert g.mark(over, 0.0) == RED and over.priority == 2 * TIER_STEP
+    assert g.mark(over, 0.0) == RED and over.priority == (YELLOW_LEVELS + 1) * TIER_STEP
 
 
 def test_adaptive_policy_keeps_green_deadlines_under_a_bursting_tenant():
@@ -159,3 +160,18 @@ def test_adaptive_policy_keeps_green_deadlines_under_a_bursting_tenant():
 
     assert run(gate(gold=GOLD, burst=TenantClass("burst", rate=10.0, depth=2.0)))
     assert not run(None)
+
+
+def test_yellow_tiers_order_the_over_share_by_how_far_over_they_are():
+    """A tenant at its share whose bucket ran dry for a moment goes before one sending
+    three times its share (both yellow)."""
+    g = TenantGate({"calm": TenantClass("calm", 100.0, 1.0), "loud": TenantClass("loud", 100.0, 1.0)})
+    t = 0.0
+    for _ in range(400):  # two seconds: calm at its rate, loud at three times it
+        t += 0.005
+        g.mark(req("calm" if int(t * 1000) % 10 == 0 else "loud"), t)
+        g.mark(req("loud"), t)
+    calm, loud = req("calm"), req("loud")
+    g.mark(req("calm"), t)  # empties calm's bucket
+    assert g.mark(calm, t) == YELLOW and g.mark(loud, t) == YELLOW
+    assert TIER_STEP <= calm.priority < loud.priority
