@@ -55,6 +55,8 @@ class Admission:
         described the topics, pipeline/limits.py).
     route_expired_ms: route records older than this many ms to the late topic without
         decoding them; None to decode everything (only set where expiry routes late).
+    tenant_budget_ms: the budget by (tenant, priority) where tenant classes have SLAs of
+        their own (pipeline/tenants_config.py); None: budget_ms for every tenant.
     """
 
     def __init__(
@@ -64,12 +66,14 @@ class Admission:
         outcomes: AdmissionOutcomes,
         request_bytes: Callable[[], int],
         route_expired_ms: float | None = None,
+        tenant_budget_ms: Callable[[str | None, int], float] | None = None,
     ) -> None:
         self.codec = codec
         self.budget_ms = budget_ms
         self.outcomes = outcomes
         self.request_bytes = request_bytes
         self.route_expired_ms = route_expired_ms
+        self.tenant_budget_ms = tenant_budget_ms
         self.anchor = ClockAnchor()
 
     def admit(self, records: list[SourceRecord], now: float, now_wall: int) -> list[Request]:
@@ -89,7 +93,10 @@ class Admission:
                     reason = f"decoder crashed: {type(decoded).__name__}: {decoded}"
                     self.outcomes.dead_letter(rec, reason, "decode", error=decoded)
                 continue
-            budget = self.budget_ms(decoded.priority)
+            if self.tenant_budget_ms is None:
+                budget = self.budget_ms(decoded.priority)
+            else:
+                budget = self.tenant_budget_ms(decoded.tenant, decoded.priority)
             if decoded.deadline_ms is not None:
                 budget = min(budget, float(decoded.deadline_ms))  # may only tighten
             ts = rec.timestamp_ms if rec.timestamp_ms is not None else now_wall
@@ -102,6 +109,7 @@ class Admission:
                     priority=decoded.priority,
                     bucket=decoded.bucket,
                     item=InFlight(rec, decoded, deadline_wall, now_wall),
+                    tenant=decoded.tenant,
                 )
             )
         return requests

@@ -39,6 +39,11 @@ from pipeline.runtime.session import InferenceSession
 from pipeline.runtime.sessions import open_session
 from pipeline.scoring import ScoringStep
 from pipeline.sinks import ResultSink
+
+# max_budget_ms, tenant_budget_ms: re-exported for core.py, which imports its parts from here.
+from pipeline.tenants_config import max_budget_ms as max_budget_ms
+from pipeline.tenants_config import tenant_budget_ms as tenant_budget_ms
+from pipeline.tenants_config import tenant_gate
 from pipeline.tracing import BatchTracer, make_tracer
 from pipeline.versions.loader import VersionLoader
 from pipeline.versions.manager import ModelVersions
@@ -193,6 +198,7 @@ def batch_queue(
         late_share=b.late_share,
         max_late_rows=b.max_late_rows,
         allowed_batch_sizes=b.allowed_batch_sizes or None,
+        tenants=tenant_gate(cfg.tenants, b),  # None without a `tenants:` section
     )
     depth = None
     if cfg.runtime.model_process and executors > 1:
