@@ -162,8 +162,13 @@ class TenantGate:
         rate = self.classes[name].rate
         if rate <= 0:
             return YELLOW_LEVELS
-        over = self._rates[name].rate(now) / rate - 1.0
+        over = self._rates[name].rate(now) / rate - 1.0  # share_used - 1
         return 1 + min(YELLOW_LEVELS - 1, max(0, math.ceil(over / OVER_STEP) - 1))
+
+    def share_used(self, name: str, now: float) -> float | None:
+        """A class's recent rate over its guaranteed rate; None without a share."""
+        rate = self.classes[name].rate
+        return self._rates[name].rate(now) / rate if rate > 0 else None
 
     def beyond(self, req: Request) -> str:
         return self.classes[req.tenant_class or DEFAULT_CLASS].beyond

@@ -39,6 +39,7 @@ from pipeline.runtime.session import InferenceSession
 from pipeline.runtime.sessions import open_session
 from pipeline.scoring import ScoringStep
 from pipeline.sinks import ResultSink
+from pipeline.tenant_metrics import watch_tenants
 
 # max_budget_ms, tenant_budget_ms: re-exported for core.py, which imports its parts from here.
 from pipeline.tenants_config import max_budget_ms as max_budget_ms
@@ -143,6 +144,7 @@ def build_parts(
         executors = rt.executors or (4 if rt.model_process else 1)
         queue = batch_queue(cfg, policy, cost, clock or MonotonicClock(), executors,
                              params.get("max_batch_rows", pipeline.max_batch_rows))
+        watch_tenants(metrics.registry, cfg.pipeline, queue.batcher.tenants, queue.clock.now)
         b = cfg.batching
         backpressure = Backpressure(b.queue_high_rows, b.queue_low_rows, poll_records=POLL_RECORDS)
         group_id = cfg.group_id or f"tidebatch-{cfg.pipeline}"

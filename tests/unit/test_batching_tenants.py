@@ -175,3 +175,29 @@ def test_yellow_tiers_order_the_over_share_by_how_far_over_they_are():
     g.mark(req("calm"), t)  # empties calm's bucket
     assert g.mark(calm, t) == YELLOW and g.mark(loud, t) == YELLOW
     assert TIER_STEP <= calm.priority < loud.priority
+
+
+def test_metrics_per_class_never_per_raw_tenant_id():
+    from prometheus_client import CollectorRegistry
+
+    from pipeline.tenant_metrics import watch_tenants
+
+    g = gate(capped=CAPPED)
+    b = greedy(g)
+    for i in range(3):
+        b.add(req("capped", item=i), 0.0)
+    b.add(req("tenant-no-one-declared"), 0.0)
+    registry = CollectorRegistry()
+    watch_tenants(registry, "ctr", g, lambda: 0.0)
+    watch_tenants(registry, "ctr", None, lambda: 0.0)  # no gate: nothing registered
+
+    def value(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, {"pipeline": "ctr", **labels})
+
+    assert [value("tidebatch_tenant_rows_total", tenant_class="capped", colour=c) for c in (GREEN, YELLOW, RED)] == [1, 1, 1]
+    assert value("tidebatch_tenant_shed_rows_total", tenant_class="capped") == 1
+    assert value("tidebatch_tenant_rows_total", tenant_class="default", colour=YELLOW) == 1
+    assert value("tidebatch_tenant_share_used", tenant_class="capped") > 1  # three rows at once, on a 10 rows/s share
+    assert value("tidebatch_tenant_share_used", tenant_class="default") is None  # no share
+    names = {s.labels.get("tenant_class") for m in registry.collect() for s in m.samples}
+    assert names == {"capped", "default"}
