@@ -7,13 +7,16 @@ producers send.
         (within the share), yellow (over it), red (over the ceiling)
     tidebatch_tenant_shed_rows_total{pipeline, tenant_class}     rows shed to the late topic
     tidebatch_tenant_share_used{pipeline, tenant_class}          recent rate / guaranteed rate
+    tidebatch_tenant_requests_total{pipeline, tenant_class, outcome}  scored: ok or late
+    tidebatch_tenant_latency_seconds{pipeline, tenant_class}     Kafka timestamp to result, for
+        p99 against the class's SLA (histogram_quantile)
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -53,7 +56,35 @@ class TenantCollector(Collector):
         yield GaugeMetricFamily("tidebatch_tenant_share_used", "", labels=["pipeline", "tenant_class"])
 
 
-def watch_tenants(registry: CollectorRegistry, pipeline: str, gate: TenantGate | None, now: Callable[[], float]) -> None:
-    """Export the gate's counters; nothing without a gate (no `tenants:` section)."""
-    if gate is not None:
-        registry.register(TenantCollector(pipeline, gate, now))
+class TenantOutcomes:
+    """What the publisher saw per class: scored requests by outcome, and their latency."""
+
+    def __init__(self, registry: CollectorRegistry, pipeline: str, buckets: Sequence[float]) -> None:
+        self.pipeline = pipeline
+        self.requests = Counter(
+            "tidebatch_tenant_requests", "Requests scored per tenant class, ok (in time) or late",
+            ["pipeline", "tenant_class", "outcome"], registry=registry,
+        )
+        self.latency = Histogram(
+            "tidebatch_tenant_latency_seconds", "Request Kafka timestamp to result produced, per tenant class",
+            ["pipeline", "tenant_class"], buckets=buckets, registry=registry,
+        )
+
+    def observe(self, scored: Sequence[tuple[str, bool, float | None]]) -> None:
+        """(class, late, seconds from the Kafka timestamp or None) per scored request."""
+        for name, late, seconds in scored:
+            self.requests.labels(self.pipeline, name, "late" if late else "ok").inc()
+            if seconds is not None:
+                self.latency.labels(self.pipeline, name).observe(seconds)
+
+
+def watch_tenants(
+    registry: CollectorRegistry, pipeline: str, gate: TenantGate | None, now: Callable[[], float],
+    buckets: Sequence[float] = (),
+) -> TenantOutcomes | None:
+    """Export the gate's counters and return the publisher's per-class metrics; nothing
+    without a gate (no `tenants:` section)."""
+    if gate is None:
+        return None
+    registry.register(TenantCollector(pipeline, gate, now))
+    return TenantOutcomes(registry, pipeline, buckets or Histogram.DEFAULT_BUCKETS)

@@ -31,7 +31,7 @@ from pipeline.clock import Clock, MonotonicClock
 from pipeline.config import WorkerConfig
 from pipeline.hooks import WorkerHook
 from pipeline.kafka_backend import make_producer
-from pipeline.metrics import WorkerMetrics
+from pipeline.metrics import LATENCY_BUCKETS, WorkerMetrics
 from pipeline.outcomes import Topics
 from pipeline.pipelines import PipelineSpec, pipeline_for
 from pipeline.runtime.model_process import ProcessSession
@@ -144,7 +144,7 @@ def build_parts(
         executors = rt.executors or (4 if rt.model_process else 1)
         queue = batch_queue(cfg, policy, cost, clock or MonotonicClock(), executors,
                              params.get("max_batch_rows", pipeline.max_batch_rows))
-        watch_tenants(metrics.registry, cfg.pipeline, queue.batcher.tenants, queue.clock.now)
+        metrics.tenants = watch_tenants(metrics.registry, cfg.pipeline, queue.batcher.tenants, queue.clock.now, LATENCY_BUCKETS)
         b = cfg.batching
         backpressure = Backpressure(b.queue_high_rows, b.queue_low_rows, poll_records=POLL_RECORDS)
         group_id = cfg.group_id or f"tidebatch-{cfg.pipeline}"
