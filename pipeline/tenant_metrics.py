@@ -10,13 +10,15 @@ producers send.
     tidebatch_tenant_requests_total{pipeline, tenant_class, outcome}  scored: ok or late
     tidebatch_tenant_latency_seconds{pipeline, tenant_class}     Kafka timestamp to result, for
         p99 against the class's SLA (histogram_quantile)
+    tidebatch_tenant_slo_seconds{pipeline, tenant_class}         the class's budget (priority 0),
+        for the alert TidebatchTenantP99OverSLA (ops/prometheus/alerts.yml)
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -59,8 +61,16 @@ class TenantCollector(Collector):
 class TenantOutcomes:
     """What the publisher saw per class: scored requests by outcome, and their latency."""
 
-    def __init__(self, registry: CollectorRegistry, pipeline: str, buckets: Sequence[float]) -> None:
+    def __init__(
+        self, registry: CollectorRegistry, pipeline: str, buckets: Sequence[float], slo_s: Mapping[str, float]
+    ) -> None:
         self.pipeline = pipeline
+        slo = Gauge(
+            "tidebatch_tenant_slo_seconds", "Latency budget of a tenant class (priority 0), for p99 alerts",
+            ["pipeline", "tenant_class"], registry=registry,
+        )
+        for name, seconds in slo_s.items():
+            slo.labels(pipeline, name).set(seconds)
         self.requests = Counter(
             "tidebatch_tenant_requests", "Requests scored per tenant class, ok (in time) or late",
             ["pipeline", "tenant_class", "outcome"], registry=registry,
@@ -80,11 +90,11 @@ class TenantOutcomes:
 
 def watch_tenants(
     registry: CollectorRegistry, pipeline: str, gate: TenantGate | None, now: Callable[[], float],
-    buckets: Sequence[float] = (),
+    buckets: Sequence[float] = (), slo_s: Mapping[str, float] | None = None,
 ) -> TenantOutcomes | None:
     """Export the gate's counters and return the publisher's per-class metrics; nothing
-    without a gate (no `tenants:` section)."""
+    without a gate (no `tenants:` section). slo_s: each class's budget in seconds."""
     if gate is None:
         return None
     registry.register(TenantCollector(pipeline, gate, now))
-    return TenantOutcomes(registry, pipeline, buckets or Histogram.DEFAULT_BUCKETS)
+    return TenantOutcomes(registry, pipeline, buckets or Histogram.DEFAULT_BUCKETS, slo_s or {})

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.batching.tenants import BEYOND_ACTIONS, TenantClass, TenantGate
+from pipeline.batching.tenants import BEYOND_ACTIONS, DEFAULT_CLASS, TenantClass, TenantGate
 
 
 @dataclass
@@ -118,6 +118,13 @@ def tenant_budget_ms(t: TenantsConfig, batching: Any) -> Callable[[str | None, i
         return class_budget_ms(c, batching, priority)
 
     return budget
+
+
+def class_slo_seconds(t: TenantsConfig, batching: Any) -> dict[str, float]:
+    """Each class's budget for priority 0 in seconds (default too, declared or not)."""
+    out = {name: class_budget_ms(c, batching, 0) / 1000.0 for name, c in t.classes.items()}
+    out.setdefault(DEFAULT_CLASS, batching.priority_slo_ms.get(0, batching.slo_ms) / 1000.0)
+    return out
 
 
 def max_budget_ms(t: TenantsConfig, batching: Any) -> float:

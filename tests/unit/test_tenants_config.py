@@ -13,7 +13,7 @@ from pipeline.batching.tenants import GREEN
 from pipeline.codecs.base import Decoded
 from pipeline.config import load_config
 from pipeline.errors import UserError
-from pipeline.tenants_config import max_budget_ms, tenant_budget_ms, tenant_gate
+from pipeline.tenants_config import class_slo_seconds, max_budget_ms, tenant_budget_ms, tenant_gate
 from pipeline.worker.admission import Admission
 
 TENANTS = {
@@ -53,6 +53,7 @@ def test_budgets_per_tenant_and_priority_fall_back_to_the_batching_section():
     assert budget("acme", 0) == 20 and budget("acme", 1) == 300
     assert budget("stranger", 0) == c.batching.slo_ms  # default declares no SLO
     assert max_budget_ms(c.tenants, c.batching) == 300
+    assert class_slo_seconds(c.tenants, c.batching) == {"gold": 0.02, "default": c.batching.slo_ms / 1000}
 
 
 @pytest.mark.parametrize(

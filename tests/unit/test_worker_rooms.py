@@ -307,7 +307,7 @@ def test_the_publisher_counts_and_times_requests_per_tenant_class() -> None:
 
     metrics = WorkerMetrics("toy", "adaptive")
     gate = TenantGate({"gold": TenantClass("gold", 10.0, 1.0)})
-    metrics.tenants = watch_tenants(metrics.registry, "toy", gate, lambda: 0.0, (0.01, 0.1, 1.0))
+    metrics.tenants = watch_tenants(metrics.registry, "toy", gate, lambda: 0.0, (0.01, 0.1, 1.0), {"gold": 0.02})
     pub = publisher(FakeOutcomes(), OffsetTracker(), [], WorkerStats(), metrics)
     batch = make_batch([b"r0", b"r1", b"r2"])
     for req, name in zip(batch.requests, ("gold", "default", None), strict=True):
@@ -322,5 +322,6 @@ def test_the_publisher_counts_and_times_requests_per_tenant_class() -> None:
         assert value("tidebatch_tenant_requests_total", tenant_class=name, outcome="late") == 1
         assert value("tidebatch_tenant_requests_total", tenant_class=name, outcome="ok") is None
         assert value("tidebatch_tenant_latency_seconds_count", tenant_class=name) == 1
+    assert value("tidebatch_tenant_slo_seconds", tenant_class="gold") == 0.02
     classes = {s.labels.get("tenant_class") for m in metrics.registry.collect() for s in m.samples}
     assert classes == {None, "gold", "default"}
