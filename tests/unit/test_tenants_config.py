@@ -112,10 +112,10 @@ def test_the_worker_batcher_gets_the_gate_only_with_a_section():
     from pipeline.batching.cost import CostModel
     from pipeline.batching.policies import GreedyPolicy
     from pipeline.clock import FakeClock
-    from pipeline.worker.compose import _batch_queue
+    from pipeline.worker.compose import batch_queue
 
     def batcher(c):
-        return _batch_queue(c, GreedyPolicy(8), CostModel(), FakeClock(), 1, 8).batcher
+        return batch_queue(c, GreedyPolicy(8), CostModel(), FakeClock(), 1, 8).batcher
 
     assert batcher(load_config(environ={})).tenants is None
     assert set(batcher(cfg()).tenants.classes) == {"gold", "default"}
