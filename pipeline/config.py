@@ -30,6 +30,7 @@ from pipeline.logs import FORMATS, LEVELS
 from pipeline.ops.http_config import MetricsConfig, validate_metrics  # host, port, auth
 from pipeline.redisio.config import RedisConfig, validate_redis
 from pipeline.sinks.config import SinksConfig, validate_sinks
+from pipeline.tenants_config import TenantsConfig, validate_tenants  # shares, SLAs per tenant class
 from pipeline.tracing import TRACE_HEADERS, TracingConfig, validate_tracing
 
 
@@ -197,6 +198,7 @@ class WorkerConfig:
     pipelines: list[dict[str, Any]] = field(default_factory=list)
     redis: RedisConfig = field(default_factory=RedisConfig)  # off unless a feature is enabled
     sinks: SinksConfig = field(default_factory=SinksConfig)  # offline sinks (Parquet), docs/ETL.md
+    tenants: TenantsConfig = field(default_factory=TenantsConfig)  # none: one shared queue
 
     def instance_id(self, environ: Mapping[str, str] | None = None) -> str | None:
         """group.instance.id: group_instance_id, else the value of the environment
@@ -383,6 +385,7 @@ def validate(cfg: WorkerConfig) -> None:
     if lim.on_undeliverable not in UNDELIVERABLE_ACTIONS:
         raise bad("limits.on_undeliverable", f"{lim.on_undeliverable!r} is not one of {', '.join(UNDELIVERABLE_ACTIONS)}")
     validate_metrics(cfg.metrics, bad)
+    validate_tenants(cfg.tenants, bad)
     validate_redis(cfg.redis, bad)
     validate_sinks(cfg.sinks, bad)
     from pipeline.pipelines import PIPELINES

@@ -6,12 +6,15 @@ registry, so several workers in one process (tests) do not collide."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from pipeline.tenant_metrics import TenantOutcomes
 
 OUTCOMES = ("ok", "late", "dlq", "routed_late", "duplicate")
 # Where a scored request's time goes, in order; they add up to Kafka timestamp →
@@ -25,6 +28,7 @@ _LATENCY_BUCKETS = (
     0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075,
     0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 30.0,
 )
+LATENCY_BUCKETS = _LATENCY_BUCKETS  # also the per-tenant latency's (tenant_metrics.py)
 
 
 def observe_many(histogram: Any, values: Sequence[float]) -> None:
@@ -184,6 +188,8 @@ class WorkerMetrics(BatchingMetrics):
             "tidebatch_ready", "1 while /readyz answers 200 (partitions assigned, model loaded, broker polled)",
             ["pipeline"], registry=r,
         )
+        # Per tenant class, set by compose.py with a `tenants:` section (tenant_metrics.py).
+        self.tenants: TenantOutcomes | None = None
         # The per-partition lag gauge has no pipeline label (pipeline/worker/partitions.py sets it by topic and
         # partition); dashboards and alerts group by pipeline, so also export the sum.
         r.register(_PipelineLagCollector(self))

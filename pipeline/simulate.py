@@ -38,6 +38,7 @@ from pipeline.batching.batcher import Batcher
 from pipeline.batching.cost import AffineCost, CostModel
 from pipeline.batching.policies import make_policy
 from pipeline.batching.request import Batch, Request
+from pipeline.batching.tenants import TenantClass, TenantGate
 from pipeline.clock import FakeClock
 from pipeline.errors import UserError
 
@@ -236,6 +237,7 @@ class Arrival:
     rows: int
     priority: int = 0
     deadline: float | None = None  # absolute, may only tighten produce + SLO
+    tenant: str | None = None  # scenario tenants (pipeline/simulate_tenants.py)
 
 
 @dataclass
@@ -456,6 +458,9 @@ class SimConfig:
     seed: int = 1
     high_watermark: int = 20_000  # rows, the worker's default (batching.queue_high_rows)
     low_watermark: int | None = None  # default half the high watermark
+    # Tenant classes by name (batching/tenants.py): a fresh TenantGate per run; None:
+    # one shared queue, as the worker without a `tenants:` section.
+    tenants: dict[str, TenantClass] | None = None
 
 
 @dataclass
@@ -485,6 +490,8 @@ class RunResult:
     recovery_censored: bool = False  # never recovered before the run ended: a lower bound
     batches: int = 0
     pauses: int = 0
+    by_tenant: dict[str, dict] = field(default_factory=dict)  # _Sim._tenant_breakdown
+    mixed_batches: int = 0  # batches with requests of more than one tenant
 
     @property
     def goodput_share(self) -> float:
@@ -510,7 +517,8 @@ class _Sim:
         self.w, self.curve, self.spec, self.cfg = workload, curve, spec, cfg
         policy = make_policy(spec.policy, **spec.params)
         cost = CostModel(prior=AffineCost(curve.a, curve.b))
-        self.batcher = Batcher(policy, cost, **spec.batcher)
+        gate = TenantGate(cfg.tenants) if cfg.tenants else None
+        self.batcher = Batcher(policy, cost, **spec.batcher, tenants=gate)
         self.clock = FakeClock()
         n = len(workload.arrivals)
         self.deadline = [0.0] * n
@@ -529,11 +537,12 @@ class _Sim:
         self.batches = 0
         self.batch_rows = 0
         self.pauses = 0
+        self.mixed = 0  # batches with requests of more than one tenant
 
     # -- requests in and out ----------------------------------------------------
     def _admit(self, i: int, now: float) -> None:
         a = self.w.arrivals[i]
-        self.batcher.add(Request(a.rows, now, self.deadline[i], a.priority, 0, i), now)
+        self.batcher.add(Request(a.rows, now, self.deadline[i], a.priority, 0, i, tenant=a.tenant), now)
         self._collect_routed(now)
         if not self.paused and self.batcher.backpressure_rows >= self.high:
             self.paused = True
@@ -574,6 +583,7 @@ class _Sim:
             self.busy += service
             self.batches += 1
             self.batch_rows += batch.rows
+            self.mixed += len({r.tenant for r in batch.requests}) > 1
             self._push(now + service, batch, service)
 
     def _push(self, t: float, batch: Batch | None, service: float) -> None:
@@ -672,10 +682,37 @@ class _Sim:
             p99_by_priority_ms={p: _percentile(sorted(v), 0.99) * 1e3 for p, v in sorted(by_prio.items())},
             batches=self.batches,
             pauses=self.pauses,
+            mixed_batches=self.mixed,
         )
+        if any(a.tenant is not None for a in arrivals):
+            res.by_tenant = self._tenant_breakdown()
         if w.burst:
             self._burst_metrics(res, *w.burst)
         return res
+
+    def _tenant_breakdown(self) -> dict[str, dict]:
+        """Per tenant: offered and in-SLO rows/s over capacity, goodput (in-SLO share
+        of its rows), p99 latency, and the outcomes of its requests."""
+        arrivals, D, cap = self.w.arrivals, self.w.duration, self.curve.capacity
+        lat: dict[str, list[float]] = {}
+        rows: dict[str, list[int]] = {}  # offered, in time, routed
+        for i, a in enumerate(arrivals):
+            name = a.tenant or "default"
+            lat.setdefault(name, []).append(self.finish[i] - a.t)
+            r = rows.setdefault(name, [0, 0, 0])
+            r[0] += a.rows
+            r[1] += a.rows if self.outcome[i] == IN_TIME else 0
+            r[2] += a.rows if self.outcome[i] == ROUTED else 0
+        return {
+            name: {
+                "offered_share": r[0] / D / cap,
+                "good_share": r[1] / D / cap,
+                "goodput": r[1] / r[0] if r[0] else 1.0,
+                "routed_rows": r[2],
+                "p99_ms": _percentile(sorted(lat[name]), 0.99) * 1e3,
+            }
+            for name, r in sorted(rows.items())
+        }
 
     def _burst_metrics(self, res: RunResult, b0: float, b1: float) -> None:
         arrivals = self.w.arrivals

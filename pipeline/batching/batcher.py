@@ -13,6 +13,7 @@ from pipeline.batching.policy_base import Dispatch, Policy, PolicyContext, Wait
 from pipeline.batching.queue import RequestQueue
 from pipeline.batching.rate import RateEstimator
 from pipeline.batching.request import REASON_DRAIN, REASON_LATE, Batch, Request
+from pipeline.batching.tenants import RED, TenantGate
 
 ExpiryAction = Literal["score_late", "route_late"]
 EXPIRY_ACTIONS = ("score_late", "route_late")
@@ -29,6 +30,7 @@ class Batcher:
         max_late_rows: int = 100_000,
         allowed_batch_sizes: Sequence[int] | None = None,
         rate_half_life: float = 0.25,
+        tenants: TenantGate | None = None,
     ) -> None:
         if expiry_action not in EXPIRY_ACTIONS:
             raise ValueError(f"expiry_action must be one of {EXPIRY_ACTIONS}, not {expiry_action!r}")
@@ -59,6 +61,8 @@ class Batcher:
         # late lane is non-empty, so a long calm spell does not bank a debt that would
         # later starve in-time work.
         self._late_credit = 0.0
+        # Per-tenant shares and ceilings (batching/tenants.py); None: one shared queue.
+        self.tenants = tenants
 
     # -- state ----------------------------------------------------------------
     @property
@@ -86,6 +90,8 @@ class Batcher:
 
     # -- input ----------------------------------------------------------------
     def add(self, req: Request, now: float) -> None:
+        if self.tenants is not None and self.tenants.mark(req, now) == RED and self._beyond_ceiling(req):
+            return
         self._rate.observe(now, req.rows)
         prio_rate = self._prio_rates.get(req.priority)
         if prio_rate is None:
@@ -100,6 +106,18 @@ class Batcher:
         self._queue.push(req)
         self._wake = None
 
+    def _beyond_ceiling(self, req: Request) -> bool:
+        """Act on a request over its class's ceiling; False: queue it (two tiers down)."""
+        assert self.tenants is not None
+        action = self.tenants.beyond(req)
+        if action == "queue":
+            return False
+        if action == "shed":
+            self.tenants.shed(req)
+        self._to_late(req, route=action == "shed")
+        self._wake = None
+        return True
+
     def _context(self, now: float) -> PolicyContext:
         return PolicyContext(
             self.cost,
@@ -112,9 +130,12 @@ class Batcher:
     def _padded(self, rows: int) -> int:
         return self._pad_to(rows) or rows
 
-    def _to_late(self, req: Request) -> None:
+    def _to_late(self, req: Request, route: bool | None = None) -> None:
+        """Off the model's path: routed (route, default per expiry_action) or the late lane."""
         req.late = True
-        if self.expiry_action == "route_late" or self._late.rows + req.rows > self.max_late_rows:
+        if route is None:
+            route = self.expiry_action == "route_late"
+        if route or self._late.rows + req.rows > self.max_late_rows:
             # Beyond the late lane's bound, keeping it would grow memory without limit
             # under sustained overload: route it instead (still exactly one outcome).
             self._routed.append(req)

@@ -19,6 +19,8 @@ class Request:
     item: Any = None  # opaque to the core: what the batch runner needs
     seq: int = field(default=0)  # arrival order, set by the queue (FIFO tie-break)
     late: bool = False  # set when the request is moved to the late lane
+    tenant: str | None = None  # the tenant id the request carries (codecs/base.py Decoded)
+    tenant_class: str | None = None  # its class, set by the tenant gate (batching/tenants.py)
 
 
 # Why a batch closed; also the label of the batch-close metric.

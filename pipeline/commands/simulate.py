@@ -55,8 +55,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument(
         "--scenario", default="poisson",
         help="poisson, onoff[:ON_S:OFF_S], diurnal, burst (50%% load, 10 s at 150%%), "
-             "overload (120%%), priorities (20%% high / 80%% low at 110%%), or trace:FILE "
-             "(CSV/JSONL: time, rows[, priority, deadline]) (default: poisson)",
+             "overload (120%%), priorities (20%% high / 80%% low at 110%%), "
+             "tenants[:FACTOR[:STEADY]] (three tenants at STEADY=0.3 of capacity, a fourth at "
+             "FACTOR=2 times its 10%% share; with and without the tenant gate, first policy "
+             "only), or trace:FILE (CSV/JSONL: time, rows[, priority, deadline]) (default: poisson)",
     )
     parser.add_argument(
         "--load", type=_floats, default=None,
@@ -121,6 +123,8 @@ def run(args: argparse.Namespace) -> int:
     curve = load_curve(args.curve or "ctr")
     cfg = SimConfig(executors=args.executors, noise=args.noise, seed=args.seed,
                     high_watermark=args.high_watermark, low_watermark=low)
+    if args.scenario.split(":")[0] == "tenants":
+        return _tenants(args, curve, cfg)
     comp = compare(
         curve,
         args.scenario,
@@ -188,4 +192,24 @@ def run_generate(args: argparse.Namespace) -> int:
     print("tokens/s = generated tokens per s of the arrival window; ttft = arrival -> first token, "
           "lat = arrival -> last token, over finished requests; itl = gap between a sequence's tokens; "
           "batch = sequences per decoding step")
+    return 0
+
+
+def _tenants(args: argparse.Namespace, curve, cfg) -> int:
+    """The tenant scenario: one policy (the first given, default adaptive), three runs."""
+    from pipeline.simulate import DEFAULT_ROWS
+    from pipeline.simulate_tenants import compare_tenants, format_tenant_table
+
+    policy = args.policies[0] if args.policies else "adaptive"
+    comp = compare_tenants(curve, args.scenario, policy=policy, duration=args.duration,
+                           rows=args.rows or DEFAULT_ROWS, seed=args.seed, cfg=cfg)
+    if args.json:
+        print(json.dumps(comp.to_dict(), indent=2))
+        return 0
+    print(f"curve {curve.name}: capacity {curve.capacity:,.0f} rows/s; SLO {curve.budget(0) * 1e3:g} ms; "
+          f"policy {policy}; scenario {comp.scenario}, seed {args.seed}")
+    print(format_tenant_table(comp))
+    print("single: one tenant at the same total load; shared: one queue for all tenants; tenants: "
+          "the tenant gate (pipeline/batching/tenants.py). offered, good/cap: rows/s over capacity; "
+          "goodput%: the tenant's rows answered in SLO; mixed%: batches with several tenants")
     return 0

@@ -56,6 +56,8 @@ class Admission:
         described the topics, pipeline/limits.py).
     route_expired_ms: route records older than this many ms to the late topic without
         decoding them; None to decode everything (only set where expiry routes late).
+    tenant_budget_ms: the budget by (tenant, priority) where tenant classes have SLAs of
+        their own (pipeline/tenants_config.py); None: budget_ms for every tenant.
     wall: wall-clock ms, read once a poll is decoded (a fake one in tests).
     """
 
@@ -66,6 +68,7 @@ class Admission:
         outcomes: AdmissionOutcomes,
         request_bytes: Callable[[], int],
         route_expired_ms: float | None = None,
+        tenant_budget_ms: Callable[[str | None, int], float] | None = None,
         wall: Callable[[], int] = wall_ms,
     ) -> None:
         self.codec = codec
@@ -74,6 +77,7 @@ class Admission:
         self.outcomes = outcomes
         self.request_bytes = request_bytes
         self.route_expired_ms = route_expired_ms
+        self.tenant_budget_ms = tenant_budget_ms
         self.anchor = ClockAnchor()
 
     def admit(self, records: list[SourceRecord], now: float, now_wall: int) -> list[Request]:
@@ -94,7 +98,10 @@ class Admission:
                     reason = f"decoder crashed: {type(decoded).__name__}: {decoded}"
                     self.outcomes.dead_letter(rec, reason, "decode", error=decoded)
                 continue
-            budget = self.budget_ms(decoded.priority)
+            if self.tenant_budget_ms is None:
+                budget = self.budget_ms(decoded.priority)
+            else:
+                budget = self.tenant_budget_ms(decoded.tenant, decoded.priority)
             if decoded.deadline_ms is not None:
                 budget = min(budget, float(decoded.deadline_ms))  # may only tighten
             ts = rec.timestamp_ms if rec.timestamp_ms is not None else now_wall
@@ -107,6 +114,7 @@ class Admission:
                     priority=decoded.priority,
                     bucket=decoded.bucket,
                     item=InFlight(rec, decoded, deadline_wall, now_wall, decoded_wall),
+                    tenant=decoded.tenant,
                 )
             )
         return requests

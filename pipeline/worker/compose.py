@@ -31,7 +31,7 @@ from pipeline.clock import Clock, MonotonicClock
 from pipeline.config import WorkerConfig
 from pipeline.hooks import WorkerHook
 from pipeline.kafka_backend import make_producer
-from pipeline.metrics import WorkerMetrics
+from pipeline.metrics import LATENCY_BUCKETS, WorkerMetrics
 from pipeline.outcomes import Topics
 from pipeline.pipelines import PipelineSpec, pipeline_for
 from pipeline.runtime.model_process import ProcessSession
@@ -39,6 +39,12 @@ from pipeline.runtime.session import InferenceSession
 from pipeline.runtime.sessions import open_session
 from pipeline.scoring import ScoringStep
 from pipeline.sinks import ResultSink
+from pipeline.tenant_metrics import watch_tenants
+from pipeline.tenants_config import class_slo_seconds, tenant_gate
+
+# max_budget_ms, tenant_budget_ms: re-exported for core.py, which imports its parts from here.
+from pipeline.tenants_config import max_budget_ms as max_budget_ms
+from pipeline.tenants_config import tenant_budget_ms as tenant_budget_ms
 from pipeline.tracing import BatchTracer, make_tracer
 from pipeline.versions.loader import VersionLoader
 from pipeline.versions.manager import ModelVersions
@@ -138,6 +144,8 @@ def build_parts(
         executors = rt.executors or (4 if rt.model_process else 1)
         queue = batch_queue(cfg, policy, cost, clock or MonotonicClock(), executors,
                              params.get("max_batch_rows", pipeline.max_batch_rows))
+        metrics.tenants = watch_tenants(metrics.registry, cfg.pipeline, queue.batcher.tenants, queue.clock.now,
+                                        LATENCY_BUCKETS, class_slo_seconds(cfg.tenants, cfg.batching))
         b = cfg.batching
         backpressure = Backpressure(b.queue_high_rows, b.queue_low_rows, poll_records=POLL_RECORDS)
         group_id = cfg.group_id or f"tidebatch-{cfg.pipeline}"
@@ -193,6 +201,7 @@ def batch_queue(
         late_share=b.late_share,
         max_late_rows=b.max_late_rows,
         allowed_batch_sizes=b.allowed_batch_sizes or None,
+        tenants=tenant_gate(cfg.tenants, b),  # None without a `tenants:` section
     )
     depth = None
     if cfg.runtime.model_process and executors > 1:

@@ -42,7 +42,7 @@ from pipeline.runtime.session import InferenceSession
 from pipeline.scoring import ScoringStep
 from pipeline.sinks import ResultSink, notify
 from pipeline.worker.admission import Admission
-from pipeline.worker.compose import WorkerParts, build_parts
+from pipeline.worker.compose import WorkerParts, build_parts, max_budget_ms, tenant_budget_ms
 from pipeline.worker.executors import Executors
 from pipeline.worker.partitions import Partitions
 from pipeline.worker.publisher import Publisher
@@ -151,10 +151,10 @@ class Worker:
         # the configured outcome of expiry is "routed late" anyway.
         route_expired_ms = None
         if self.policy.separates_late and b.expiry_action == "route_late":
-            route_expired_ms = max([b.slo_ms, *b.priority_slo_ms.values()])
+            route_expired_ms = max_budget_ms(cfg.tenants, b)
         self.admission = Admission(
             self.step.codec, lambda priority: cfg.slo_seconds(priority) * 1000.0, self.outcomes,
-            lambda: self.outcomes.limits.request_bytes, route_expired_ms,
+            lambda: self.outcomes.limits.request_bytes, route_expired_ms, tenant_budget_ms(cfg.tenants, b),
         )
         self.publisher = Publisher(
             self.step.hooks, self.outcomes, self.tracker, self.sinks, self.metrics, cfg.pipeline, b.policy,

@@ -186,7 +186,8 @@ class Publisher:
         done_wall = timing.done_wall
         model_end = timing.started_wall + int(timing.seconds * 1000)
         traces: list[RequestTrace] = []
-        for inf, doc, publish in zip(infs, docs, keep, strict=True):
+        by_tenant: list[tuple[str, bool, float | None]] = []  # with a `tenants:` section only
+        for req, inf, doc, publish in zip(requests, infs, docs, keep, strict=True):
             rec = inf.rec
             if not publish:
                 # Dropped replay: its first outcome was already published.
@@ -215,10 +216,14 @@ class Publisher:
             if rec.timestamp_ms is not None:
                 e2e.append(max(done_wall - rec.timestamp_ms, 0) / 1000.0)
                 to_worker.append(max(inf.consumed_wall_ms - rec.timestamp_ms, 0) / 1000.0)
+            if req.tenant_class is not None:
+                by_tenant.append((req.tenant_class, bool(doc["late"]), e2e[-1] if rec.timestamp_ms is not None else None))
         if traces:
             self.tracer.batch(traces, timing.batch_rows, timing.started_wall, model_end)  # type: ignore[union-attr]
         observe_many(self._queue_wait_hist, queue_waits)
         observe_many(self._e2e_hist, e2e)
+        if by_tenant and self.metrics.tenants is not None:
+            self.metrics.tenants.observe(by_tenant)
         # Where the time went (docs/OPERATIONS.md, "Where the time goes").
         observe_many(self._stage["to_worker"], to_worker)
         observe_many(self._stage["decode"], decode)

@@ -32,7 +32,7 @@ def test_promtool_check_config():
 
 def test_promtool_check_rules():
     out = _promtool("check", "rules", "alerts.yml")
-    assert "SUCCESS: 10 rules found" in out
+    assert "SUCCESS: 11 rules found" in out
 
 
 def test_alert_rules_unit_tests():
@@ -47,4 +47,4 @@ def test_promtool_accepts_the_prometheus_rule(tmp_path):
     path = tmp_path / "rules.yml"
     path.write_text(yaml.safe_dump(rule["spec"]))
     out = _promtool("check", "rules", str(path))
-    assert "SUCCESS: 10 rules found" in out
+    assert "SUCCESS: 11 rules found" in out

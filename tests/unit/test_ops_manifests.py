@@ -223,7 +223,7 @@ def test_prometheus_scrapes_the_compose_workers(compose):
 ALERTS = {
     "TidebatchWorkerDown", "TidebatchNoWorkers", "TidebatchLagGrowing", "TidebatchP99OverSLO",
     "TidebatchDLQRate", "TidebatchNoCommit", "TidebatchDeliveryErrors", "TidebatchRedisDown",
-    "TidebatchModelProcessRestarting", "TidebatchModelVersionRefused",
+    "TidebatchModelProcessRestarting", "TidebatchModelVersionRefused", "TidebatchTenantP99OverSLA",
 }
 
 

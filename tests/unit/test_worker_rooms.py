@@ -314,3 +314,29 @@ def test_the_result_document_is_the_same_for_the_worker_and_faust() -> None:
         "queue_wait_ms": 15, "inference_ms": 2.1, "kafka_ts_ms": WALL, "scored_at_ms": WALL + 25, "priority": 1,
         "late": True, "source": {"topic": "in", "partition": 0, "offset": 7}, "tenant": "acme",
     }
+
+
+def test_the_publisher_counts_and_times_requests_per_tenant_class() -> None:
+    from pipeline.batching.tenants import TenantClass, TenantGate
+    from pipeline.tenant_metrics import watch_tenants
+
+    metrics = WorkerMetrics("toy", "adaptive")
+    gate = TenantGate({"gold": TenantClass("gold", 10.0, 1.0)})
+    metrics.tenants = watch_tenants(metrics.registry, "toy", gate, lambda: 0.0, (0.01, 0.1, 1.0), {"gold": 0.02})
+    pub = publisher(FakeOutcomes(), OffsetTracker(), [], WorkerStats(), metrics)
+    batch = make_batch([b"r0", b"r1", b"r2"])
+    for req, name in zip(batch.requests, ("gold", "default", None), strict=True):
+        req.tenant_class = name  # None: no gate saw it (no `tenants:` section)
+    pub.publish_part(finished(batch, [{"score": 0.0}, {"score": 1.0}, {"score": 2.0}]))
+
+    def value(name: str, **labels: str) -> float | None:
+        return metrics.registry.get_sample_value(name, {"pipeline": "toy", **labels})
+
+    # Published now, Kafka timestamps at WALL (2023): late, one each, never the unclassed one.
+    for name in ("gold", "default"):
+        assert value("tidebatch_tenant_requests_total", tenant_class=name, outcome="late") == 1
+        assert value("tidebatch_tenant_requests_total", tenant_class=name, outcome="ok") is None
+        assert value("tidebatch_tenant_latency_seconds_count", tenant_class=name) == 1
+    assert value("tidebatch_tenant_slo_seconds", tenant_class="gold") == 0.02
+    classes = {s.labels.get("tenant_class") for m in metrics.registry.collect() for s in m.samples}
+    assert classes == {None, "gold", "default"}

@@ -1,0 +1,158 @@
+"""The simulator's tenant scenario (issue 24): three steady tenants with a 30 % share
+of capacity each, sending STEADY of capacity each (default 0.3: exactly their share),
+and a fourth with a 10 % share sending FACTOR times its share
+(`--scenario tenants[:FACTOR[:STEADY]]`, default tenants:2:0.3, 110 % in all).
+
+Three runs on the same curve and policy, side by side:
+- single: one tenant, Poisson at the same total load (the batch size to keep);
+- shared: the tenants' arrivals through one shared queue (no tenant gate);
+- tenants: the same arrivals through the tenant gate (pipeline/batching/tenants.py),
+  each class's guaranteed rate its share of the curve's capacity and its bucket one
+  SLO budget deep: the burst a class may send at once is what the pipeline can absorb
+  within one deadline, so the sum over the classes still fits one deadline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from pipeline.batching.tenants import TenantClass
+from pipeline.errors import UserError
+from pipeline.simulate import (
+    DEFAULT_ROWS,
+    Arrival,
+    Curve,
+    RowsDist,
+    RunResult,
+    SimConfig,
+    Workload,
+    make_workload,
+    poisson_arrivals,
+    policy_spec,
+    simulate,
+)
+
+STEADY_SHARE = 0.3
+STEADY = ("steady-a", "steady-b", "steady-c")
+BURSTER, BURSTER_SHARE = "burster", 0.1
+DEFAULT_FACTOR = 2.0
+DEFAULT_DURATION = 10.0
+SHARES = {**dict.fromkeys(STEADY, STEADY_SHARE), BURSTER: BURSTER_SHARE}
+
+
+def is_tenants(scenario: str) -> bool:
+    return scenario.split(":")[0] == "tenants"
+
+
+def scenario_loads(scenario: str) -> tuple[float, float]:
+    """tenants -> (2, 0.3); tenants:5 -> (5, 0.3); tenants:5:0.28 -> (5, 0.28)."""
+    parts = scenario.split(":")
+    try:
+        factor = float(parts[1]) if len(parts) > 1 else DEFAULT_FACTOR
+        steady = float(parts[2]) if len(parts) > 2 else STEADY_SHARE
+    except ValueError:
+        factor = steady = -1.0
+    if parts[0] != "tenants" or len(parts) > 3 or factor <= 0 or steady <= 0:
+        raise UserError(
+            f"bad scenario {scenario!r}; use tenants[:FACTOR[:STEADY]] (the burster's load over "
+            "its share, the steady tenants' load over capacity; both > 0)"
+        )
+    return factor, steady
+
+
+def offered(factor: float, steady: float) -> dict[str, float]:
+    """Each tenant's load, relative to capacity."""
+    return {name: share * factor if name == BURSTER else steady for name, share in SHARES.items()}
+
+
+def tenant_workload(
+    curve: Curve,
+    factor: float,
+    duration: float,
+    rows: RowsDist | str = DEFAULT_ROWS,
+    seed: int = 1,
+    steady: float = STEADY_SHARE,
+) -> Workload:
+    """Each tenant a Poisson process of its own (its own seed), merged in time."""
+    if isinstance(rows, str):
+        rows = RowsDist.parse(rows)
+    if duration <= 0:
+        raise UserError("--duration must be > 0")
+    arrivals: list[Arrival] = []
+    loads = offered(factor, steady)
+    for k, (name, load) in enumerate(loads.items()):
+        for a in poisson_arrivals([(0.0, duration, load)], rows, curve.capacity, seed + 1000 * k):
+            arrivals.append(replace(a, tenant=name))
+    arrivals.sort(key=lambda a: a.t)
+    return Workload(f"tenants:{factor:g}:{steady:g}", arrivals, duration, sum(loads.values()))
+
+
+def tenant_classes(curve: Curve, shares: Mapping[str, float] = SHARES) -> dict[str, TenantClass]:
+    """A class per tenant: rate = share × capacity, depth = rate × the SLO budget."""
+    budget = curve.budget(0)
+    return {
+        name: TenantClass(name, rate=share * curve.capacity, depth=share * curve.capacity * budget)
+        for name, share in shares.items()
+    }
+
+
+@dataclass
+class TenantComparison:
+    curve: Curve
+    scenario: str
+    runs: dict[str, RunResult]  # single, shared, tenants
+
+    def to_dict(self) -> dict:
+        return {"scenario": self.scenario, "shares": SHARES, "runs": {k: r.to_dict() for k, r in self.runs.items()}}
+
+
+def compare_tenants(
+    curve: Curve,
+    scenario: str,
+    *,
+    policy: str = "adaptive",
+    duration: float | None = None,
+    rows: str = DEFAULT_ROWS,
+    seed: int = 1,
+    cfg: SimConfig | None = None,
+) -> TenantComparison:
+    cfg = cfg or SimConfig(seed=seed)
+    factor, steady = scenario_loads(scenario)
+    dur = duration if duration is not None else DEFAULT_DURATION
+    mixed = tenant_workload(curve, factor, dur, rows, seed, steady)
+    assert mixed.load is not None
+    single = make_workload("poisson", curve, load=mixed.load, duration=dur, rows=rows, seed=seed)
+    spec = policy_spec(policy, curve)
+    runs = {
+        "single": simulate(single, curve, spec, cfg),
+        "shared": simulate(mixed, curve, spec, replace(cfg, tenants=None)),
+        "tenants": simulate(mixed, curve, spec, replace(cfg, tenants=tenant_classes(curve))),
+    }
+    return TenantComparison(curve, mixed.name, runs)
+
+
+def format_tenant_table(comp: TenantComparison) -> str:
+    """One line per run and tenant; the single run has one line, for all rows."""
+    slo_ms = comp.curve.budget(0) * 1e3
+    head = ["run", "tenant", "share", "offered", "good/cap", "goodput%", "p99ms", "in_slo", "batch", "mixed%"]
+    lines = []
+    for run, r in comp.runs.items():
+        per = r.by_tenant or {"(all)": {
+            "offered_share": r.produced_rows / r.duration_s / r.capacity_rows_s,
+            "good_share": r.goodput_share,
+            "goodput": r.goodput_rows_s * r.duration_s / r.produced_rows if r.produced_rows else 1.0,
+            "p99_ms": r.p99_ms,
+        }}
+        for name, t in per.items():
+            share = SHARES.get(name)
+            lines.append([
+                run, name, "-" if share is None else f"{share:g}", f"{t['offered_share']:.3f}",
+                f"{t['good_share']:.3f}", f"{100 * t['goodput']:.2f}", f"{t['p99_ms']:.1f}",
+                "yes" if t["p99_ms"] <= slo_ms else "NO", f"{r.mean_batch_rows:.0f}",
+                f"{100 * r.mixed_batches / r.batches:.0f}" if r.batches and r.by_tenant else "-",
+            ])
+    widths = [max(len(h), *(len(x[i]) for x in lines)) for i, h in enumerate(head)]
+    out = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
+           for row in [head, *lines]]
+    return "\n".join(out)

@@ -1,0 +1,76 @@
+"""The simulator's tenant scenario (pipeline/simulate_tenants.py, issue 24): the same
+arrivals through one shared queue and through the tenant gate. Short, seeded runs;
+the thresholds leave room for the seed, the comparisons are the point."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.errors import UserError
+from pipeline.simulate import load_curve
+from pipeline.simulate_tenants import (
+    BURSTER,
+    STEADY,
+    compare_tenants,
+    format_tenant_table,
+    scenario_loads,
+    tenant_classes,
+    tenant_workload,
+)
+
+CURVE = load_curve("ctr")
+
+
+def test_scenario_names():
+    assert scenario_loads("tenants") == (2.0, 0.3)
+    assert scenario_loads("tenants:5") == (5.0, 0.3)
+    assert scenario_loads("tenants:5:0.28") == (5.0, 0.28)
+    for bad in ("tenants:x", "tenants:0", "tenants:2:0.3:1", "tenant"):
+        with pytest.raises(UserError, match="bad scenario"):
+            scenario_loads(bad)
+
+
+def test_each_tenant_offers_its_load():
+    w = tenant_workload(CURVE, 2.0, 5.0)
+    rows = {name: sum(a.rows for a in w.arrivals if a.tenant == name) for name in (*STEADY, BURSTER)}
+    per_s = {name: r / 5.0 / CURVE.capacity for name, r in rows.items()}
+    assert per_s[BURSTER] == pytest.approx(0.2, rel=0.1)
+    assert all(per_s[name] == pytest.approx(0.3, rel=0.1) for name in STEADY)
+    assert w.load == pytest.approx(1.1)
+    assert [a.t for a in w.arrivals] == sorted(a.t for a in w.arrivals)
+
+
+def test_classes_are_shares_of_capacity_one_slo_deep():
+    classes = tenant_classes(CURVE)
+    assert classes[BURSTER].rate == pytest.approx(0.1 * CURVE.capacity)
+    assert classes[BURSTER].depth == pytest.approx(0.1 * CURVE.capacity * 0.05)
+
+
+@pytest.mark.parametrize(("scenario", "kept", "damaged"), [("tenants:5:0.28", 0.97, 0.9), ("tenants:2", 0.95, 0.95)])
+def test_the_gate_keeps_the_steady_tenants_and_gives_the_burster_its_share(scenario, kept, damaged):
+    comp = compare_tenants(CURVE, scenario, duration=3.0)
+    shared, gated = comp.runs["shared"].by_tenant, comp.runs["tenants"].by_tenant
+    for name in STEADY:
+        assert gated[name]["goodput"] >= kept
+        assert gated[name]["goodput"] > shared[name]["goodput"]
+        assert shared[name]["goodput"] < damaged  # the damage, without the gate
+    assert gated[BURSTER]["good_share"] >= 0.1 * 0.95  # at least its share, give or take the seed
+    assert gated[BURSTER]["goodput"] < shared[BURSTER]["goodput"]  # its excess pays
+
+
+def test_batches_still_mix_tenants():
+    comp = compare_tenants(CURVE, "tenants:5:0.28", duration=3.0)
+    gated, single = comp.runs["tenants"], comp.runs["single"]
+    assert gated.mixed_batches >= 0.9 * gated.batches
+    assert gated.mean_batch_rows >= 0.9 * single.mean_batch_rows
+    assert comp.runs["single"].by_tenant == {} and comp.runs["single"].mixed_batches == 0
+    table = format_tenant_table(comp)
+    assert table.count("\n") == 9 and "steady-a" in table
+
+
+def test_the_cli_prints_the_side_by_side_table(capsys):
+    from pipeline.cli import main
+
+    assert main(["simulate", "--scenario", "tenants:2", "--duration", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "scenario tenants:2:0.3" in out and out.count("burster") == 2
