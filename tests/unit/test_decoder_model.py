@@ -185,3 +185,17 @@ def test_a_right_padded_prefill_gives_each_prompt_its_own_first_token(cfg: Confi
         alone, _ = _prefill(session, cfg, p)
         np.testing.assert_allclose(logits[r, len(p) - 1], alone[0, -1], atol=1e-4)
         assert int(logits[r, len(p) - 1].argmax()) == greedy_cached(session, cfg, p, 1)[0]
+
+
+def test_a_prompt_prefilled_in_chunks_gives_the_logits_of_one_prefill(cfg: Config,
+                                                                       session: ort.InferenceSession) -> None:
+    """Chunked prefill (GenerationScheduler's prefill_chunk): a chunk of several tokens
+    after a non-empty past, the causal mask over the appended columns only."""
+    prompt = tokenizer.encode("Iteration-level batching admits and retires at every step.")
+    whole, _ = _prefill(session, cfg, prompt)
+    cut = 23
+    first, cache = _prefill(session, cfg, prompt[:cut])
+    rest, present = _run(session, cfg, np.array([prompt[cut:]]), np.arange(cut, len(prompt))[None],
+                         np.ones((1, len(prompt)), np.int64), cache)
+    np.testing.assert_allclose(np.concatenate([first, rest], axis=1), whole, atol=1e-4)
+    assert present[0].shape[2] == len(prompt)
