@@ -32,7 +32,7 @@ def test_the_shipped_models_are_ctr_camera_and_text() -> None:
     assert set(shipped_models()) >= {"ctr", "camera", "text"}
 
 
-@pytest.mark.parametrize("name", ["ctr", "camera"])
+@pytest.mark.parametrize("name", ["ctr", "camera", "decoder"])
 def test_committed_models_load_through_the_registry(name: str) -> None:
     spec = load_spec(name)
     assert isinstance(spec, ModelSpec) and spec.onnx_path.is_file()
