@@ -46,18 +46,19 @@ def test_an_unknown_pipeline_is_one_line(tmp_path, capsys) -> None:
 
 
 def test_a_users_model_from_its_config_and_a_configuration_that_cannot_run_it(tmp_path, capsys) -> None:
-    """A `pipelines:` entry is profiled like a shipped pipeline. A tree ensemble's ZipMap
-    output cannot cross the model process's wire (docs/OWN_MODEL.md): that configuration
-    is reported as not measured, and the in-process one is recommended."""
+    """A `pipelines:` entry is profiled like a shipped pipeline. An output that is a
+    sequence of tensors cannot cross the model process's wire (pipeline/runtime/wire.py;
+    a ZipMap can since wire_values.py): that configuration is reported as not measured,
+    and the in-process one is recommended."""
     import yaml
 
-    from tests.own_models import tree_classifier
+    from tests.own_models import odd_outputs
 
-    model = tree_classifier(tmp_path / "trees.onnx")
+    model = odd_outputs(tmp_path / "odd.onnx")
     config = tmp_path / "trees.yaml"
     config.write_text(yaml.safe_dump({"pipeline": "trees", "pipelines": [{
         "name": "trees", "model": str(model), "codec": "tensor-json", "inputs": {"x": "x"},
-        "outputs": {"p": "probabilities"}, "max_batch_rows": 64}]}))
+        "outputs": {"y": "y"}, "max_batch_rows": 64}]}))
     assert main(["profile", "trees", "-c", str(config), "--quick", "-o", str(tmp_path / "out")]) == 0
     out = capsys.readouterr().out
     assert "model-process, 1 thread: not measured" in out
