@@ -146,7 +146,7 @@ def _check_rules_evaluate(prom: str) -> None:
         "TidebatchWorkerDown", "TidebatchNoWorkers", "TidebatchLagGrowing",
         "TidebatchP99OverSLO", "TidebatchDLQRate", "TidebatchNoCommit",
         "TidebatchDeliveryErrors", "TidebatchRedisDown", "TidebatchModelProcessRestarting",
-        "TidebatchModelVersionRefused",
+        "TidebatchModelVersionRefused", "TidebatchTenantP99OverSLA",
     }
     # Nothing is wrong: no alert may even be pending.
     _, doc = get_json(prom + "/api/v1/alerts")
