@@ -93,8 +93,11 @@ def read_graph(path: str | Path) -> GraphInfo:
     try:
         session = ort.InferenceSession(str(p), options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # ORT raises its own Fail/InvalidProtobuf/... classes
-        if ir_version is not None and ir_version > 13:
-            detail = f"IR version {ir_version} is newer than it reads (13): set model.ir_version = 10 and save again"
+        # ORT names the newest IR version it reads (13 for 1.31, 14 for 1.32): quote it.
+        newest = re.search(r"max supported IR version: (\d+)", str(exc))
+        if newest is not None:
+            detail = (f"IR version {ir_version} is newer than it reads ({newest.group(1)}): "
+                      "set model.ir_version = 10 and save again")
         else:
             detail = _ORT_NOISE.sub("", str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__)
         raise UserError(f"{p}: ONNX Runtime cannot load it: {detail}") from None
