@@ -126,7 +126,7 @@ def _provider(metrics: dict[str, float]) -> str:
 
 def run_demo(
     duration: float = 15.0,
-    rate: float = 400.0,
+    rate: float = 200.0,
     policy: str = "adaptive",
     partitions: int = 2,
     out_dir: Path = Path("out/demo"),
