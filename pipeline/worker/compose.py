@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from consumers.records import Producer
-from models.registry import ModelSpec
 from pipeline.batching.backpressure import Backpressure
 from pipeline.batching.batcher import Batcher
 from pipeline.batching.concurrent import BatchQueue
@@ -34,8 +33,6 @@ from pipeline.kafka_backend import make_producer
 from pipeline.metrics import LATENCY_BUCKETS, WorkerMetrics
 from pipeline.outcomes import Topics
 from pipeline.pipelines import PipelineSpec, pipeline_for
-from pipeline.runtime.model_process import ProcessSession
-from pipeline.runtime.session import InferenceSession
 from pipeline.runtime.sessions import open_session
 from pipeline.scoring import ScoringStep
 from pipeline.sinks import ResultSink
@@ -65,20 +62,17 @@ class WorkerParts:
 
     cfg: WorkerConfig
     pipeline: PipelineSpec
-    model: ModelSpec
     input_topic: str
     topics: Topics  # what the worker writes
     group_id: str
     metrics: WorkerMetrics
-    session: InferenceSession | ProcessSession
-    step: ScoringStep
     policy: Policy
     queue: BatchQueue
     backpressure: Backpressure
     executors: int
     producer: Producer  # pipeline/kafka_backend.py picks the client
     sinks: list[ResultSink]
-    slot: ModelSlot  # the serving version's step, swapped by `versions`
+    slot: ModelSlot  # the serving version's model, session and step, swapped by `versions`
     versions: ModelVersions
     redis: RedisParts | None = None
     tracer: BatchTracer | None = None  # config `tracing` (pipeline/tracing.py)
@@ -160,7 +154,7 @@ def build_parts(
             redis_parts.close()
         raise
     return WorkerParts(
-        cfg, pipeline, model, input_topic, topics, group_id, metrics, session, step,
+        cfg, pipeline, input_topic, topics, group_id, metrics,
         policy, queue, backpressure, executors, producer, sinks, slot, versions, redis_parts,
         make_tracer(cfg.tracing, cfg.pipeline),
     )
