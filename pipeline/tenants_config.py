@@ -104,12 +104,13 @@ def tenant_gate(t: TenantsConfig, batching: Any) -> TenantGate | None:
     return TenantGate(classes, members)
 
 
-def tenant_budget_ms(t: TenantsConfig, batching: Any) -> Callable[[str | None, int], float] | None:
-    """Admission's deadline budget by (tenant id, priority), or None without classes."""
-    if not t.enabled:
+def tenant_budget_ms(
+    t: TenantsConfig, batching: Any, gate: TenantGate | None
+) -> Callable[[str | None, int], float] | None:
+    """Admission's deadline budget by (tenant id, priority), or None without classes.
+    gate: the batcher's (tenant_gate), whose class_of sorts a tenant into its class."""
+    if gate is None:
         return None
-    gate = tenant_gate(t, batching)
-    assert gate is not None
 
     def budget(tenant: str | None, priority: int) -> float:
         c = t.classes.get(gate.class_of(tenant))

@@ -38,10 +38,6 @@ from pipeline.scoring import ScoringStep
 from pipeline.sinks import ResultSink
 from pipeline.tenant_metrics import watch_tenants
 from pipeline.tenants_config import class_slo_seconds, tenant_gate
-
-# max_budget_ms, tenant_budget_ms: re-exported for core.py, which imports its parts from here.
-from pipeline.tenants_config import max_budget_ms as max_budget_ms
-from pipeline.tenants_config import tenant_budget_ms as tenant_budget_ms
 from pipeline.tracing import BatchTracer, make_tracer
 from pipeline.versions.loader import VersionLoader
 from pipeline.versions.manager import ModelVersions

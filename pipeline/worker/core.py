@@ -41,8 +41,9 @@ from pipeline.runtime.model_process import ProcessSession
 from pipeline.runtime.session import InferenceSession
 from pipeline.scoring import ScoringStep
 from pipeline.sinks import ResultSink, notify
+from pipeline.tenants_config import max_budget_ms, tenant_budget_ms
 from pipeline.worker.admission import Admission
-from pipeline.worker.compose import WorkerParts, build_parts, max_budget_ms, tenant_budget_ms
+from pipeline.worker.compose import WorkerParts, build_parts
 from pipeline.worker.executors import Executors
 from pipeline.worker.partitions import Partitions
 from pipeline.worker.publisher import Publisher
@@ -154,7 +155,8 @@ class Worker:
             route_expired_ms = max_budget_ms(cfg.tenants, b)
         self.admission = Admission(
             self.step.codec, lambda priority: cfg.slo_seconds(priority) * 1000.0, self.outcomes,
-            lambda: self.outcomes.limits.request_bytes, route_expired_ms, tenant_budget_ms(cfg.tenants, b),
+            lambda: self.outcomes.limits.request_bytes, route_expired_ms,
+            tenant_budget_ms(cfg.tenants, b, self.queue.batcher.tenants),
         )
         self.publisher = Publisher(
             self.step.hooks, self.outcomes, self.tracker, self.sinks, self.metrics, cfg.pipeline, b.policy,

@@ -33,7 +33,7 @@ def cfg(tenants: dict | None = None):
 def test_no_section_no_gate_and_the_batching_budgets():
     c = load_config(environ={})
     assert not c.tenants.enabled
-    assert tenant_gate(c.tenants, c.batching) is None and tenant_budget_ms(c.tenants, c.batching) is None
+    assert tenant_gate(c.tenants, c.batching) is None and tenant_budget_ms(c.tenants, c.batching, tenant_gate(c.tenants, c.batching)) is None
     assert max_budget_ms(c.tenants, c.batching) == c.batching.slo_ms
 
 
@@ -48,7 +48,7 @@ def test_classes_become_a_gate_with_rates_depths_and_members():
 
 def test_budgets_per_tenant_and_priority_fall_back_to_the_batching_section():
     c = cfg()
-    budget = tenant_budget_ms(c.tenants, c.batching)
+    budget = tenant_budget_ms(c.tenants, c.batching, tenant_gate(c.tenants, c.batching))
     assert budget is not None
     assert budget("acme", 0) == 20 and budget("acme", 1) == 300
     assert budget("stranger", 0) == c.batching.slo_ms  # default declares no SLO
@@ -95,7 +95,7 @@ class TenantCodec:
 def test_admission_carries_the_tenant_and_gives_its_class_deadline():
     c = cfg()
     wall = 1_700_000_000_000
-    adm = Admission(TenantCodec(), lambda p: 999.0, Outcomes(), lambda: 10_000, None, tenant_budget_ms(c.tenants, c.batching))
+    adm = Admission(TenantCodec(), lambda p: 999.0, Outcomes(), lambda: 10_000, None, tenant_budget_ms(c.tenants, c.batching, tenant_gate(c.tenants, c.batching)))
     recs = [SourceRecord("in", 0, i, b"k", v, {}, wall) for i, v in enumerate((b"acme", b"acme:1", b"x", b""))]
     reqs = adm.admit(recs, now=5.0, now_wall=wall)
     assert [r.tenant for r in reqs] == ["acme", "acme", "x", None]
