@@ -66,7 +66,7 @@ class Worker:
     sinks: offline sinks for the result rows (pipeline/sinks/), flushed before commits.
     hooks: see each batch before and after the model (pipeline/hooks.py).
 
-    Read by ops/health.py and the tests: started, assigned, last_poll_ok, stopping,
+    Read by pipeline/ops/health.py and the tests: started, assigned, last_poll_ok, stopping,
     failure, threads(), stats, session.provider, tracker, queue, redis.
     """
 
