@@ -191,8 +191,9 @@ class WorkerConfig:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     kafka: KafkaOverrides = field(default_factory=KafkaOverrides)
-    # Keyword options of the pipeline's codec (camera, text), e.g. {"pad_to": "longest"}
-    # for the text codec; checked against the codec when the worker starts.
+    # Keyword options of the pipeline's codec class (ctr, camera, text or a user's, over
+    # its entry's codec_options: pipeline/codec_names.py), e.g. {"pad_to": "longest"} for
+    # the text codec; checked against the codec when the worker starts.
     codec: dict[str, Any] = field(default_factory=dict)
     # Pipelines of the user's own models (model + codec + topics + limits), checked by
     # pipeline/pipeline_keys.py as the shipped ones in models/pipelines.yaml are.

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from models.registry import MODELS_DIR, ModelSpec
@@ -65,15 +66,20 @@ def from_entry(entry: Mapping[str, Any]) -> PipelineSpec:
 
 @cache
 def shipped_entries() -> tuple[Mapping[str, Any], ...]:
-    """The entries of models/pipelines.yaml, checked as a config's are (an error names
-    the file and the key), their relative paths made absolute."""
+    """The entries of models/pipelines.yaml."""
+    return read_entries(SHIPPED_FILE, _SHIPPED_BASE)
+
+
+def read_entries(path: Path, base: Path) -> tuple[Mapping[str, Any], ...]:
+    """The `pipelines:` entries of a file of them, checked as a config's are (an error
+    names the file and the key), their relative paths made absolute from `base`."""
     import yaml
 
     from pipeline.pipeline_keys import check_entries
 
-    where = str(SHIPPED_FILE.relative_to(_SHIPPED_BASE))
+    where = str(path.relative_to(base)) if path.is_relative_to(base) else str(path)
     try:
-        doc = yaml.safe_load(SHIPPED_FILE.read_text(encoding="utf-8"))
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:
         raise UserError(f"{where}: cannot read the shipped pipelines: {str(exc).splitlines()[0]}") from None
     entries = doc.get("pipelines") if isinstance(doc, dict) else None
@@ -82,7 +88,7 @@ def shipped_entries() -> tuple[Mapping[str, Any], ...]:
     check_entries(entries, lambda key, reason: UserError(f"{where}: key '{key}': {reason}"))
     out = []
     for entry in entries:
-        paths = {k: str(_SHIPPED_BASE / entry[k]) for k in ("model", "samples") if k in entry}
+        paths = {k: str(base / entry[k]) for k in ("model", "samples") if k in entry}
         out.append({**entry, **paths})
     return tuple(out)
 
