@@ -96,6 +96,7 @@ def test_a_users_entry_may_not_take_a_shipped_name(name, tmp_path) -> None:
 
 
 def test_every_limit_a_pipeline_spec_carries_is_an_entry_key(tmp_path) -> None:
+    pytest.importorskip("onnx")
     from tests.own_models import ranker
 
     model = ranker(tmp_path / "m.onnx")
@@ -125,6 +126,7 @@ def test_the_worker_config_reaches_a_codec_class_over_its_entry(tmp_path) -> Non
 
 
 def test_a_codec_section_for_tensor_json_is_refused_not_ignored(tmp_path) -> None:
+    pytest.importorskip("onnx")
     from tests.own_models import ranker
 
     path = tmp_path / "c.yaml"
@@ -145,6 +147,7 @@ class SampledCsv(CsvCodec):
 
 
 def test_a_users_codec_gives_its_own_samples_as_the_shipped_ones_do(tmp_path) -> None:
+    pytest.importorskip("onnx")
     from tests.own_models import tree_classifier
 
     path = tmp_path / "c.yaml"
