@@ -126,8 +126,8 @@ class EntryPipeline:
         from pipeline.runtime.wire_values import carried
 
         runtime = getattr(cfg, "runtime", None)
-        if runtime is None or not runtime.model_process:
-            return
+        if runtime is None or not runtime.model_process or self.entry["model"].endswith(".json"):
+            return  # a spec.json declares tensors only (models/registry.py): no session opened here to read it
         graph = self.graph()
         odd = [t for t in (*graph.inputs, *graph.outputs) if not carried(t.type)]
         if odd:
