@@ -54,6 +54,14 @@ def load_spec(name: str) -> ModelSpec:
     if not _NAME.match(name) or name.startswith(".") or not spec_path.is_file():
         shipped = ", ".join(shipped_models()) or "none"
         raise UserError(f"unknown model {name!r}; shipped models: {shipped}")
+    return load_spec_file(spec_path)
+
+
+def load_spec_file(spec_path: Path) -> ModelSpec:
+    """Read a spec.json of this format wherever it is (a `pipelines:` entry's `model:`
+    may name one, pipeline/user_pipelines.py). Raises UserError (one line) for an
+    unreadable spec or a missing ONNX file."""
+    name = spec_path.parent.name
     try:
         raw = json.loads(spec_path.read_text())
         onnx_path = (spec_path.parent / raw["file"]).resolve()
@@ -72,8 +80,6 @@ def load_spec(name: str) -> ModelSpec:
         module, _, function = str(raw["ensure"]).partition(":")
         getattr(importlib.import_module(module), function)(onnx_path)
     if not onnx_path.is_file():
-        raise UserError(
-            f"model {name!r}: ONNX file {onnx_path} is missing; "
-            f"rebuild it with `python -m models.{name}.build`"
-        )
+        rebuild = f"python -m models.{name}.build" if spec_path.resolve().parent.parent == MODELS_DIR else "its build"
+        raise UserError(f"model {name!r}: ONNX file {onnx_path} is missing; rebuild it with `{rebuild}`")
     return spec

@@ -191,10 +191,12 @@ class WorkerConfig:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     kafka: KafkaOverrides = field(default_factory=KafkaOverrides)
-    # Keyword options of the pipeline's codec (camera, text), e.g. {"pad_to": "longest"}
-    # for the text codec; checked against the codec when the worker starts.
+    # Keyword options of the pipeline's codec class (ctr, camera, text or a user's, over
+    # its entry's codec_options: pipeline/codec_names.py), e.g. {"pad_to": "longest"} for
+    # the text codec; checked against the codec when the worker starts.
     codec: dict[str, Any] = field(default_factory=dict)
-    # Pipelines of the user's own models (ONNX file + tensor-json), pipeline/user_pipelines.py.
+    # Pipelines of the user's own models (model + codec + topics + limits), checked by
+    # pipeline/pipeline_keys.py as the shipped ones in models/pipelines.yaml are.
     pipelines: list[dict[str, Any]] = field(default_factory=list)
     redis: RedisConfig = field(default_factory=RedisConfig)  # off unless a feature is enabled
     sinks: SinksConfig = field(default_factory=SinksConfig)  # offline sinks (Parquet), docs/ETL.md
@@ -388,7 +390,7 @@ def validate(cfg: WorkerConfig) -> None:
     validate_tenants(cfg.tenants, bad)
     validate_redis(cfg.redis, bad)
     validate_sinks(cfg.sinks, bad)
-    from pipeline.pipelines import PIPELINES
-    from pipeline.user_pipelines import validate_pipelines
+    from pipeline.pipeline_keys import validate_pipelines
+    from pipeline.pipelines import shipped_names
 
-    validate_pipelines(cfg, bad, PIPELINES)
+    validate_pipelines(cfg, bad, shipped_names())

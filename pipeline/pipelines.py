@@ -1,19 +1,28 @@
-"""The pipeline registry: which codec, which model, which default topics, and how to
-make sample requests (for the warm-up profile and the load generator). The shipped
-pipelines are PIPELINES; a config's `pipelines:` entries (a user's own ONNX model,
-pipeline/user_pipelines.py) become the same PipelineSpec through get_pipeline."""
+"""The pipeline registry: which codec, which model, which default topics and limits, and
+how to make sample requests (for the warm-up profile and the load generator).
+
+Every pipeline is a `pipelines:` entry: the shipped ones (CTR, camera, text) are read
+from models/pipelines.yaml, a user's from the worker config (docs/OWN_MODEL.md); both
+are checked by pipeline/pipeline_keys.py and become a PipelineSpec through the one
+builder, `from_entry` (pipeline/user_pipelines.py EntryPipeline)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
 from typing import Any
 
-from models.registry import ModelSpec, load_spec
-from pipeline.codecs.base import Codec
+from models.registry import MODELS_DIR, ModelSpec
+from pipeline.codecs.base import Codec, Sample
 from pipeline.errors import UserError
 
-Sample = tuple[bytes | None, bytes, list[tuple[str, bytes]]]  # key, value, headers
+SHIPPED_FILE = MODELS_DIR / "pipelines.yaml"
+# Relative paths in the shipped file are read from the folder that holds models/ (the
+# repository root, or site-packages), so that an entry copied from it into a config run
+# from the repository root means the same (models/pipelines.yaml says so too).
+_SHIPPED_BASE = MODELS_DIR.parent
 
 
 @dataclass(frozen=True)
@@ -21,7 +30,7 @@ class PipelineSpec:
     name: str
     input_topic: str
     output_topic: str
-    make_codec: Callable[[Any], Codec]  # (WorkerConfig) -> Codec
+    make_codec: Callable[[Any], Codec]  # (WorkerConfig or None) -> Codec
     load_model: Callable[[], ModelSpec]  # models/registry.py: one spec format for every model
     make_samples: Callable[[int], Callable[[int], Sample]]  # seed -> (i -> valid request)
     # Requests per warm-up profile call: a camera frame costs ~60 ms, a CTR request ~0.3.
@@ -40,138 +49,64 @@ class PipelineSpec:
     # fits come from a few small batches: a cap near the measured sizes keeps a noisy
     # fit from forming 100-frame batches that run slower per frame than single ones.
     max_batch_rows: int = 512
+    entry: Mapping[str, Any] = field(default_factory=dict, compare=False)  # what it was built from
 
 
-def _with_codec_options(cls: type, cfg: Any) -> Codec:
-    """cls(**cfg.codec): the config's `codec` options, each checked against the codec's
-    own keyword arguments, so a typo fails at start with the key named."""
-    import inspect
+def from_entry(entry: Mapping[str, Any]) -> PipelineSpec:
+    """The PipelineSpec of one checked `pipelines:` entry, shipped or a user's."""
+    from pipeline.pipeline_keys import entry_limits
+    from pipeline.user_pipelines import EntryPipeline
 
-    options = dict(getattr(cfg, "codec", None) or {})
-    known = [n for n in inspect.signature(cls).parameters if n != "self"]
-    for name in options:
-        if name not in known:
-            raise UserError(f"config key 'codec.{name}' is not an option of {cls.__name__}: use {', '.join(known)}")
+    built = EntryPipeline(entry)
+    return PipelineSpec(
+        built.name, built.input_topic, built.output_topic, built.make_codec, built.load_model, built.make_samples,
+        entry=built.entry, **entry_limits(entry),
+    )
+
+
+@cache
+def shipped_entries() -> tuple[Mapping[str, Any], ...]:
+    """The entries of models/pipelines.yaml."""
+    return read_entries(SHIPPED_FILE, _SHIPPED_BASE)
+
+
+def read_entries(path: Path, base: Path) -> tuple[Mapping[str, Any], ...]:
+    """The `pipelines:` entries of a file of them, checked as a config's are (an error
+    names the file and the key), their relative paths made absolute from `base`."""
+    import yaml
+
+    from pipeline.pipeline_keys import check_entries
+
+    where = str(path.relative_to(base)) if path.is_relative_to(base) else str(path)
     try:
-        return cls(**options)
-    except (TypeError, ValueError) as exc:
-        raise UserError(f"config key 'codec': {exc}") from None
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise UserError(f"{where}: cannot read the shipped pipelines: {str(exc).splitlines()[0]}") from None
+    entries = doc.get("pipelines") if isinstance(doc, dict) else None
+    if not isinstance(entries, list):
+        raise UserError(f"{where}: expected a `pipelines:` list")
+    check_entries(entries, lambda key, reason: UserError(f"{where}: key '{key}': {reason}"))
+    out = []
+    for entry in entries:
+        paths = {k: str(base / entry[k]) for k in ("model", "samples") if k in entry}
+        out.append({**entry, **paths})
+    return tuple(out)
 
 
-# ----------------------------------------------------------------------------- CTR
-def _ctr_codec(cfg: Any) -> Codec:
-    from pipeline.codecs.ctr import CtrCodec
-
-    return CtrCodec(max_items=cfg.max_items)
-
-
-def _ctr_model() -> ModelSpec:
-    return load_spec("ctr")
-
-
-def _ctr_samples(seed: int) -> Callable[[int], Sample]:
-    from pipeline.loadgen.ctr import CtrRequestFactory
-
-    factory = CtrRequestFactory(seed=seed)
-
-    def make(i: int) -> Sample:
-        key, value = factory.make(i)
-        return key, value, []
-
-    return make
-
-
-# ----------------------------------------------------------------------------- camera
-def _camera_codec(cfg: Any) -> Codec:
-    from pipeline.codecs.camera import CameraCodec
-
-    return _with_codec_options(CameraCodec, cfg)
-
-
-def _camera_model() -> ModelSpec:
-    return load_spec("camera")
-
-
-def _camera_samples(seed: int) -> Callable[[int], Sample]:
-    from pipeline.loadgen.camera import CameraFrameFactory
-
-    cameras = 4
-    factory = CameraFrameFactory(seed=seed, cameras=cameras)
-
-    def make(i: int) -> Sample:
-        key, value, headers = factory.make(i % cameras, i // cameras, float(i) * 0.1)
-        return key, value, list(headers)
-
-    return make
-
-
-# ----------------------------------------------------------------------------- text
-def _text_codec(cfg: Any) -> Codec:
-    from pipeline.codecs.text import TextCodec
-
-    return _with_codec_options(TextCodec, cfg)
-
-
-def _text_model() -> ModelSpec:
-    return load_spec("text")  # built from its weights package on first use ("ensure")
-
-
-def _text_samples(seed: int) -> Callable[[int], Sample]:
-    from pipeline.loadgen.text import TextRequestFactory
-
-    factory = TextRequestFactory(seed=seed)
-
-    def make(i: int) -> Sample:
-        key, value = factory.make(i)
-        return key, value, []
-
-    return make
-
-
-PIPELINES: dict[str, PipelineSpec] = {
-    "ctr": PipelineSpec("ctr", "ctr.requests", "ctr.scores", _ctr_codec, _ctr_model, _ctr_samples),
-    "camera": PipelineSpec(
-        "camera", "camera.frames", "camera.detections", _camera_codec, _camera_model, _camera_samples,
-        warmup_sizes=(1, 2),
-        max_message_bytes=16 * 1024 * 1024,
-        # The codec's own 8 MiB frame limit plus room for headers: a frame between the
-        # two gets the codec's reason, a larger one is refused unread.
-        max_request_bytes=8 * 1024 * 1024 + 64 * 1024,
-        max_batch_rows=8,
-    ),
-    "text": PipelineSpec(
-        "text", "text.requests", "text.embeddings", _text_codec, _text_model, _text_samples,
-        warmup_sizes=(1, 2, 4, 8),
-        max_batch_rows=32,
-    ),
-}
+def shipped_names() -> list[str]:
+    return [e["name"] for e in shipped_entries()]
 
 
 def get_pipeline(name: str, defined: Sequence[Mapping[str, Any]] = ()) -> PipelineSpec:
-    """A shipped pipeline, or one of `defined`: the config's `pipelines` entries
-    (pipeline/user_pipelines.py), already checked by the config's validation."""
-    spec = PIPELINES.get(name)
-    if spec is not None:
-        return spec
-    for entry in defined:
+    """A shipped pipeline, or one of `defined`: the config's `pipelines` entries, already
+    checked by the config's validation (which refuses a shipped pipeline's name)."""
+    for entry in (*shipped_entries(), *defined):
         if entry.get("name") == name:
-            return _user_pipeline(entry)
-    raise UserError(f"unknown pipeline {name!r}; shipped pipelines: {', '.join(sorted(PIPELINES))}")
+            return from_entry(entry)
+    raise UserError(f"unknown pipeline {name!r}; shipped pipelines: {', '.join(sorted(shipped_names()))}")
 
 
 def pipeline_for(cfg: Any) -> PipelineSpec:
     """The pipeline a worker config selects (`pipeline`, maybe defined under `pipelines`)."""
     return get_pipeline(cfg.pipeline, cfg.pipelines)
 
-
-def _user_pipeline(entry: Mapping[str, Any]) -> PipelineSpec:
-    from pipeline.user_pipelines import UserPipeline
-
-    user = UserPipeline(entry)
-    options = {k: int(entry[k]) for k in ("max_batch_rows", "max_request_bytes") if k in entry}
-    if "max_request_bytes" in entry:  # as for camera frames: room for headers above the limit
-        options["max_message_bytes"] = options["max_request_bytes"] + 64 * 1024
-    return PipelineSpec(
-        user.name, user.input_topic, user.output_topic, user.make_codec, user.load_model, user.make_samples,
-        **options,
-    )

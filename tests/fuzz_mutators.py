@@ -59,16 +59,16 @@ class Target:
 
 def targets(seed: int, per_codec: int = 8) -> list[Target]:
     """Every codec in pipeline/codecs (and the CTR id codec), each with valid sample
-    requests from the load generators (PIPELINES[name].make_samples; tensor-json's
+    requests from the load generators (get_pipeline(name).make_samples; tensor-json's
     from its own sample_fields)."""
     from pipeline.codecs.camera import CameraCodec
     from pipeline.codecs.ctr import CtrCodec
     from pipeline.codecs.text import TextCodec
-    from pipeline.pipelines import PIPELINES
+    from pipeline.pipelines import get_pipeline
     from pipeline.redisio.codec import CtrIdCodec
 
     def samples(name: str, n: int) -> list[Message]:
-        make = PIPELINES[name].make_samples(seed)
+        make = get_pipeline(name).make_samples(seed)
         return [(value, dict(headers)) for _, value, headers in (make(i) for i in range(n))]
 
     ctr = samples("ctr", per_codec)

@@ -3,6 +3,12 @@
 A codec turns one Kafka message value (+ headers) into a `Decoded` request, stacks
 the payloads of a batch into model feeds, and splits the model outputs back into one
 result document per request. Codecs do no I/O and never see Kafka objects.
+
+Optional, beside the protocol's methods: `decode_many(messages)` (a poll's worth at
+once, `decode_all` below) and `samples(seed) -> (i -> Sample)`, valid requests for the
+warm-up profile, `tidebatch profile` and `tidebatch produce` (the shipped codecs give
+their load generators', pipeline/loadgen/; a codec without one gets them from its
+entry's `samples` file or, for tensor-json, from the graph: pipeline/user_pipelines.py).
 """
 
 from __future__ import annotations
@@ -12,6 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
+
+Sample = tuple[bytes | None, bytes, list[tuple[str, bytes]]]  # one request record: key, value, headers
 
 
 class DecodeError(ValueError):

@@ -40,14 +40,14 @@ image's header, chooses its bucket and decodes it into the bucket.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from PIL import Image
 
-from pipeline.codecs.base import Decoded, DecodeError
+from pipeline.codecs.base import Decoded, DecodeError, Sample
 from pipeline.codecs.camera_headers import parse_headers
 from pipeline.codecs.camera_image import bucket_key, choose_bucket, decode_letterboxed, probe_image
 
@@ -122,6 +122,21 @@ class CameraCodec:
         self.nms_iou = nms_iou
         self.max_candidates = max_candidates  # bounds the k x k IoU matrix per frame
         self.max_detections = max_detections
+
+    def samples(self, seed: int) -> Callable[[int], Sample]:
+        """Valid frames of 4 cameras, round robin (the Codec protocol's optional sample
+        maker, base.py): pipeline/loadgen/camera.py's, rendered from the sample
+        photographs it reads from models/camera/samples/ (this codec's only I/O)."""
+        from pipeline.loadgen.camera import CameraFrameFactory
+
+        cameras = 4
+        factory = CameraFrameFactory(seed=seed, cameras=cameras)
+
+        def make(i: int) -> Sample:
+            key, value, headers = factory.make(i % cameras, i // cameras, float(i) * 0.1)
+            return key, value, list(headers)
+
+        return make
 
     # ---------------------------------------------------------------- decode
     def decode(self, value: bytes | None, headers: Mapping[str, bytes] | None) -> Decoded:

@@ -57,14 +57,14 @@ slow, per-value error search runs only once a request is known to be invalid.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from models.ctr import features as F
 from pipeline.codecs import ctr_binary
-from pipeline.codecs.base import Decoded, DecodeError
+from pipeline.codecs.base import Decoded, DecodeError, Sample
 from pipeline.codecs.ctr_features import (
     CtrPayload,
     featurise_binary,
@@ -95,6 +95,14 @@ class CtrCodec:
         if isinstance(max_items, bool) or not isinstance(max_items, int) or max_items < 1:
             raise ValueError(f"max_items must be a positive integer, got {max_items!r}")
         self.max_items = max_items
+
+    def samples(self, seed: int) -> Callable[[int], Sample]:
+        """Valid requests (the Codec protocol's optional sample maker, base.py): the
+        load generator's, pipeline/loadgen/ctr.py."""
+        from pipeline.loadgen.ctr import CtrRequestFactory
+
+        factory = CtrRequestFactory(seed=seed)
+        return lambda i: (*factory.make(i), [])
 
     # ------------------------------------------------------------------------ decode
     def decode(self, value: bytes | None, headers: Mapping[str, bytes] | None = None) -> Decoded:

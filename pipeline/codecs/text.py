@@ -62,14 +62,14 @@ import bisect
 import json
 import re
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
 
 from models.text.model import EMBEDDING_DIM, MAX_LENGTH, PAD_ID, load_tokenizer
 from pipeline.codecs import jsonnum
-from pipeline.codecs.base import Decoded, DecodeError
+from pipeline.codecs.base import Decoded, DecodeError, Sample
 
 DEFAULT_BUCKET_EDGES: tuple[int, ...] = (16, 32, 64, 128, 256)
 DEFAULT_MAX_CHARS = 100_000
@@ -257,6 +257,14 @@ class TextCodec:
         self.read_chars = _READ_CHARS_PER_TOKEN * self.max_tokens
         self._tokenizer = load_tokenizer(self.max_tokens)
         self._cls, self._sep = self._tokenizer.encode("").ids
+
+    def samples(self, seed: int) -> Callable[[int], Sample]:
+        """Valid requests (the Codec protocol's optional sample maker, base.py): the
+        load generator's, pipeline/loadgen/text.py."""
+        from pipeline.loadgen.text import TextRequestFactory
+
+        factory = TextRequestFactory(seed=seed)
+        return lambda i: (*factory.make(i), [])
 
     def bucket_for(self, tokens: int) -> int:
         """The smallest bucket edge >= tokens (tokens is at most max_tokens)."""

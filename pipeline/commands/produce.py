@@ -19,7 +19,7 @@ from pipeline.commands.kafka_flags import add_x_flag, kafka_block
 from pipeline.commands.parser_tree import OpenSubcommands
 from pipeline.errors import UserError
 from pipeline.loadgen.pacing import poisson_schedule, run_open_loop
-from pipeline.pipelines import PIPELINES, Sample, get_pipeline
+from pipeline.pipelines import Sample, get_pipeline, shipped_names
 
 DEFAULT_RATE = 500.0
 DEFAULT_FPS = 5.0
@@ -263,9 +263,9 @@ def run(args: argparse.Namespace) -> int:
         from pipeline.config import load_config
 
         defined = load_config(config, {"pipeline": args.pipeline}).pipelines
-    elif args.pipeline not in PIPELINES:
+    elif args.pipeline not in shipped_names():
         raise UserError(
-            f"unknown pipeline {args.pipeline!r}: the shipped ones are {', '.join(sorted(PIPELINES))}; "
+            f"unknown pipeline {args.pipeline!r}: the shipped ones are {', '.join(sorted(shipped_names()))}; "
             "one of your own needs -c CONFIG, whose `pipelines:` define it (docs/OWN_MODEL.md)"
         )
     spec = get_pipeline(args.pipeline, defined)

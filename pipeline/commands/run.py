@@ -10,7 +10,7 @@ from pipeline import logs
 from pipeline.batching.policies import POLICY_NAMES
 from pipeline.commands.kafka_flags import add_x_flag
 from pipeline.config import load_config
-from pipeline.pipelines import PIPELINES
+from pipeline.pipelines import shipped_names
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +24,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--pipeline", metavar="NAME",
-        help=f"a shipped pipeline ({', '.join(sorted(PIPELINES))}) or one under the config's `pipelines:` "
+        help=f"a shipped pipeline ({', '.join(sorted(shipped_names()))}) or one under the config's `pipelines:` "
         "(default: the config's pipeline, else ctr)",
     )
     p.add_argument(
