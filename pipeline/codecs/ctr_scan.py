@@ -1,0 +1,238 @@
+"""The feature values of many CTR JSON requests, read from their bytes by a few numpy
+passes over a whole poll: no Python object per value.
+
+Why: today's decode (ctr.py) makes ~430 Python objects a request (orjson: a str per
+token, an int per count, a dict per item) and then walks them again to gather, check
+and hash them: ~85 % of its time (profile in docs/schemas/ctr_request.md, "Speed").
+Here a poll's requests are joined into one buffer and each step is one numpy call
+over all of them.
+
+Precondition, checked per request by ctr_fast.py before a request gets here: valid
+JSON that msgspec has read against the request's skeleton (so ``context`` is an object
+and ``items`` a list of n objects), valid UTF-8, no backslash and no blank byte (space,
+tab, CR, LF) anywhere. This module adds a *plain* check: exactly 2 + n ``{`` and ``}``
+(the request, its context, its items) and one ``[`` and ``]`` (the items) in its bytes.
+Then no string holds a brace, bracket or quote, no unknown field holds an object or an
+array, and:
+
+* every brace and bracket is structure, so their running sum is the nesting depth: the
+  context is the ``{`` at depth 2, the items are the ``{`` at depth 3;
+* a colon belongs to the object of the last ``{`` before it unless a ``}`` or ``[``
+  came between (then it is a top-level key's);
+* the 6 bytes before a colon are ``"C14"`` or ``?"C1"`` exactly when its key is C14 or
+  C1 (a quote followed by a letter cannot close a string in compact valid JSON, and no
+  string holds a quote), and the byte after it starts the value: ``"``, ``n`` (null), a
+  digit or ``-``.
+
+What this reading cannot take the way ctr.py would, it does not guess: the request is
+marked ``doubt`` and ctr_fast.py sends it to ctr.py's decode, which knows the exact
+rules and the one-line reasons. That is: a request that is not plain, a feature value
+that is neither null, a string of 1..16 hex digits (tokens) nor an integer of at most
+7 digits (counts; a float or a longer integer changes how ctr_features.py rounds and
+clips the whole request, and 10**7 is far above the counts seen), and a feature key
+given twice in one object (ctr.py keeps the last; numpy promises no order of writes).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+import numpy as np
+
+from models.ctr import features as F
+
+_N_CTX_CAT, _N_CTX_DENSE = len(F.CONTEXT_CAT), len(F.CONTEXT_DENSE)  # 13, 6
+_N_ITEM_CAT, _N_ITEM_DENSE = len(F.ITEM_CAT), len(F.ITEM_DENSE)  # 13, 7
+_QUOTE, _COLON, _MINUS, _NULL, _COMMA = (ord(c) for c in '":-n,')
+_LBRACE, _RBRACE, _LBRACKET, _RBRACKET = (ord(c) for c in "{}[]")
+_C, _I = ord("C"), ord("I")
+_HEX_TOKEN = re.compile(rb"[0-9a-fA-F]{1,16}\Z")  # as models/ctr/features.py's _HEX_TOKEN
+_PAD = b" " * 16  # before and after the requests: reads a few bytes around a colon stay inside
+_ZEROS = np.uint64(0x3030303030303030)  # "00000000"
+_LANES = np.uint64(0x000000FF000000FF)
+_MUL_A, _MUL_B = np.uint64(100 + (1000000 << 32)), np.uint64(1 + (10000 << 32))
+_HEX = np.zeros(256, dtype=bool)
+_HEX[list(b"0123456789abcdefABCDEF")] = True
+
+
+class Scan(NamedTuple):
+    """The features of n requests with R item rows in all, in request order."""
+
+    rows: np.ndarray  # intp [n]: item objects found per request
+    ctx_tokens: np.ndarray  # uint64 [n, 13] C1..C13 values, 0 where missing
+    ctx_present: np.ndarray  # bool [n, 13]
+    ctx_dense: np.ndarray  # float32 [n, 6] I1..I6, NaN where missing
+    item_tokens: np.ndarray  # uint64 [R, 13] C14..C26
+    item_present: np.ndarray  # bool [R, 13]
+    item_dense: np.ndarray  # float32 [R, 7] I7..I13
+    doubt: np.ndarray  # bool [n]: not read here, ctr.py decodes it
+
+
+def scan(values: list[bytes], n_items: np.ndarray) -> Scan:
+    """Read the features of requests that meet the module's precondition; ``n_items``
+    is each one's number of items (msgspec's)."""
+    n = len(values)
+    buf = _PAD + b"".join(values) + _PAD
+    b = np.frombuffer(buf, dtype=np.uint8)
+    starts = np.empty(n, dtype=np.intp)
+    starts[0] = len(_PAD)
+    np.cumsum(np.fromiter(map(len, values), dtype=np.intp, count=n)[:-1], out=starts[1:])
+    starts[1:] += len(_PAD)
+
+    # every colon, brace and bracket, in order ("[" | 0x20 is "{", "]" | 0x20 is "}")
+    low = b | 0x20
+    marks = np.flatnonzero((b == _COLON) | (low == _LBRACE) | (low == _RBRACE))
+    kind = b[marks]
+    is_event = kind != _COLON
+    last_event = np.cumsum(is_event) - 1  # at a colon: the brace or bracket before it
+    events, event_kind = marks[is_event], kind[is_event]
+    event_req = np.searchsorted(starts, events, side="right") - 1
+    depth = np.cumsum(np.where((event_kind | 0x20) == _LBRACE, 1, -1))  # after each event
+    # from each request's own start: a brace inside a string of a request that is not
+    # plain (doubted below) must not shift the depths of the requests after it
+    first = np.searchsorted(events, starts)
+    depth -= np.where(first > 0, depth[first - 1], 0)[event_req]
+    doubt = _not_plain(event_req, event_kind, n_items, n)
+    is_item = (event_kind == _LBRACE) & (depth == 3)
+    is_ctx = (event_kind == _LBRACE) & (depth == 2)
+    item_of_event = np.cumsum(is_item) - 1
+    rows = np.bincount(event_req[is_item], minlength=n)
+    total = int(np.count_nonzero(is_item))
+
+    colons = marks[~is_event]
+    owner = last_event[~is_event]
+    code = _feature_code(b, colons)  # C1..C26 -> 0..25, I1..I13 -> 26..38, else -1
+    in_ctx = is_ctx[owner] & (((code >= 0) & (code < _N_CTX_CAT)) | ((code >= F.N_CAT) & (code < F.N_CAT + _N_CTX_DENSE)))
+    in_item = is_item[owner] & (((code >= _N_CTX_CAT) & (code < F.N_CAT)) | (code >= F.N_CAT + _N_CTX_DENSE))
+    ctx_k, item_k = np.flatnonzero(in_ctx), np.flatnonzero(in_item)
+    ctx_req, item_row = event_req[owner[ctx_k]], item_of_event[owner[item_k]]
+    _refuse_repeats(doubt, ctx_req, ctx_req, code[ctx_k], n)
+    _refuse_repeats(doubt, event_req[owner[item_k]], item_row, code[item_k], total)
+
+    ctx_tokens = np.zeros(n * _N_CTX_CAT, dtype=np.uint64)
+    ctx_present = np.zeros(n * _N_CTX_CAT, dtype=bool)
+    ctx_dense = np.full(n * _N_CTX_DENSE, np.nan, dtype=np.float32)
+    item_tokens = np.zeros(total * _N_ITEM_CAT, dtype=np.uint64)
+    item_present = np.zeros(total * _N_ITEM_CAT, dtype=bool)
+    item_dense = np.full(total * _N_ITEM_DENSE, np.nan, dtype=np.float32)
+    for keys, row, req, tokens, present, dense, first, width, first_dense, dense_width in (
+        (ctx_k, ctx_req, ctx_req, ctx_tokens, ctx_present, ctx_dense, 0, _N_CTX_CAT, F.N_CAT, _N_CTX_DENSE),
+        (item_k, item_row, event_req[owner[item_k]], item_tokens, item_present, item_dense,
+         _N_CTX_CAT, _N_ITEM_CAT, F.N_CAT + _N_CTX_DENSE, _N_ITEM_DENSE),
+    ):
+        at, c = colons[keys], code[keys]
+        value = b[at + 1]
+        is_token = c < F.N_CAT
+        string = is_token & (value == _QUOTE)
+        number = ~is_token & (((value - ord("0")) < 10) | (value == _MINUS))
+        doubt[req[~(string | number | (value == _NULL))]] = True
+        s = np.flatnonzero(string)
+        got, ok = _tokens(buf, b, at[s] + 1)
+        tokens[row[s] * width + c[s] - first] = got
+        present[row[s] * width + c[s] - first] = True
+        doubt[req[s[~ok]]] = True
+        d = np.flatnonzero(number)
+        got, ok = _counts(buf, at[d] + 1)
+        dense[row[d] * dense_width + c[d] - first_dense] = got
+        doubt[req[d[~ok]]] = True
+    return Scan(
+        rows,
+        ctx_tokens.reshape(n, _N_CTX_CAT),
+        ctx_present.reshape(n, _N_CTX_CAT),
+        ctx_dense.reshape(n, _N_CTX_DENSE),
+        item_tokens.reshape(total, _N_ITEM_CAT),
+        item_present.reshape(total, _N_ITEM_CAT),
+        item_dense.reshape(total, _N_ITEM_DENSE),
+        doubt,
+    )
+
+
+def _not_plain(event_req: np.ndarray, event_kind: np.ndarray, n_items: np.ndarray, n: int) -> np.ndarray:
+    """Requests whose braces and brackets are not exactly their own objects' and array's."""
+    def count(k: int) -> np.ndarray:
+        return np.bincount(event_req[event_kind == k], minlength=n)
+
+    objects = 2 + n_items
+    return (count(_LBRACE) != objects) | (count(_RBRACE) != objects) | (count(_LBRACKET) != 1) | (count(_RBRACKET) != 1)
+
+
+def _feature_code(b: np.ndarray, colons: np.ndarray) -> np.ndarray:
+    """The feature each colon's key names: C1..C26 -> 0..25, I1..I13 -> 26..38, or -1.
+    Three characters: the bytes before the colon are '"', letter, 1-9, 0-9, '"'; two:
+    '"', letter, 1-9, '"'. (uint8 all the way: a byte's arithmetic wraps, and a wrapped
+    value is never a digit.)"""
+    q5, q4, x3, x2, q1 = (b[colons - k] for k in (5, 4, 3, 2, 1))
+    d3, d2 = x3 - ord("0"), x2 - ord("0")
+    three = (q5 == _QUOTE) & (q1 == _QUOTE) & ((d3 - 1) < 9) & (d2 < 10)
+    two = (q4 == _QUOTE) & (q1 == _QUOTE) & ((d2 - 1) < 9)
+    letter = np.where(three, q4, x3)
+    number = np.where(three, d3 * 10 + d2, d2).astype(np.int16)
+    named = three | two
+    cat = named & (letter == _C) & (number <= F.N_CAT)
+    dense = named & (letter == _I) & (number <= F.N_DENSE)
+    return np.where(cat, number - 1, np.where(dense, F.N_CAT + number - 1, -1))
+
+
+def _refuse_repeats(doubt: np.ndarray, req: np.ndarray, row: np.ndarray, code: np.ndarray, rows: int) -> None:
+    """Doubt the requests where one object gives a feature key twice."""
+    slot = row * (F.N_CAT + F.N_DENSE) + code
+    seen = np.zeros(rows * (F.N_CAT + F.N_DENSE), dtype=bool)
+    seen[slot] = True
+    if np.count_nonzero(seen) == len(slot):
+        return
+    twice = np.bincount(slot, minlength=len(seen))[slot] > 1
+    doubt[req[twice]] = True
+
+
+def _tokens(buf: bytes, b: np.ndarray, quote: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """int(token, 16) of the strings opened at ``quote``, and whether each is 1..16 hex
+    digits. 8 digits (Criteo's shape), the common case, all in one ``bytes.fromhex``
+    of their joined text: it makes exactly 4 bytes per token only if every character is
+    a hex digit (it skips blanks and refuses other characters; no string holds a quote,
+    so 8 hex digits after the quote are the whole token when a quote follows them).
+    Other lengths, one by one."""
+    values = np.zeros(len(quote), dtype=np.uint64)
+    ok = np.ones(len(quote), dtype=bool)
+    eight = b[quote + 9] == _QUOTE
+    words = np.ndarray((len(buf) - 7,), dtype="<u8", buffer=buf, strides=(1,))  # 8 bytes at each offset
+    text = words[quote[eight] + 1]
+    try:
+        raw = bytes.fromhex(text.tobytes().decode("ascii"))
+    except (ValueError, UnicodeDecodeError):
+        raw = b""
+    if len(raw) != 4 * len(text):  # some are not: find them, read the others
+        hexes = _HEX[text.view(np.uint8).reshape(-1, 8)].all(axis=1)
+        eight[eight] = hexes
+        raw = bytes.fromhex(text[hexes].tobytes().decode("ascii"))
+    values[eight] = np.frombuffer(raw, dtype=">u4")
+    for j in np.flatnonzero(~eight).tolist():
+        start = int(quote[j]) + 1
+        token = buf[start : buf.index(b'"', start)]
+        if _HEX_TOKEN.match(token):
+            values[j] = int(token, 16)
+        else:
+            ok[j] = False
+    return values, ok
+
+
+def _counts(buf: bytes, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The integer literals at ``start`` as float32, the way ctr_features.py turns an
+    int (through a double: np.array(ints, float32) converts each via PyFloat_AsDouble),
+    and whether each is one: at most 7 digits, then "," or "}" (not ".", "e" or more
+    digits). The digits are read 8 bytes at a time (SWAR: Lemire, "Fast number parsing
+    without fallback"): moved to the top bytes behind '0's, then summed pairwise."""
+    words = np.ndarray((len(buf) - 7,), dtype="<u8", buffer=buf, strides=(1,))  # 8 bytes at each offset
+    neg = np.frombuffer(buf, dtype=np.uint8)[start] == _MINUS
+    word = words[start + neg]
+    text = word.view(np.uint8).reshape(-1, 8)
+    n_digits = np.argmin((text - ord("0")) < 10, axis=1)  # the first non-digit; 0 if all 8 are digits
+    after = text[np.arange(len(start)), n_digits]
+    ok = (n_digits >= 1) & ((after == _COMMA) | (after == _RBRACE))
+    shift = (8 * (8 - np.where(ok, n_digits, 8))).astype(np.uint64)  # 0 digits where not ok
+    x = (word << shift) | (_ZEROS >> (np.uint64(64) - shift))
+    x = x - _ZEROS
+    x = x * np.uint64(10) + (x >> np.uint64(8))
+    x = ((x & _LANES) * _MUL_A + ((x >> np.uint64(16)) & _LANES) * _MUL_B) >> np.uint64(32)
+    number = x.astype(np.int64)
+    return np.where(neg, -number, number).astype(np.float64).astype(np.float32), ok
