@@ -69,7 +69,7 @@ def _skeleton(value: bytes | None, max_items: int) -> _Request | None:
             return None
     try:
         req = _SKELETON.decode(value)
-    except msgspec.DecodeError:  # also msgspec.ValidationError
+    except (msgspec.DecodeError, RecursionError):  # DecodeError: also msgspec.ValidationError
         return None
     if not 0 < len(req.request_id) <= MAX_REQUEST_ID_CHARS or not 0 < len(req.items) <= max_items:
         return None
