@@ -23,6 +23,7 @@ docs/schemas/ctr_request.md, "Speed").
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import attrgetter
 
 import msgspec
 import numpy as np
@@ -34,7 +35,7 @@ from pipeline.codecs.ctr_features import CtrPayload
 from pipeline.codecs.ctr_fields import MAX_REQUEST_ID_CHARS
 
 _N_CTX_CAT, _N_CTX_DENSE = len(F.CONTEXT_CAT), len(F.CONTEXT_DENSE)
-GROUP_BYTES = 256 * 1024
+GROUP_BYTES = 512 * 1024
 
 
 class _Item(msgspec.Struct, gc=False):
@@ -56,6 +57,7 @@ class _Request(msgspec.Struct, gc=False):
 
 
 _SKELETON = msgspec.json.Decoder(_Request)
+_ITEM_ID = attrgetter("item_id")
 
 
 def _skeleton(value: bytes | None, max_items: int) -> _Request | None:
@@ -128,7 +130,7 @@ def _decode_group(group: list[tuple[int, bytes, _Request]], out: list[Decoded | 
     for (i, _, req), n, doubt in zip(group, counts.tolist(), s.doubt.tolist(), strict=True):
         items = req.items
         if not doubt and n == len(items):
-            ids = [it.item_id for it in items]
+            ids = list(map(_ITEM_ID, items))
             if "" not in ids:
                 out[i] = Decoded(
                     request_id=req.request_id,

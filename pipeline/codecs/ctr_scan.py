@@ -73,7 +73,7 @@ def scan(values: list[bytes], n_items: np.ndarray) -> Scan:
     """Read the features of requests that meet the module's precondition; ``n_items``
     is each one's number of items (msgspec's)."""
     n = len(values)
-    buf = _PAD + b"".join(values) + _PAD
+    buf = b"".join([_PAD, *values, _PAD])
     b = np.frombuffer(buf, dtype=np.uint8)
     starts = np.empty(n, dtype=np.intp)
     starts[0] = len(_PAD)
@@ -129,8 +129,9 @@ def scan(values: list[bytes], n_items: np.ndarray) -> Scan:
         doubt[req[~(string | number | (value == _NULL))]] = True
         s = np.flatnonzero(string)
         got, ok = _tokens(buf, b, at[s] + 1)
-        tokens[row[s] * width + c[s] - first] = got
-        present[row[s] * width + c[s] - first] = True
+        slot = row[s] * width + (c[s] - first)
+        tokens[slot] = got
+        present[slot] = True
         doubt[req[s[~ok]]] = True
         d = np.flatnonzero(number)
         got, ok = _counts(buf, at[d] + 1)
