@@ -114,18 +114,12 @@ def _decode_group(group: list[tuple[int, bytes, _Request]], out: list[Decoded | 
     """Fill ``out`` at the group's indices with the requests ctr_scan.py did not doubt."""
     n_items = np.fromiter((len(req.items) for _, _, req in group), dtype=np.intp, count=len(group))
     s = ctr_scan.scan([value for _, value, _ in group], n_items)
-    counts = s.rows
-    total = len(s.item_tokens)
-    tokens = np.empty((total, F.N_CAT), dtype=np.uint64)
-    tokens[:, :_N_CTX_CAT] = np.repeat(s.ctx_tokens, counts, axis=0)
-    tokens[:, _N_CTX_CAT:] = s.item_tokens
-    present = np.empty((total, F.N_CAT), dtype=np.bool_)
-    present[:, :_N_CTX_CAT] = np.repeat(s.ctx_present, counts, axis=0)
-    present[:, _N_CTX_CAT:] = s.item_present
-    cat = F.hash_ids(tokens, present)
-    dense = np.empty((total, F.N_DENSE), dtype=np.float32)
-    dense[:, :_N_CTX_DENSE] = np.repeat(s.ctx_dense, counts, axis=0)
-    dense[:, _N_CTX_DENSE:] = s.item_dense
+    counts, n = s.rows, len(group)
+    # the item rows get their request's context columns; then one hash for all
+    for array, width in ((s.tokens, _N_CTX_CAT), (s.present, _N_CTX_CAT), (s.dense, _N_CTX_DENSE)):
+        array[n:, :width] = np.repeat(array[:n, :width], counts, axis=0)
+    cat = F.hash_ids(s.tokens[n:], s.present[n:])
+    dense = s.dense[n:]
     at = 0
     for (i, _, req), n, doubt in zip(group, counts.tolist(), s.doubt.tolist(), strict=True):
         items = req.items

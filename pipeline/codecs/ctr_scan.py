@@ -42,8 +42,6 @@ import numpy as np
 
 from models.ctr import features as F
 
-_N_CTX_CAT, _N_CTX_DENSE = len(F.CONTEXT_CAT), len(F.CONTEXT_DENSE)  # 13, 6
-_N_ITEM_CAT, _N_ITEM_DENSE = len(F.ITEM_CAT), len(F.ITEM_DENSE)  # 13, 7
 _QUOTE, _COLON, _MINUS, _NULL, _COMMA = (ord(c) for c in '":-n,')
 _LBRACE, _RBRACE, _LBRACKET, _RBRACKET = (ord(c) for c in "{}[]")
 _C, _I = ord("C"), ord("I")
@@ -56,16 +54,22 @@ _HEX = np.zeros(256, dtype=bool)
 _HEX[list(b"0123456789abcdefABCDEF")] = True
 
 
+# by a key's code (-1 last): a context's features, an item's
+_CTX_CODE = np.zeros(F.N_CAT + F.N_DENSE + 1, dtype=bool)
+_CTX_CODE[: len(F.CONTEXT_CAT)] = _CTX_CODE[F.N_CAT : F.N_CAT + len(F.CONTEXT_DENSE)] = True
+_ITEM_CODE = np.zeros(F.N_CAT + F.N_DENSE + 1, dtype=bool)
+_ITEM_CODE[len(F.CONTEXT_CAT) : F.N_CAT] = _ITEM_CODE[F.N_CAT + len(F.CONTEXT_DENSE) : F.N_CAT + F.N_DENSE] = True
+
+
 class Scan(NamedTuple):
-    """The features of n requests with R item rows in all, in request order."""
+    """The features of n requests with R item rows in all: row r < n is request r's
+    context (its C1..C13 and I1..I6 columns), row n + k the poll's k-th item (its
+    C14..C26 and I7..I13 columns); the other columns are left for the caller."""
 
     rows: np.ndarray  # intp [n]: item objects found per request
-    ctx_tokens: np.ndarray  # uint64 [n, 13] C1..C13 values, 0 where missing
-    ctx_present: np.ndarray  # bool [n, 13]
-    ctx_dense: np.ndarray  # float32 [n, 6] I1..I6, NaN where missing
-    item_tokens: np.ndarray  # uint64 [R, 13] C14..C26
-    item_present: np.ndarray  # bool [R, 13]
-    item_dense: np.ndarray  # float32 [R, 7] I7..I13
+    tokens: np.ndarray  # uint64 [n + R, 26]: int(token, 16), 0 where missing
+    present: np.ndarray  # bool [n + R, 26]
+    dense: np.ndarray  # float32 [n + R, 13]: the count, NaN where missing
     doubt: np.ndarray  # bool [n]: not read here, ctr.py decodes it
 
 
@@ -96,55 +100,42 @@ def scan(values: list[bytes], n_items: np.ndarray) -> Scan:
     doubt = _not_plain(event_req, event_kind, n_items, n)
     is_item = (event_kind == _LBRACE) & (depth == 3)
     is_ctx = (event_kind == _LBRACE) & (depth == 2)
-    item_of_event = np.cumsum(is_item) - 1
     rows = np.bincount(event_req[is_item], minlength=n)
     total = int(np.count_nonzero(is_item))
+    # the row each event's object fills: its request's context row, or its item's row
+    event_row = np.where(is_item, n + np.cumsum(is_item) - 1, event_req)
 
     colons = marks[~is_event]
     owner = last_event[~is_event]
     code = _feature_code(b, colons)  # C1..C26 -> 0..25, I1..I13 -> 26..38, else -1
-    in_ctx = is_ctx[owner] & (((code >= 0) & (code < _N_CTX_CAT)) | ((code >= F.N_CAT) & (code < F.N_CAT + _N_CTX_DENSE)))
-    in_item = is_item[owner] & (((code >= _N_CTX_CAT) & (code < F.N_CAT)) | (code >= F.N_CAT + _N_CTX_DENSE))
-    ctx_k, item_k = np.flatnonzero(in_ctx), np.flatnonzero(in_item)
-    ctx_req, item_row = event_req[owner[ctx_k]], item_of_event[owner[item_k]]
-    _refuse_repeats(doubt, ctx_req, ctx_req, code[ctx_k], n)
-    _refuse_repeats(doubt, event_req[owner[item_k]], item_row, code[item_k], total)
+    k = np.flatnonzero((is_ctx[owner] & _CTX_CODE[code]) | (is_item[owner] & _ITEM_CODE[code]))
+    at, c, owner = colons[k], code[k], owner[k]
+    row, req = event_row[owner], event_req[owner]
+    _refuse_repeats(doubt, req, row * (F.N_CAT + F.N_DENSE) + c, (n + total) * (F.N_CAT + F.N_DENSE))
 
-    ctx_tokens = np.zeros(n * _N_CTX_CAT, dtype=np.uint64)
-    ctx_present = np.zeros(n * _N_CTX_CAT, dtype=bool)
-    ctx_dense = np.full(n * _N_CTX_DENSE, np.nan, dtype=np.float32)
-    item_tokens = np.zeros(total * _N_ITEM_CAT, dtype=np.uint64)
-    item_present = np.zeros(total * _N_ITEM_CAT, dtype=bool)
-    item_dense = np.full(total * _N_ITEM_DENSE, np.nan, dtype=np.float32)
-    for keys, row, req, tokens, present, dense, first, width, first_dense, dense_width in (
-        (ctx_k, ctx_req, ctx_req, ctx_tokens, ctx_present, ctx_dense, 0, _N_CTX_CAT, F.N_CAT, _N_CTX_DENSE),
-        (item_k, item_row, event_req[owner[item_k]], item_tokens, item_present, item_dense,
-         _N_CTX_CAT, _N_ITEM_CAT, F.N_CAT + _N_CTX_DENSE, _N_ITEM_DENSE),
-    ):
-        at, c = colons[keys], code[keys]
-        value = b[at + 1]
-        is_token = c < F.N_CAT
-        string = is_token & (value == _QUOTE)
-        number = ~is_token & (((value - ord("0")) < 10) | (value == _MINUS))
-        doubt[req[~(string | number | (value == _NULL))]] = True
-        s = np.flatnonzero(string)
-        got, ok = _tokens(buf, b, at[s] + 1)
-        slot = row[s] * width + (c[s] - first)
-        tokens[slot] = got
-        present[slot] = True
-        doubt[req[s[~ok]]] = True
-        d = np.flatnonzero(number)
-        got, ok = _counts(buf, at[d] + 1)
-        dense[row[d] * dense_width + c[d] - first_dense] = got
-        doubt[req[d[~ok]]] = True
+    tokens = np.zeros((n + total) * F.N_CAT, dtype=np.uint64)
+    present = np.zeros((n + total) * F.N_CAT, dtype=bool)
+    dense = np.full((n + total) * F.N_DENSE, np.nan, dtype=np.float32)
+    value = b[at + 1]  # the first byte of the value: '"', 'n' (null), a digit or '-'
+    is_token = c < F.N_CAT
+    string = is_token & (value == _QUOTE)
+    number = ~is_token & (((value - ord("0")) < 10) | (value == _MINUS))
+    doubt[req[~(string | number | (value == _NULL))]] = True
+    s = np.flatnonzero(string)
+    got, ok = _tokens(buf, b, at[s] + 1)
+    slot = row[s] * F.N_CAT + c[s]
+    tokens[slot] = got
+    present[slot] = True
+    doubt[req[s[~ok]]] = True
+    d = np.flatnonzero(number)
+    got, ok = _counts(buf, at[d] + 1)
+    dense[row[d] * F.N_DENSE + (c[d] - F.N_CAT)] = got
+    doubt[req[d[~ok]]] = True
     return Scan(
         rows,
-        ctx_tokens.reshape(n, _N_CTX_CAT),
-        ctx_present.reshape(n, _N_CTX_CAT),
-        ctx_dense.reshape(n, _N_CTX_DENSE),
-        item_tokens.reshape(total, _N_ITEM_CAT),
-        item_present.reshape(total, _N_ITEM_CAT),
-        item_dense.reshape(total, _N_ITEM_DENSE),
+        tokens.reshape(-1, F.N_CAT),
+        present.reshape(-1, F.N_CAT),
+        dense.reshape(-1, F.N_DENSE),
         doubt,
     )
 
@@ -175,14 +166,14 @@ def _feature_code(b: np.ndarray, colons: np.ndarray) -> np.ndarray:
     return np.where(cat, number - 1, np.where(dense, F.N_CAT + number - 1, -1))
 
 
-def _refuse_repeats(doubt: np.ndarray, req: np.ndarray, row: np.ndarray, code: np.ndarray, rows: int) -> None:
-    """Doubt the requests where one object gives a feature key twice."""
-    slot = row * (F.N_CAT + F.N_DENSE) + code
-    seen = np.zeros(rows * (F.N_CAT + F.N_DENSE), dtype=bool)
+def _refuse_repeats(doubt: np.ndarray, req: np.ndarray, slot: np.ndarray, slots: int) -> None:
+    """Doubt the requests where one object gives a feature key twice (one slot per
+    row and feature)."""
+    seen = np.zeros(slots, dtype=bool)
     seen[slot] = True
     if np.count_nonzero(seen) == len(slot):
         return
-    twice = np.bincount(slot, minlength=len(seen))[slot] > 1
+    twice = np.bincount(slot, minlength=slots)[slot] > 1
     doubt[req[twice]] = True
 
 
