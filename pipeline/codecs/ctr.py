@@ -49,7 +49,10 @@ This module holds the codec: the flow of a request, the batch, the split of the 
 ctr_fields.py reads and checks the document's fields, ctr_features.py builds the model's
 arrays (JSON requests one by one, binary ones many at once).
 
-Speed: decoding is on the hot path, so per-value work stays in C where it can (orjson;
+Speed: the worker decodes a poll's JSON requests together (decode_many: ctr_fast.py and
+ctr_scan.py read their values from the bytes, ~2.5x less CPU; docs/schemas/
+ctr_request.md, "Speed: the JSON fast path"); what that path doubts comes here. Here,
+per-value work stays in C where it can (orjson;
 ``map(dict.get, keys)``; ``set(map(type, ...))`` for type checks; one ``bytes.fromhex``
 for all tokens of a request; the hashing is a few numpy ops on the whole request). The
 slow, per-value error search runs only once a request is known to be invalid.

@@ -9,7 +9,7 @@ request gets exactly the reference's one-line reason and an accepted one the sam
 features bit for bit (tests/unit/test_ctr_fast.py compares both on generated and
 edge-case requests). Doubted here: not ASCII and not valid UTF-8 (msgspec skips an
 unknown field's string without checking it), any backslash (an escape may hide a
-quote or spell a token), whatever msgspec refuses against the skeleton below, any
+quote or spell a token), any blank byte (ctr_scan.py reads compact JSON), whatever msgspec refuses against the skeleton below, any
 field value the reference would refuse or change (request_id length, priority
 0..9, deadline_ms beyond int64, 1..max_items items, empty item_id), and what
 ctr_scan.py doubts.
@@ -17,7 +17,7 @@ ctr_scan.py doubts.
 Why msgspec for the skeleton: it checks the whole document's JSON and the types of the
 fields it declares, and skips the ~400 feature values without making an object for
 any (~11 us a request against orjson's ~75 us for the whole document; figures in
-docs/schemas/ctr_request.md, "Speed").
+docs/schemas/ctr_request.md, "Speed: the JSON fast path").
 """
 
 from __future__ import annotations

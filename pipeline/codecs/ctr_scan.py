@@ -3,7 +3,8 @@ passes over a whole poll: no Python object per value.
 
 Why: today's decode (ctr.py) makes ~430 Python objects a request (orjson: a str per
 token, an int per count, a dict per item) and then walks them again to gather, check
-and hash them: ~85 % of its time (profile in docs/schemas/ctr_request.md, "Speed").
+and hash them: ~85 % of its time (profile in docs/schemas/ctr_request.md, "Speed: the
+JSON fast path").
 Here a poll's requests are joined into one buffer and each step is one numpy call
 over all of them.
 
