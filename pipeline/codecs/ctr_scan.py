@@ -150,21 +150,36 @@ def _not_plain(event_req: np.ndarray, event_kind: np.ndarray, n_items: np.ndarra
     return (count(_LBRACE) != objects) | (count(_RBRACE) != objects) | (count(_LBRACKET) != 1) | (count(_RBRACKET) != 1)
 
 
+def _key_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """By the two bytes before a key's closing quote (first << 8 | second): the code of a
+    two-character key (letter, 1-9), and of a three-character one (digits 10..26 or
+    10..13) when its letter is C or I."""
+    two, three_c, three_i = (np.full(1 << 16, -1, dtype=np.int16) for _ in range(3))
+    for number in range(1, F.N_CAT + 1):
+        text = str(number).encode()
+        for letter, limit, base in ((b"C", F.N_CAT, 0), (b"I", F.N_DENSE, F.N_CAT)):
+            if number > limit:
+                continue
+            if len(text) == 1:
+                two[letter[0] << 8 | text[0]] = base + number - 1
+            else:
+                (three_c if letter == b"C" else three_i)[text[0] << 8 | text[1]] = base + number - 1
+    return two, three_c, three_i
+
+
+_TWO, _THREE_C, _THREE_I = _key_tables()
+
+
 def _feature_code(b: np.ndarray, colons: np.ndarray) -> np.ndarray:
     """The feature each colon's key names: C1..C26 -> 0..25, I1..I13 -> 26..38, or -1.
-    Three characters: the bytes before the colon are '"', letter, 1-9, 0-9, '"'; two:
-    '"', letter, 1-9, '"'. (uint8 all the way: a byte's arithmetic wraps, and a wrapped
-    value is never a digit.)"""
-    q5, q4, x3, x2, q1 = (b[colons - k] for k in (5, 4, 3, 2, 1))
-    d3, d2 = x3 - ord("0"), x2 - ord("0")
-    three = (q5 == _QUOTE) & (q1 == _QUOTE) & ((d3 - 1) < 9) & (d2 < 10)
-    two = (q4 == _QUOTE) & (q1 == _QUOTE) & ((d2 - 1) < 9)
-    letter = np.where(three, q4, x3)
-    number = np.where(three, d3 * 10 + d2, d2).astype(np.int16)
-    named = three | two
-    cat = named & (letter == _C) & (number <= F.N_CAT)
-    dense = named & (letter == _I) & (number <= F.N_DENSE)
-    return np.where(cat, number - 1, np.where(dense, F.N_CAT + number - 1, -1))
+    Two characters: the bytes before the colon are '"', letter, digit, '"'; three:
+    '"', letter, digit, digit, '"'."""
+    at = colons - 5
+    q5, q4, x3, x2, q1 = (b[k:][at] for k in range(5))
+    pair = (x3.astype(np.uint16) << 8) | x2
+    three = np.where(q4 == _C, _THREE_C[pair], np.where(q4 == _I, _THREE_I[pair], -1))
+    closed = q1 == _QUOTE
+    return np.where(closed & (q4 == _QUOTE), _TWO[pair], np.where(closed & (q5 == _QUOTE), three, -1))
 
 
 def _refuse_repeats(doubt: np.ndarray, req: np.ndarray, slot: np.ndarray, slots: int) -> None:
