@@ -154,7 +154,7 @@ def _key_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """By the two bytes before a key's closing quote (first << 8 | second): the code of a
     two-character key (letter, 1-9), and of a three-character one (digits 10..26 or
     10..13) when its letter is C or I."""
-    two, three_c, three_i = (np.full(1 << 16, -1, dtype=np.int16) for _ in range(3))
+    two, three_c, three_i = (np.full(1 << 16, -1, dtype=np.int8) for _ in range(3))  # 64 KiB each
     for number in range(1, F.N_CAT + 1):
         text = str(number).encode()
         for letter, limit, base in ((b"C", F.N_CAT, 0), (b"I", F.N_DENSE, F.N_CAT)):
