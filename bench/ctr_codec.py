@@ -65,7 +65,8 @@ def measure(n_requests: int, mean_items: float, poll: int = 1000) -> dict:
     gen_s = time.perf_counter() - t0
     codec = CtrCodec()
     fix_mmap_threshold()
-    taken = sum(d is not None for d in ctr_fast.decode_json(values, codec.max_items))
+    taken = sum(d is not None for at in range(0, n_requests, poll)
+                for d in ctr_fast.decode_json(values[at : at + poll], codec.max_items))
     old_s, new_s = side_by_side(codec, values, poll)
     decoded = [codec.decode(v, None) for v in values]
     rows = sum(d.rows for d in decoded)

@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from models.ctr import features as F
-from pipeline.codecs import ctr_fast
+from pipeline.codecs import ctr_fast, ctr_scan
 from pipeline.codecs.base import Decoded, DecodeError
 from pipeline.codecs.ctr import CtrCodec
 from pipeline.codecs.ctr_binary import encode
@@ -290,3 +290,31 @@ def test_payloads_collate_like_the_reference() -> None:
     for key in ("dense", "cat"):
         assert a[key].tobytes() == b[key].tobytes()
     assert np.isnan(b["dense"]).any()  # missing counts were in the sample
+
+
+def test_a_poll_of_one_or_two_is_left_to_the_reference() -> None:
+    """A group costs ~100 numpy calls: for one request that was 2.6x the reference's
+    time (bench/ctr_codec.py --poll 1), so short polls go the reference way."""
+    factory = CtrRequestFactory(seed=8, mean_items=3, max_items=MAX_ITEMS)
+    values = [factory.make(i)[1] for i in range(ctr_fast.MIN_GROUP)]
+    for n in range(1, ctr_fast.MIN_GROUP):
+        assert _taken(values[:n]) == [False] * n
+        _check_poll(values[:n])
+    assert all(_taken(values))
+
+
+def test_a_short_last_group_joins_the_one_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    factory = CtrRequestFactory(seed=12, mean_items=2, max_items=MAX_ITEMS)
+    values = [factory.make(i)[1] for i in range(41)]
+    monkeypatch.setattr(ctr_fast, "GROUP_BYTES", sum(map(len, values[:20])))
+    sizes: list[int] = []
+    real_scan = ctr_scan.scan
+
+    def recording_scan(group: list[bytes], n_items: np.ndarray) -> ctr_scan.Scan:
+        sizes.append(len(group))
+        return real_scan(group, n_items)
+
+    monkeypatch.setattr(ctr_scan, "scan", recording_scan)
+    assert all(_taken(values))
+    assert sizes == [20, 21]  # not 20, 20 and 1
+    _check_poll(values)
