@@ -318,3 +318,19 @@ def test_a_short_last_group_joins_the_one_before(monkeypatch: pytest.MonkeyPatch
     assert all(_taken(values))
     assert sizes == [20, 21]  # not 20, 20 and 1
     _check_poll(values)
+
+
+def test_a_failing_fast_path_costs_speed_not_the_poll(monkeypatch: pytest.MonkeyPatch,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """Admission calls decode_many with no guard of its own (pipeline/worker/admission.py):
+    an exception out of the fast path must fall back to decode, with a warning."""
+    factory = CtrRequestFactory(seed=13, mean_items=3, max_items=MAX_ITEMS)
+    values = [factory.make(i)[1] for i in range(8)]
+
+    def broken_scan(group: list[bytes], n_items: np.ndarray) -> ctr_scan.Scan:
+        raise IndexError("injected")
+
+    monkeypatch.setattr(ctr_scan, "scan", broken_scan)
+    with caplog.at_level("WARNING", logger="pipeline.codecs.ctr"):
+        _check_poll([*values, b"{"])
+    assert "CTR JSON fast path failed (IndexError: injected)" in caplog.text
