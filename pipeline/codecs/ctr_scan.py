@@ -3,9 +3,8 @@ passes over a whole poll: no Python object per value.
 
 Why: today's decode (ctr.py) makes ~430 Python objects a request (orjson: a str per
 token, an int per count, a dict per item) and then walks them again to gather, check
-and hash them: ~85 % of its time (profile in docs/schemas/ctr_request.md, "Speed: the
-JSON fast path").
-Here a poll's requests are joined into one buffer and each step is one numpy call
+and hash them: most of its time (profile in docs/schemas/ctr_request.md, "Speed: the
+JSON fast path"). Here a poll's requests are joined into one buffer and each step is one numpy call
 over all of them.
 
 Precondition, checked per request by ctr_fast.py before a request gets here: valid
@@ -20,8 +19,8 @@ array, and:
   context is the ``{`` at depth 2, the items are the ``{`` at depth 3;
 * a colon belongs to the object of the last ``{`` before it unless a ``}`` or ``[``
   came between (then it is a top-level key's);
-* the 6 bytes before a colon are ``"C14"`` or ``?"C1"`` exactly when its key is C14 or
-  C1 (a quote followed by a letter cannot close a string in compact valid JSON, and no
+* the 5 bytes before a colon are ``"C14"``, or end in ``"C1"``, exactly when its key is
+  C14 or C1 (a quote followed by a letter cannot close a string in compact valid JSON, and no
   string holds a quote), and the byte after it starts the value: ``"``, ``n`` (null), a
   digit or ``-``.
 
