@@ -50,7 +50,7 @@ ctr_fields.py reads and checks the document's fields, ctr_features.py builds the
 arrays (JSON requests one by one, binary ones many at once).
 
 Speed: the worker decodes a poll's JSON requests together (decode_many: ctr_fast.py and
-ctr_scan.py read their values from the bytes, ~2.3-2.8x less CPU; see
+ctr_scan.py read their values from the bytes, ~2.35x less CPU; see
 docs/schemas/ctr_request.md, "Speed: the JSON fast path"); what that path doubts comes
 here. Here, per-value work stays in C where it can (orjson;
 ``map(dict.get, keys)``; ``set(map(type, ...))`` for type checks; one ``bytes.fromhex``
