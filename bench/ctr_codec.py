@@ -1,8 +1,13 @@
 """Hot-path cost of the CTR codec and request generator on one core.
 
-    .venv/bin/python bench/ctr_codec.py [--requests 2000] [--mean-items 20] [--json]
+    .venv/bin/python bench/ctr_codec.py [--requests 2000] [--mean-items 20] [--poll 1000] [--json]
 
-Prints decode throughput (requests/s and item rows/s, best of 5 passes over the same
+First, side by side in one run: decode + featurise of a JSON request by the reference
+path (CtrCodec.decode, one by one) and by the path the worker takes (CtrCodec.decode_many
+over polls of --poll messages: pipeline/codecs/ctr_fast.py), per request on thread CPU
+time, best of 9 rounds that alternate the two (so both meet the same machine load), and
+their ratio; with the C allocator set as a worker sets it (pipeline/runtime/allocator.py).
+Then decode throughput (requests/s and item rows/s, best of 5 passes over the same
 messages) for the JSON form and the binary form of the same requests, collate + split cost per batch, and how fast CtrRequestFactory produces
 requests. Figures vary with machine load: quote best-of, not a single pass.
 """
@@ -11,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -20,9 +26,11 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
+from pipeline.codecs import ctr_fast  # noqa: E402
 from pipeline.codecs.ctr import CtrCodec  # noqa: E402
 from pipeline.codecs.ctr_binary import encode  # noqa: E402
 from pipeline.loadgen.ctr import CtrRequestFactory  # noqa: E402
+from pipeline.runtime.allocator import fix_mmap_threshold  # noqa: E402
 
 
 def best_of(fn, repeats: int = 5, clock=time.perf_counter) -> float:
@@ -34,12 +42,32 @@ def best_of(fn, repeats: int = 5, clock=time.perf_counter) -> float:
     return best
 
 
-def measure(n_requests: int, mean_items: float) -> dict:
+def side_by_side(codec: CtrCodec, values: list[bytes], poll: int, rounds: int = 9) -> tuple[float, float]:
+    """Best thread-CPU seconds per request of the reference and of decode_many."""
+    msgs = [(v, None) for v in values]
+    old = new = float("inf")
+    for _ in range(rounds):
+        t0 = time.thread_time()
+        for v in values:
+            codec.decode(v, None)
+        old = min(old, time.thread_time() - t0)
+        t0 = time.thread_time()
+        for at in range(0, len(msgs), poll):
+            codec.decode_many(msgs[at : at + poll])
+        new = min(new, time.thread_time() - t0)
+    return old / len(values), new / len(values)
+
+
+def measure(n_requests: int, mean_items: float, poll: int = 1000) -> dict:
     t0 = time.perf_counter()
     factory = CtrRequestFactory(seed=5, mean_items=mean_items)
     values = [factory.make(i)[1] for i in range(n_requests)]
     gen_s = time.perf_counter() - t0
     codec = CtrCodec()
+    fix_mmap_threshold()
+    taken = sum(d is not None for at in range(0, n_requests, poll)
+                for d in ctr_fast.decode_json(values[at : at + poll], codec.max_items))
+    old_s, new_s = side_by_side(codec, values, poll)
     decoded = [codec.decode(v, None) for v in values]
     rows = sum(d.rows for d in decoded)
     dec_s = best_of(lambda: [codec.decode(v, None) for v in values])
@@ -56,6 +84,12 @@ def measure(n_requests: int, mean_items: float) -> dict:
         "requests": n_requests,
         "mean_items": rows / n_requests,
         "mean_bytes": sum(map(len, values)) / n_requests,
+        "load_average_1min": os.getloadavg()[0],
+        "poll": poll,
+        "fast_path_took": taken,
+        "reference_cpu_us_per_request": old_s * 1e6,
+        "decode_many_cpu_us_per_request": new_s * 1e6,
+        "decode_many_speedup": old_s / new_s,
         "decode_requests_per_s": n_requests / dec_s,
         "decode_rows_per_s": rows / dec_s,
         "decode_us_per_request": dec_s / n_requests * 1e6,
@@ -76,14 +110,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="CTR codec and generator throughput")
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--mean-items", type=float, default=20)
+    parser.add_argument("--poll", type=int, default=1000, help="messages per decode_many (the worker's POLL_RECORDS)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    r = measure(args.requests, args.mean_items)
+    r = measure(args.requests, args.mean_items, args.poll)
     if args.json:
         print(json.dumps(r, indent=2))
         return 0
     print(
         f"{r['requests']} requests, {r['mean_items']:.1f} items and {r['mean_bytes']:.0f} bytes each"
+    )
+    print(
+        f"JSON decode+featurise, side by side: reference {r['reference_cpu_us_per_request']:.1f} us/request, "
+        f"decode_many {r['decode_many_cpu_us_per_request']:.1f} us/request (polls of {r['poll']}; "
+        f"fast path took {r['fast_path_took']}/{r['requests']}): {r['decode_many_speedup']:.2f}x"
+        f"  [load average {r['load_average_1min']:.1f} on {os.cpu_count()} CPUs]"
     )
     print(
         f"decode:   {r['decode_rows_per_s']:>9,.0f} rows/s  {r['decode_requests_per_s']:>7,.0f} req/s"

@@ -17,7 +17,8 @@
   the worker's threads on the other; for workers that own their cores).
 
     .venv/bin/python bench/pipeline_capacity.py [--broker kafka|tansu|both] [--requests 20000]
-        [--latency-seconds 15] [--repeat 1] [--soak 0]
+        [--latency-seconds 15] [--repeat 1] [--soak 0] [--policies static,...]
+        [--binary-policies none,static] [--no-model-process]
 
 --broker picks the broker (bench/harness.py): Apache Kafka, one local node, the default;
 the embedded Tansu broker; or both, one after the other in the same run, with a table
@@ -218,11 +219,14 @@ def soak_table(result: dict) -> str:
 
 
 def saturation_cases(
-    policies: list[str], binary_policies: list[str], pool: RequestPool, binary_pool: RequestPool
+    policies: list[str], binary_policies: list[str], pool: RequestPool, binary_pool: RequestPool,
+    model_process: bool = True,
 ) -> list[tuple[str, RequestPool, str, dict | None]]:
     """(label, requests, policy, worker environment) of every saturation row."""
     cases: list[tuple[str, RequestPool, str, dict | None]] = [(p, pool, p, None) for p in policies]
     cases += [(f"{p}, binary requests", binary_pool, p, None) for p in binary_policies]
+    if not model_process:
+        return cases
     for suffix, env in (("model process", MODEL_PROCESS_ENV), ("model process, pinned cores", PINNED_MODEL_PROCESS_ENV)):
         cases.append((f"static, {suffix}", pool, "static", env))
         cases.append((f"static, binary requests, {suffix}", binary_pool, "static", env))
@@ -306,7 +310,7 @@ def run_report(engine: str, args: argparse.Namespace) -> dict:
     report["mean_rows_per_request"] = pool.mean_rows
     report["passthrough"] = fresh(engine, passthrough, pool, args.requests)
     print(f"[{engine}] kafka passthrough: {report['passthrough']['rows_per_s']:.0f} rows/s", flush=True)
-    cases = saturation_cases(policies, binary_policies, pool, binary_pool)
+    cases = saturation_cases(policies, binary_policies, pool, binary_pool, not args.no_model_process)
     runs: dict[str, list[dict]] = {label: [] for label, *_ in cases}
     for _ in range(args.repeat):
         for label, case_pool, policy, env in cases:
@@ -360,6 +364,8 @@ def main() -> int:
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--binary-policies", default="none,static",
                     help="policies measured again with binary-form requests ('' for none)")
+    ap.add_argument("--no-model-process", action="store_true",
+                    help="leave out the cases with ONNX Runtime in a model process of its own")
     ap.add_argument("--repeat", type=int, default=1, help="drains per saturation case (median reported)")
     ap.add_argument("--soak", type=float, default=0.0, help="seconds of a memory soak at 50 %% load")
     ap.add_argument("--soak-rate", type=float, default=0.0,

@@ -49,7 +49,10 @@ This module holds the codec: the flow of a request, the batch, the split of the 
 ctr_fields.py reads and checks the document's fields, ctr_features.py builds the model's
 arrays (JSON requests one by one, binary ones many at once).
 
-Speed: decoding is on the hot path, so per-value work stays in C where it can (orjson;
+Speed: the worker decodes a poll's JSON requests together (decode_many: ctr_fast.py and
+ctr_scan.py read their values from the bytes, ~2.35x less CPU; see
+docs/schemas/ctr_request.md, "Speed: the JSON fast path"); what that path doubts comes
+here. Here, per-value work stays in C where it can (orjson;
 ``map(dict.get, keys)``; ``set(map(type, ...))`` for type checks; one ``bytes.fromhex``
 for all tokens of a request; the hashing is a few numpy ops on the whole request). The
 slow, per-value error search runs only once a request is known to be invalid.
@@ -57,13 +60,14 @@ slow, per-value error search runs only once a request is known to be invalid.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from models.ctr import features as F
-from pipeline.codecs import ctr_binary
+from pipeline.codecs import ctr_binary, ctr_fast
 from pipeline.codecs.base import Decoded, DecodeError, Sample
 from pipeline.codecs.ctr_features import (
     CtrPayload,
@@ -82,6 +86,8 @@ from pipeline.codecs.ctr_fields import (
     read_request_id,
     type_name,
 )
+
+log = logging.getLogger(__name__)
 
 __all__ = ["CtrCodec", "CtrPayload"]  # CtrPayload lives in ctr_features.py: the codec's payload type
 
@@ -135,24 +141,48 @@ class CtrCodec:
 
     def decode_many(self, values: Sequence[tuple[bytes | None, Mapping[str, bytes] | None]]) -> list[Decoded | Exception]:
         """decode() for a poll's worth of messages, in order: a Decoded or the exception
-        (DecodeError = invalid input) per message. Binary requests are featurised
-        together: hashing a request's ~270 tokens is a dozen numpy calls whatever their
-        number, so one pass for all of them costs ~2 us a request instead of ~8."""
+        (DecodeError = invalid input) per message. Both forms are featurised many at a
+        time: hashing a request's ~270 tokens is a dozen numpy calls whatever their
+        number, and the JSON form's values are read from the bytes of the whole poll
+        at once (ctr_fast.py). A JSON request the fast path doubts, and every invalid
+        one, goes through decode(): same features bit for bit, same reasons."""
         out: list[Decoded | Exception | None] = [None] * len(values)
         binary: list[tuple[int, BinaryHeader, ctr_binary.BinaryParts]] = []
-        for i, (value, headers) in enumerate(values):
+        json_at: list[int] = []
+        for i, (value, _) in enumerate(values):
+            if not ctr_binary.is_binary(value):
+                json_at.append(i)
+                continue
             try:
-                if ctr_binary.is_binary(value):
-                    head = self._binary_header(value)
-                    binary.append((i, head, ctr_binary.locate(value, len(head.item_ids))))
-                else:
-                    out[i] = self.decode(value, headers)
+                head = self._binary_header(value)
+                binary.append((i, head, ctr_binary.locate(value, len(head.item_ids))))
             except Exception as exc:  # the caller tells DecodeError from a codec bug
                 out[i] = exc
+        fast = self._fast_json([values[i][0] for i in json_at])
+        for i, decoded in zip(json_at, fast, strict=True):
+            if decoded is None:
+                try:
+                    decoded = self.decode(*values[i])
+                except Exception as exc:  # the caller tells DecodeError from a codec bug
+                    out[i] = exc
+                    continue
+            out[i] = decoded
         if binary:
             for (i, _, _), decoded in zip(binary, featurise_binary(binary), strict=True):
                 out[i] = decoded
         return out  # type: ignore[return-value]  # every slot is filled above
+
+    def _fast_json(self, values: list[bytes | None]) -> list[Decoded | None]:
+        """ctr_fast.decode_json, or all None (every request the reference way) if it
+        fails: a bug there must cost speed, not the poll."""
+        if not values:
+            return []
+        try:
+            return ctr_fast.decode_json(values, self.max_items)
+        except Exception as exc:
+            log.warning("CTR JSON fast path failed (%s: %s); this poll is decoded one by one",
+                        type(exc).__name__, exc)
+            return [None] * len(values)
 
     def _decode_binary(self, value: bytes) -> Decoded:
         head = self._binary_header(value)
