@@ -73,15 +73,21 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--broker", choices=harness.BROKERS, default="kafka")
     ap.add_argument("--baseline", type=Path, help="a checkout whose workers run each row again, for comparison")
+    ap.add_argument("--baseline-policies", default=None,
+                    help="the policies the baseline runs (default: all; a policy whose code did not change "
+                         "need not run twice)")
     args = ap.parse_args()
     pool = RequestPool()
     trees = [("this", None)] + ([("baseline", args.baseline.resolve())] if args.baseline else [])
+    again = set((args.baseline_policies or args.policies).split(","))
     OUT.mkdir(parents=True, exist_ok=True)
     with local_broker(args.broker) as broker, open(OUT / "burst.jsonl", "a") as log:
         for rep in range(args.repeat):
             for scenario in args.scenarios.split(","):
                 for policy in args.policies.split(","):
                     for tree, repo in trees:
+                        if tree == "baseline" and policy not in again:
+                            continue
                         r = row(broker.bootstrap_servers, pool, policy, scenario, args.capacity, repo)
                         print(f"{scenario:10s} {policy:9s} {tree:8s} goodput {r['goodput_x_capacity']:.2f}x "
                               f"in-slo {r['scored_in_slo']}/{r['sent']} late {r['scored_late']} routed "
