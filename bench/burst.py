@@ -65,9 +65,31 @@ def row(bs: str, pool: RequestPool, policy: str, scenario: str, capacity: float,
     return {k: v for k, v in r.items() if not k.startswith("_")}
 
 
+def summary(path: Path, since: float = 0.0) -> str:
+    """The rows of burst.jsonl since a time, by scenario, policy and tree: runs,
+    goodput (x capacity) median and range, p99 range, and the cores of the generator and
+    of the rest of the machine over those runs."""
+    groups: dict[tuple[str, str, str], list[dict]] = {}
+    for line in path.read_text().splitlines():
+        r = json.loads(line)
+        if r["at"] >= since:
+            groups.setdefault((r["scenario"], r["policy"], r["tree"]), []).append(r)
+    rows = []
+    for (scenario, policy, tree), rs in sorted(groups.items()):
+        good = sorted(r["goodput_x_capacity"] for r in rs)
+        p99 = [r["p99_ms"] for r in rs]
+        gen = [r["cpu_cores"]["generator"] for r in rs]
+        others = [r["cpu_cores"].get("others", float("nan")) for r in rs]
+        rows.append([scenario, policy, tree, len(rs), f"{good[len(good) // 2]:.2f} ({good[0]:.2f}-{good[-1]:.2f})",
+                     f"{min(p99):.0f}-{max(p99):.0f}", f"{min(gen):.2f}-{max(gen):.2f}",
+                     f"{min(others):.2f}-{max(others):.2f}"])
+    return harness.table(["scenario", "policy", "tree", "runs", "goodput x cap: median (range)", "p99 ms",
+                          "generator cores", "other cores"], rows)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--capacity", type=float, required=True, help="100 %% load, req/s")
+    ap.add_argument("--capacity", type=float, default=0.0, help="100 %% load, req/s (required but with --summary)")
     ap.add_argument("--policies", default="greedy,adaptive")
     ap.add_argument("--scenarios", default="burst", help="burst, overload, steady:0.5, ... (comma-separated)")
     ap.add_argument("--repeat", type=int, default=1)
@@ -76,7 +98,14 @@ def main() -> int:
     ap.add_argument("--baseline-policies", default=None,
                     help="the policies the baseline runs (default: all; a policy whose code did not change "
                          "need not run twice)")
+    ap.add_argument("--summary", type=float, metavar="SINCE", default=None,
+                    help="print the table of out/bench/burst.jsonl's rows since this Unix time and exit")
     args = ap.parse_args()
+    if args.summary is not None:
+        print(summary(OUT / "burst.jsonl", args.summary))
+        return 0
+    if args.capacity <= 0:
+        ap.error("--capacity must be > 0")
     pool = RequestPool()
     trees = [("this", None)] + ([("baseline", args.baseline.resolve())] if args.baseline else [])
     again = set((args.baseline_policies or args.policies).split(","))
