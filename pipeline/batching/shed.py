@@ -20,9 +20,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 # Share of the loosest budget a record must still have when it reaches the queue:
-# for the queue, the model and the publisher thread. Measured on Apache Kafka with the
-# CTR pipeline on two busy cores (bench/burst.py): in a burst those took a p50 of
-# 20-40 ms of a 100 ms SLO, and more when the publisher waits for the GIL.
+# for the queue, the model and the publisher thread. In a burst on Apache Kafka with the
+# CTR pipeline on two busy cores, the queue and model stages of tidebatch_stage_seconds
+# took p50 7 + 11 ms and p99 31 + 144 ms of a 100 ms SLO (docs/BATCHING.md, "Bursts in
+# the real pipeline"); not learned online, as admission never sees them.
 DEFAULT_RESERVE = 0.5
 
 
