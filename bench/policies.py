@@ -78,14 +78,14 @@ def policy_env(name: str, tuned: dict[str, str] | None = None) -> tuple[str, dic
 
 
 def run_scenario(bs: str, pool: RequestPool, name: str, rate_fn, seconds: float, tuned=None,
-                 priority_fn=None, extra_env: dict[str, str] | None = None) -> dict:
+                 priority_fn=None, extra_env: dict[str, str] | None = None, machine: bool = False) -> dict:
     policy, env = policy_env(name, tuned)
     env = {**env, **(extra_env or {})}
     inp, out = fresh_topics(bs, f"bench-{name}")
     run = f"r{uuid.uuid4().hex[:6]}"
     with worker_process(bs, inp, out, policy, extra_env=env, log_name=f"policies-{name}") as proc:
         t0_ms = time.time() * 1000.0
-        with cpu_shares(bs, proc.pid) as cores:
+        with cpu_shares(bs, proc.pid, machine=machine) as cores:
             sent = open_loop(bs, inp, pool, rate_fn, seconds, run, priority_fn=priority_fn)
         deadline = time.monotonic() + 120
         results = read_results(bs, out, sent, timeout=10, run=run)

@@ -20,6 +20,12 @@ Model of one worker:
   deadline), or routed late (published unscored to the late topic). Latency is from
   produce to that outcome.
 - Load is relative to the curve's capacity: max_batch_rows / t(max_batch_rows) rows/s.
+- Decoding is free unless SimConfig.decode_s (`--decode-us`) says what a request costs
+  the source thread. Then a single source takes up to `poll_records` from the backlog at
+  a time and queues them together once all are decoded, as the worker does, and with
+  adaptive + route_late it routes late undecoded the records the worker would
+  (pipeline/batching/shed.py, pipeline/worker/admission.py). In the real CTR pipeline
+  the source thread, not the model, is what a burst saturates (docs/BATCHING.md).
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from pipeline.batching.batcher import Batcher
 from pipeline.batching.cost import AffineCost, CostModel
 from pipeline.batching.policies import make_policy
 from pipeline.batching.request import Batch, Request
+from pipeline.batching.shed import DEFAULT_RESERVE, shed_count
 from pipeline.batching.tenants import TenantClass, TenantGate
 from pipeline.clock import FakeClock
 from pipeline.errors import UserError
@@ -461,6 +468,9 @@ class SimConfig:
     # Tenant classes by name (batching/tenants.py): a fresh TenantGate per run; None:
     # one shared queue, as the worker without a `tenants:` section.
     tenants: dict[str, TenantClass] | None = None
+    decode_s: float = 0.0  # source-thread seconds per request; 0: admission is free
+    poll_records: int = 1000  # records per poll, the worker's
+    shed_reserve: float = DEFAULT_RESERVE  # Admission's reserve (route_late only)
 
 
 @dataclass
@@ -538,6 +548,11 @@ class _Sim:
         self.batch_rows = 0
         self.pauses = 0
         self.mixed = 0  # batches with requests of more than one tenant
+        # The source thread (cfg.decode_s > 0): the poll being decoded and when it is done.
+        self.decoding: list[int] = []
+        self.decoded_at = math.inf
+        self.sheds = spec.policy == "adaptive" and spec.batcher.get("expiry_action", "route_late") == "route_late"
+        self.loosest = max(curve.slo.values())
 
     # -- requests in and out ----------------------------------------------------
     def _admit(self, i: int, now: float) -> None:
@@ -598,8 +613,36 @@ class _Sim:
             if not (self.paused and self.batcher.backpressure_rows <= self.low):
                 return
             self.paused = False
+            if self.cfg.decode_s > 0:
+                self._poll(now)
+                return
             while self.backlog and not self.paused:
                 self._admit(self.backlog.popleft(), now)
+
+    # -- the source thread (cfg.decode_s > 0) ------------------------------------------
+    def _poll(self, now: float) -> None:
+        """Take the next poll from the backlog if the source is free: route late what
+        admission would (pipeline/worker/admission.py), decode the rest."""
+        if self.decoding or self.paused or not self.backlog:
+            return
+        poll = [self.backlog.popleft() for _ in range(min(self.cfg.poll_records, len(self.backlog)))]
+        if self.sheds:
+            ages_ms = [(now - self.w.arrivals[i].t) * 1000.0 for i in poll]  # FIFO: oldest first
+            horizon_ms = self.loosest * 1000.0 * (1.0 - self.cfg.shed_reserve)
+            shed = shed_count(ages_ms, self.cfg.decode_s * 1000.0, horizon_ms)
+            for i in poll[:shed]:
+                self.finish[i] = now
+                self.outcome[i] = ROUTED
+            poll = poll[shed:]
+        if poll:
+            self.decoding = poll
+            self.decoded_at = now + len(poll) * self.cfg.decode_s
+
+    def _decoded(self, now: float) -> None:
+        poll, self.decoding, self.decoded_at = self.decoding, [], math.inf
+        for i in poll:
+            self._admit(i, now)
+        self._poll(now)
 
     # -- the loop --------------------------------------------------------------------
     def run(self) -> None:
@@ -608,9 +651,13 @@ class _Sim:
         n = len(arrivals)
         i = 0
         events = self.events
-        while i < n or events:
+        while i < n or events or self.decoding:
             t_arr = arrivals[i].t if i < n else math.inf
-            if events and events[0][0] <= t_arr:
+            if self.decoded_at <= t_arr and (not events or self.decoded_at <= events[0][0]):
+                now = self.decoded_at
+                self.clock.set(now)
+                self._decoded(now)
+            elif events and events[0][0] <= t_arr:
                 now, _, batch, service = heapq.heappop(events)
                 self.clock.set(now)
                 if batch is not None:
@@ -623,13 +670,16 @@ class _Sim:
                 a = arrivals[i]
                 budget = now + curve.budget(a.priority)
                 self.deadline[i] = budget if a.deadline is None else min(budget, a.deadline)
-                if self.paused or self.backlog:
+                if self.cfg.decode_s > 0:
+                    self.backlog.append(i)
+                    self._poll(now)
+                elif self.paused or self.backlog:
                     self.backlog.append(i)
                 else:
                     self._admit(i, now)
                 i += 1
             self._pump(now)
-            if not events and i >= n and (len(self.batcher) or self.backlog):
+            if not events and i >= n and not self.decoding and (len(self.batcher) or self.backlog):
                 # Nothing left to wake the loop: flush (cannot happen with the shipped
                 # policies; a guard against a policy that waits forever).
                 for b in self.batcher.drain(now):

@@ -81,6 +81,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--executors", type=int, default=1, help="executors (default: 1)")
     parser.add_argument("--noise", type=float, default=0.1,
                         help="sigma of the lognormal noise on service times (default: 0.1)")
+    parser.add_argument("--decode-us", type=float, default=0.0,
+                        help="source-thread microseconds per request (decode): polls of up to 1000 are decoded "
+                             "one after another and queued together, as the worker does (default 0: free; "
+                             "the JSON CTR codec costs ~76)")
+    parser.add_argument("--shed-reserve", type=float, default=None,
+                        help="with --decode-us, adaptive's admission reserve: the share of the budget a record "
+                             "must have left when queued, or it is routed late undecoded (default 0.5, the "
+                             "worker's; 0: route only the expired, as the worker did before)")
     parser.add_argument("--high-watermark", type=int, default=20_000,
                         help="rows in the in-time queue that pause consumption (default: 20000)")
     parser.add_argument("--low-watermark", type=int, default=None,
@@ -121,8 +129,14 @@ def run(args: argparse.Namespace) -> int:
     if args.high_watermark < 1 or (low is not None and not 0 <= low < args.high_watermark):
         raise UserError("watermarks: need high >= 1 and 0 <= low < high")
     curve = load_curve(args.curve or "ctr")
+    if args.decode_us < 0:
+        raise UserError("--decode-us must be >= 0")
     cfg = SimConfig(executors=args.executors, noise=args.noise, seed=args.seed,
-                    high_watermark=args.high_watermark, low_watermark=low)
+                    high_watermark=args.high_watermark, low_watermark=low, decode_s=args.decode_us / 1e6)
+    if args.shed_reserve is not None:
+        if not 0.0 <= args.shed_reserve < 1.0:
+            raise UserError("--shed-reserve must be in [0, 1)")
+        cfg.shed_reserve = args.shed_reserve
     if args.scenario.split(":")[0] == "tenants":
         return _tenants(args, curve, cfg)
     comp = compare(

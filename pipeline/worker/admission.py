@@ -3,7 +3,9 @@ outcome on the way (the source thread's work between a poll and the batch queue)
 
 In order, per poll:
 1. over the request size limit -> dead letter, before anything reads the value;
-2. expired whatever it contains (route_late only) -> the late topic, before decoding;
+2. expired whatever it contains, or too old to reach the queue with the reserve of its
+   budget left after its poll's decode (route_late only; pipeline/batching/shed.py)
+   -> the late topic, before decoding;
 3. decode -> a DecodeError (or a codec bug) is the record's dead letter;
 4. a Request whose deadline is its Kafka timestamp plus its budget, on the batcher's
    clock (pipeline/clock.py ClockAnchor).
@@ -21,6 +23,7 @@ from typing import Protocol
 from consumers.dead_letter import record_bytes
 from consumers.records import SourceRecord
 from pipeline.batching.request import Request
+from pipeline.batching.shed import DEFAULT_RESERVE, DecodeCost, shed_count
 from pipeline.clock import ClockAnchor, wall_ms
 from pipeline.codecs.base import Codec, Decoded, DecodeError, decode_all
 
@@ -58,7 +61,10 @@ class Admission:
         decoding them; None to decode everything (only set where expiry routes late).
     tenant_budget_ms: the budget by (tenant, priority) where tenant classes have SLAs of
         their own (pipeline/tenants_config.py); None: budget_ms for every tenant.
-    wall: wall-clock ms, read once a poll is decoded (a fake one in tests).
+    wall: wall-clock ms, read before and after a poll is decoded (a fake one in tests).
+    reserve: with route_expired_ms, the share of that budget a record must still have
+        when it reaches the queue, after its poll's decode (pipeline/batching/shed.py);
+        older records are routed late undecoded. 0: only records already expired.
     """
 
     def __init__(
@@ -70,7 +76,10 @@ class Admission:
         route_expired_ms: float | None = None,
         tenant_budget_ms: Callable[[str | None, int], float] | None = None,
         wall: Callable[[], int] = wall_ms,
+        reserve: float = DEFAULT_RESERVE,
     ) -> None:
+        if not 0.0 <= reserve < 1.0:
+            raise ValueError("reserve must be in [0, 1)")
         self.codec = codec
         self.wall = wall
         self.budget_ms = budget_ms
@@ -79,6 +88,8 @@ class Admission:
         self.route_expired_ms = route_expired_ms
         self.tenant_budget_ms = tenant_budget_ms
         self.anchor = ClockAnchor()
+        self.reserve = reserve
+        self.decode_cost = DecodeCost()
 
     def admit(self, records: list[SourceRecord], now: float, now_wall: int) -> list[Request]:
         """The requests to queue from these records (`now` on the batcher's clock,
@@ -87,8 +98,10 @@ class Admission:
         records = self.within_size_limit(records)
         records = self.expired_before_decoding(records, now_wall)
         requests: list[Request] = []
+        started_wall = self.wall()
         outcomes = decode_all(self.codec, [(rec.value, rec.headers) for rec in records])
         decoded_wall = self.wall()
+        self.decode_cost.observe(len(records), decoded_wall - started_wall)
         for rec, decoded in zip(records, outcomes, strict=True):
             if isinstance(decoded, Exception):
                 drop_traceback(decoded)
@@ -135,19 +148,31 @@ class Admission:
         return kept
 
     def expired_before_decoding(self, records: list[SourceRecord], now_wall: int) -> list[SourceRecord]:
-        """Route records that have expired whatever they contain, and return the
+        """Route records that will be late whatever they contain, and return the
         others. A request's own deadline_ms can only tighten the budget of its
-        priority, so Kafka timestamp + the largest budget already past means no outcome
-        but "late" is possible. Decoding is the worker's most expensive step (the model
+        priority, so Kafka timestamp + the largest budget is its loosest deadline.
+        Routed: records already past it, and the oldest records that would reach the
+        queue, after the decode of the poll's records kept, with less than `reserve`
+        of that budget left (pipeline/batching/shed.py: shedding only the expired
+        ones lets a burst's Kafka backlog age to a whole budget, and every decoded
+        request is then late). Decoding is the worker's most expensive step (the model
         runs on the other core): under a backlog, decoding answers nobody waits for any
         more would starve the fresh requests behind them."""
         if self.route_expired_ms is None:
             return records
         max_budget = self.route_expired_ms
-        horizon = now_wall - max_budget
-        expired = [r for r in records if r.timestamp_ms is not None and r.timestamp_ms < horizon]
-        if not expired:
+        timed = sorted((r for r in records if r.timestamp_ms is not None), key=lambda r: r.timestamp_ms)  # type: ignore[arg-type, return-value]
+        # Untimed records are never routed (their age is unknown) but are decoded with
+        # the rest: they count as the youngest.
+        ages = [now_wall - r.timestamp_ms for r in timed] + [0.0] * (len(records) - len(timed))  # type: ignore[operator]
+        horizon = max_budget * (1.0 - self.reserve)
+        shed = min(shed_count(ages, self.decode_cost.per_record_ms, horizon), len(timed))
+        # Past the loosest deadline: late whatever the decode cost (also before any
+        # poll was timed).
+        shed = max(shed, sum(1 for a in ages[: len(timed)] if a > max_budget))
+        if not shed:
             return records
+        expired = timed[:shed]
         self.outcomes.late([(r, r.timestamp_ms + max_budget) for r in expired], now_wall)  # type: ignore[operator]
         gone = {id(r) for r in expired}
         return [r for r in records if id(r) not in gone]

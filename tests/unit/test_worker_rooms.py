@@ -127,6 +127,49 @@ def test_admission_routes_expired_records_without_decoding_them_only_when_asked(
     assert len(requests) == 2 and outcomes.routed == []
 
 
+def test_admission_routes_records_too_old_to_be_answered_after_their_polls_decode() -> None:
+    """A burst's backlog reaches the worker first in first out: records that would reach
+    the queue with less than the reserve (half) of their budget left, after the decode
+    of the poll's records kept, are routed late undecoded, oldest first, so the ones
+    decoded still have time to be answered (pipeline/batching/shed.py)."""
+    walls = iter([WALL, WALL + 10, WALL + 100, WALL + 100])  # before/after each decode
+    outcomes, codec = FakeOutcomes(), ToyCodec()
+    adm = Admission(codec, lambda priority: 100.0, outcomes, lambda: 1000, 100.0, wall=lambda: next(walls))
+    adm.admit([record(i, b"r%d" % i, ts=WALL - 1) for i in range(10)], now=1.0, now_wall=WALL)
+    assert adm.decode_cost.per_record_ms == pytest.approx(1.0)  # 10 records in 10 ms
+    # Ages 70, 45, 38, 20 ms, then one without a timestamp; 1 ms a record to decode.
+    poll = [record(10, b"r10", ts=WALL + 100 - 20), record(11, b"r11", ts=WALL + 100 - 70),
+            record(12, b"r12", ts=WALL + 100 - 45), record(13, b"r13", ts=None), record(14, b"r14", ts=WALL + 100 - 38)]
+    codec.decoded.clear()
+    requests = adm.admit(poll, now=1.1, now_wall=WALL + 100)
+    # Age 70 > 50 alone; age 45 + 4 records' decode = 49 <= 50 fits.
+    assert [o for o, _ in outcomes.routed] == [11]
+    assert outcomes.routed[0][1] == WALL + 100 - 70 + 100.0  # its loosest deadline
+    assert sorted(r.item.rec.offset for r in requests) == [10, 12, 13, 14]
+    assert b"r11" not in codec.decoded
+
+
+def test_admission_with_no_reserve_routes_only_records_already_expired() -> None:
+    outcomes, codec = FakeOutcomes(), ToyCodec()
+    adm = Admission(codec, lambda priority: 100.0, outcomes, lambda: 1000, 100.0, reserve=0.0)
+    poll = [record(0, b"r0", ts=WALL - 101), record(1, b"r1", ts=WALL - 95), record(2, b"r2", ts=WALL - 60)]
+    requests = adm.admit(poll, now=1.0, now_wall=WALL)
+    assert [o for o, _ in outcomes.routed] == [0]
+    assert [r.item.rec.offset for r in requests] == [1, 2]
+    with pytest.raises(ValueError):
+        Admission(codec, lambda priority: 100.0, outcomes, lambda: 1000, 100.0, reserve=1.0)
+
+
+def test_admission_never_routes_a_record_without_a_timestamp_however_slow_decoding_is() -> None:
+    walls = iter([WALL, WALL + 500, WALL + 500, WALL + 500])
+    outcomes, codec = FakeOutcomes(), ToyCodec()
+    adm = Admission(codec, lambda priority: 100.0, outcomes, lambda: 1000, 100.0, wall=lambda: next(walls))
+    adm.admit([record(0, b"r0", ts=None)], now=1.0, now_wall=WALL)  # 500 ms for one record
+    requests = adm.admit([record(1, b"r1", ts=None), record(2, b"r2", ts=WALL + 499)], now=1.5, now_wall=WALL + 500)
+    assert [o for o, _ in outcomes.routed] == [2]
+    assert [r.item.rec.offset for r in requests] == [1]
+
+
 def test_admission_deadline_is_timestamp_plus_budget_tightened_by_the_request() -> None:
     adm = admission(FakeOutcomes(), ToyCodec())
     a, b, c = adm.admit([record(0, b"r0"), record(1, b"d30"), record(2, b"r2", ts=None)], now=50.0, now_wall=WALL + 10)
@@ -142,7 +185,7 @@ def test_admission_deadline_is_timestamp_plus_budget_tightened_by_the_request() 
 def test_admission_stamps_when_each_poll_was_decoded() -> None:
     """The decode stage's end (tidebatch_stage_seconds{stage="decode"}): the wall clock
     read once the whole poll is decoded, the same for every request of that poll."""
-    clock = iter([WALL + 7, WALL + 19])
+    clock = iter([WALL + 1, WALL + 7, WALL + 11, WALL + 19])  # before and after each decode
     adm = Admission(ToyCodec(), lambda priority: 100.0, FakeOutcomes(), lambda: 1 << 20, wall=lambda: next(clock))
     first = adm.admit([record(0, b"r0"), record(1, b"r1")], now=1.0, now_wall=WALL)
     second = adm.admit([record(2, b"r2")], now=1.01, now_wall=WALL + 10)

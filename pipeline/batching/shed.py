@@ -1,0 +1,66 @@
+"""Which polled records to route late before decoding them: those that cannot reach
+the batch queue with enough of their budget left to be answered in time.
+
+Why (issue 26, docs/BATCHING.md "Bursts in the real pipeline"): in the real worker the
+bottleneck of a CTR burst is the source thread (decoding JSON, ~76 µs a request), not
+the model, so the backlog of a burst forms in Kafka and in librdkafka's prefetch queue,
+first in first out, where no policy sees it. Routing only records already past their
+deadline (the rule before this module) lets that backlog settle at an age of one whole
+budget: every record then reaches the queue with no slack left, is scored late or
+dropped as hopeless after its decode was paid for, and goodput in a 150 % burst fell to
+0.01-0.05 x capacity for every policy. Shedding at a horizon short of the budget
+instead makes the backlog settle at that horizon, and the records decoded have the rest
+of the budget for the queue, the model and the publisher.
+
+Pure: ages and decode times come in as arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+# Share of the loosest budget a record must still have when it reaches the queue:
+# for the queue, the model and the publisher thread. In a burst on Apache Kafka with the
+# CTR pipeline on two busy cores, the queue and model stages of tidebatch_stage_seconds
+# took p50 7 + 11 ms and p99 31 + 144 ms of a 100 ms SLO (docs/BATCHING.md, "Bursts in
+# the real pipeline"); not learned online, as admission never sees them.
+DEFAULT_RESERVE = 0.5
+
+
+class DecodeCost:
+    """Milliseconds of source-thread work per record (decode and deadlines), learned
+    from whole polls: decayed sums of time and records, so a poll of 1000 records
+    weighs more than a poll of one, and whole-millisecond clock readings average out."""
+
+    def __init__(self, decay: float = 0.9) -> None:
+        if not 0.0 < decay < 1.0:
+            raise ValueError("decay must be in (0, 1)")
+        self.decay = decay
+        self._ms = 0.0
+        self._records = 0.0
+
+    def observe(self, records: int, ms: float) -> None:
+        if records <= 0:
+            return
+        self._ms = self._ms * self.decay + max(ms, 0.0)
+        self._records = self._records * self.decay + records
+
+    @property
+    def per_record_ms(self) -> float:
+        """0 until a poll was observed: then nothing is predicted, only expiry counts."""
+        return self._ms / self._records if self._records else 0.0
+
+
+def shed_count(ages_ms: Sequence[float], per_record_ms: float, horizon_ms: float) -> int:
+    """How many of a poll's records, oldest first (`ages_ms` sorted descending), to
+    route late: the oldest ones, until the rest all reach the queue — after the decode
+    of every kept record of the poll, which are queued together — by `horizon_ms` of
+    age. Shedding the oldest first also serves the newest-feasible first, as the
+    batcher's hopeless rule does inside the queue (pipeline/batching/policies.py)."""
+    n = len(ages_ms)
+    for i, age in enumerate(ages_ms):
+        # Kept: records i..n-1, all decoded before any is queued. The oldest kept one
+        # is the tightest; if it makes it, every younger one does.
+        if age + (n - i) * per_record_ms <= horizon_ms:
+            return i
+    return n
