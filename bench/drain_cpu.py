@@ -41,7 +41,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.harness import (  # noqa: E402
     OUT,
     RequestPool,
-    _wait_assigned,
     cpu_seconds,
     drain_throughput,
     drop_topics,
@@ -91,6 +90,18 @@ def wait_records(metrics_url: str, n: int, timeout: float = 600.0) -> None:
         time.sleep(1.0)
 
 
+def wait_assigned(proc: subprocess.Popen, log: Path, timeout: float = 90.0) -> None:
+    """Until the worker logs its assignment, read every 20 ms: from then on it drains
+    the backlog, and its CPU must be counted from there (harness._wait_assigned scrapes
+    /metrics and then waits a second, a second of the drain's CPU lost), and not before
+    (loading and warming up the model)."""
+    deadline = time.monotonic() + timeout
+    while b"partitions: assigned" not in log.read_bytes():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"worker got no partitions (exit code {proc.returncode}); see {log}")
+        time.sleep(0.02)
+
+
 def drain_worker(bootstrap: str, inp: str, out: str, policy: str, tree: Path, env: dict, log: Path, n: int) -> dict:
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(tree), "TIDEBATCH_METRICS__PORT": str(port),
@@ -101,7 +112,7 @@ def drain_worker(bootstrap: str, inp: str, out: str, policy: str, tree: Path, en
     with open(log, "wb") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=tree)
     try:
-        _wait_assigned(proc, port, log)
+        wait_assigned(proc, log)
         cpu0, threads0 = tree_cpu(proc.pid), cpu_seconds_by_thread(proc.pid)
         wait_records(f"http://127.0.0.1:{port}/metrics", n)
         cpu, threads1 = tree_cpu(proc.pid) - cpu0, cpu_seconds_by_thread(proc.pid)
