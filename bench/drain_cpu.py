@@ -154,8 +154,10 @@ def run_case(bootstrap: str, case: str, pools: dict[str, RequestPool], n: int, a
     machine, bench = (machine_cpu_seconds()[0] - machine0) / wall, (time.process_time() - bench0) / wall
     res = read_results(bootstrap, out, n, timeout=300, run=run)
     drop_topics(bootstrap, inp, out)
-    _, rows_s = drain_throughput(res)
+    req_s, rows_s = drain_throughput(res)
+    # The cores it got: its CPU over the drain's span (first to last result).
     return {"case": case, "results": len(res.docs), "rows_per_s": rows_s, "cpu_s_per_10k": got["cpu_s"] * 1e4 / n,
+            "cores": got["cpu_s"] * req_s / n,
             "machine_cores": machine, "bench_cores": bench, "threads": got["threads"]}
 
 
@@ -176,10 +178,10 @@ def main() -> None:
             with local_broker(args.broker) as broker:
                 got = run_case(broker.bootstrap_servers, case, pools, args.requests, args)
             print(json.dumps({**got, "round": r}), flush=True)
-            rows.append([case, r, got["results"], f"{got['rows_per_s']:.0f}", f"{got['cpu_s_per_10k']:.2f}",
+            rows.append([case, r, got["results"], f"{got['rows_per_s']:.0f}", f"{got['cpu_s_per_10k']:.2f}", f"{got['cores']:.2f}",
                          f"{got['machine_cores']:.2f}", f"{got['bench_cores']:.2f}",
                          " ".join(f"{k} {v}" for k, v in sorted(got["threads"].items(), key=lambda kv: -kv[1]))])
-    print(table(["case", "round", "results", "rows/s", "CPU-s/10k req", "machine cores", "bench cores",
+    print(table(["case", "round", "results", "rows/s", "CPU-s/10k req", "cores it got", "machine cores", "bench cores",
                  "worker CPU-s by thread"], rows))
 
 
