@@ -162,7 +162,7 @@ def run_case(bootstrap: str, case: str, pools: dict[str, RequestPool], n: int, a
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--broker", default="tansu", choices=["tansu", "kafka"])
     ap.add_argument("--requests", type=int, default=10000)
     ap.add_argument("--cases", required=True)
