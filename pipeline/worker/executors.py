@@ -18,7 +18,7 @@ from models.registry import ModelSpec
 from pipeline.batching.concurrent import BatchQueue
 from pipeline.batching.request import Batch, Request
 from pipeline.clock import wall_ms
-from pipeline.runtime import affinity
+from pipeline.runtime import affinity, thread_names
 from pipeline.runtime.model_process import ProcessSession
 from pipeline.scoring import ScoringStep
 from pipeline.versions.slot import ModelSlot
@@ -136,6 +136,8 @@ class Executors:
     def loop(
         self, core: set[int] | None = None, tids: list[int] | None = None, ready: threading.Event | None = None
     ) -> None:
+        # Its own name in `top -H` and /proc, for per-thread CPU (runtime/thread_names.py).
+        thread_names.name_current_thread(threading.current_thread().name)
         if core is not None:
             affinity.pin_current_thread(core)
         if tids is not None:

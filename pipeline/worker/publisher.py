@@ -28,6 +28,7 @@ from pipeline.hooks import WorkerHook
 from pipeline.metrics import WorkerMetrics, observe_many
 from pipeline.outcomes import Outcomes
 from pipeline.reorder import Reorder
+from pipeline.runtime import thread_names
 from pipeline.scoring import BatchTiming, result_document
 from pipeline.sinks import ResultSink, ScoredRow, notify
 from pipeline.tracing import BatchTracer, RequestTrace
@@ -118,6 +119,7 @@ class Publisher:
         process answers in order, the executors then race for the GIL), and results
         of one key, e.g. one camera's frames, must come out in the order they went in
         (pipeline/reorder.py)."""
+        thread_names.name_current_thread("publisher")  # for per-thread CPU (runtime/thread_names.py)
         in_order: Reorder[list[Finished]] = Reorder()
         while True:
             done = self._finished.get()
