@@ -45,6 +45,9 @@ class BatchingConfig:
     expiry_action: str = "score_late"  # or route_late
     late_share: float = 0.05
     max_late_rows: int = 100_000
+    # route_late only: share of the SLO a polled record must still have once its poll is
+    # decoded, or it is routed late undecoded (batching/shed.py); 0: only expired ones.
+    shed_reserve: float = 0.5
     queue_high_rows: int = 20_000  # hold intake above (batching/backpressure.py)
     queue_low_rows: int = 10_000  # full polls again at or below
     allowed_batch_sizes: list[int] = field(default_factory=list)
@@ -340,6 +343,8 @@ def validate(cfg: WorkerConfig) -> None:
         raise bad("batching.expiry_action", f"{b.expiry_action!r} is not one of {', '.join(EXPIRY_ACTIONS)}")
     if not 0 <= b.late_share <= 1:
         raise bad("batching.late_share", "must be within [0, 1]")
+    if not 0 <= b.shed_reserve < 1:
+        raise bad("batching.shed_reserve", "must be within [0, 1)")
     if not 0 <= b.queue_low_rows < b.queue_high_rows:
         raise bad("batching.queue_low_rows", "must be >= 0 and below batching.queue_high_rows")
     if any(s < 1 for s in b.allowed_batch_sizes):

@@ -156,7 +156,7 @@ class Worker:
         self.admission = Admission(
             self.step.codec, lambda priority: cfg.slo_seconds(priority) * 1000.0, self.outcomes,
             lambda: self.outcomes.limits.request_bytes, route_expired_ms,
-            tenant_budget_ms(cfg.tenants, b, self.queue.batcher.tenants),
+            tenant_budget_ms(cfg.tenants, b, self.queue.batcher.tenants), reserve=b.shed_reserve,
         )
         self.publisher = Publisher(
             self.step.hooks, self.outcomes, self.tracker, self.sinks, self.metrics, cfg.pipeline, b.policy,

@@ -33,6 +33,7 @@ def test_yaml_then_env_then_flags(tmp_path: Path) -> None:
         ({"batching": {"max_batch_rows": "many"}}, "config key 'batching.max_batch_rows': expected int"),
         ({"batching": {"queue_low_rows": 50, "queue_high_rows": 10}}, "config key 'batching.queue_low_rows'"),
         ({"batching": {"expiry_action": "drop"}}, "config key 'batching.expiry_action'"),
+        ({"batching": {"shed_reserve": 1}}, "config key 'batching.shed_reserve': must be within [0, 1)"),
         ({"runtime": {"executors": 0}}, "config key 'runtime.executors'"),
         ({"runtime": {"gc_gen0_threshold": -1}}, "config key 'runtime.gc_gen0_threshold'"),
         ({"runtime": {"gil_switch_interval_ms": 0}}, "config key 'runtime.gil_switch_interval_ms'"),
