@@ -18,8 +18,8 @@ the result.
     .venv/bin/python bench/peers.py [--broker kafka|embedded] [--requests 10000] [--rounds 3]
         [--part drain|live|all] [--only loop-64,tidebatch-static] [--quick] [--report]
 
-Results are merged into out/bench/peers-BROKER.json (one file per broker and commit:
-a run on another commit starts it afresh), so the rows can be measured in several
+Results are merged into out/bench/peers-BROKER.json (one file per broker and commit
+of the measured code: a run on another starts it afresh), so the rows can be measured in several
 turns (--only) and printed together (--report, which also draws the plot and writes
 the CSV). bench/peers/run_all.sh is the whole run in one command. quixstreams and
 Bytewax rows need .venv-peers (bench/peers/setup.sh) and are skipped without it.
@@ -47,11 +47,18 @@ from bench.peers.measure import drain, live  # noqa: E402
 LOADS = (0.25, 0.5, 0.75)
 
 
+# What the figures depend on: a commit that changes only docs or tests keeps the
+# results of the turns measured before it.
+MEASURED = ["pipeline", "consumers", "models", "bench", "examples", "pyproject.toml"]
+
+
 def commit() -> str:
-    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
-                           capture_output=True, text=True).stdout.strip()
-    return out.stdout.strip() + ("-dirty" if dirty else "")
+    """The last commit of the measured code, "-dirty" when it has changes not committed."""
+    def git(*a: str) -> str:
+        return subprocess.run(["git", *a], cwd=REPO, capture_output=True, text=True).stdout.strip()
+
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", *MEASURED)
+    return git("log", "-1", "--format=%h", "--", *MEASURED) + ("-dirty" if dirty else "")
 
 
 def load_results(path: Path, broker: str) -> dict:
