@@ -47,9 +47,13 @@ from bench.peers.measure import drain, live  # noqa: E402
 LOADS = (0.25, 0.5, 0.75)
 
 
-# What the figures depend on: a commit that changes only docs or tests keeps the
-# results of the turns measured before it.
-MEASURED = ["pipeline", "consumers", "models", "bench", "examples", "pyproject.toml"]
+# What the figures depend on: the code under test, the peers and how they are timed.
+# A commit that changes only docs, tests, or how results are merged and printed
+# (this file, bench/peers/report.py) keeps the results of the turns measured before it.
+MEASURED = ["pipeline", "consumers", "models", "examples", "pyproject.toml", "bench/harness.py",
+            "bench/model_peak.py", "bench/peers/common.py", "bench/peers/launch.py", "bench/peers/measure.py",
+            "bench/peers/plain_loop.py", "bench/peers/quix_app.py", "bench/peers/bytewax_flow.py",
+            "bench/peers/faust_take.py"]
 
 
 def commit() -> str:
@@ -117,7 +121,7 @@ def live_rates(results: dict, fractions: tuple[float, ...]) -> dict[str, float]:
     slowest = min(med, key=med.get)  # type: ignore[arg-type]
     tide = max((v for k, v in med.items() if k.startswith("tidebatch-")), default=None)
     rates = {f"{int(f * 100)}% of slowest ({slowest.split(':')[0]})": f * med[slowest] for f in fractions}
-    if tide is not None:
+    if tide is not None and tide != med[slowest]:
         rates.update({f"{int(f * 100)}% of tidebatch": f * tide for f in fractions})
     return rates
 
@@ -149,6 +153,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=10.0, help="length of each live run")
     ap.add_argument("--loads", default=",".join(str(x) for x in LOADS), help="live loads, fractions of capacity")
     ap.add_argument("--quick", action="store_true", help="a smoke run: 200 requests, 1 round, 3 s live runs at 25 %%")
+    ap.add_argument("--skip-done", action="store_true", help="leave out rows the merged results already have")
     ap.add_argument("--report", action="store_true", help="print, plot and write CSV from the merged results only")
     ap.add_argument("--results", type=Path, default=None, help="the merged results file (default out/bench/peers-BROKER.json)")
     args = ap.parse_args()
@@ -171,6 +176,9 @@ def main() -> int:
         print(f"{n}: skipped, .venv-peers is absent (bench/peers/setup.sh makes it)", flush=True)
         results.setdefault("skipped", {})[n] = "no .venv-peers"
     names = [n for n in names if PEERS[n].available()]
+    if args.skip_done:  # a rerun after an interrupted turn: what is merged already stays
+        names = [n for n in names if args.part == "live" and n not in results["live"]
+                 or args.part != "live" and len(results["drain"].get(f"{n}:json", [])) < args.rounds]
     encodings = [e for e in args.encodings.split(",") if e]
     pools = {e: RequestPool(encoding=e) for e in encodings}
     refs = {e: reference_scores(pools[e]) for e in encodings}

@@ -31,6 +31,7 @@ def drain_rows(results: dict) -> list[dict]:
             "mean_batch_rows": med["mean_batch_rows"],
             "correct": all(r["correct"] for r in runs),
             "max_abs_diff": max(r["max_abs_diff"] for r in runs),
+            "duplicates": sum(r["duplicates"] for r in runs),
         })
     return sorted(out, key=lambda r: (r["encoding"], -r["rows_per_s"]))
 
@@ -46,10 +47,10 @@ def text(results: dict) -> str:
     rows = [[r["label"], r["encoding"], f"{r['rows_per_s'] / 1e3:.1f}k ({r['rows_per_s_range']})",
              f"{r['requests_per_s']:.0f}", f"{100 * r['of_peak']:.0f}%", f"{r['worker_cpu_s_per_10k']:.1f}",
              f"{r['broker_cpu_s_per_10k']:.1f}", f"{r['mean_batch_rows']:.0f}",
-             ("yes" if r["correct"] else "NO") + f" ({r['max_abs_diff']:.0e})", r["rounds"]]
+             ("yes" if r["correct"] else "NO") + f" ({r['max_abs_diff']:.0e}), {r['duplicates']} dup", r["rounds"]]
             for r in drain_rows(results)]
     lines.append(table(["row", "requests", "rows/s (range)", "req/s", "of peak", "worker cpu-s/10k",
-                        "broker cpu-s/10k", "batch rows", "all once, scores", "rounds"], rows))
+                        "broker cpu-s/10k", "batch rows", "all scored (max diff), duplicates", "rounds"], rows))
     for name, why in results.get("skipped", {}).items():
         lines.append(f"{name}: skipped ({why})")
     for key, why in results.get("failed", {}).items():

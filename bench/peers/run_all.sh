@@ -4,7 +4,8 @@
 # merged into out/bench/peers-BROKER.json by bench/peers.py, then the tables, the CSV
 # and the plot (--report). Rounds are interleaved within each turn, not across turns;
 # every turn runs on the same commit and broker kind (bench/peers.py starts the
-# results afresh on another commit).
+# results afresh on another commit of the measured code). Rerun after an interrupted
+# run: the rows already merged are left out (--skip-done).
 #
 #     bash bench/peers/run_all.sh [kafka|embedded] [requests per drain]
 set -euo pipefail
@@ -14,7 +15,7 @@ requests="${2:-6000}"
 [ -x .venv-peers/bin/python ] || bash bench/peers/setup.sh
 turn() {
   flock /tmp/heavy.lock timeout 300 env PYTHONPATH="$PWD" .venv/bin/python bench/peers.py \
-    --broker "$broker" --requests "$requests" "$@" || echo "turn $* ended with $?"
+    --broker "$broker" --requests "$requests" --skip-done "$@" || echo "turn $* ended with $?"
 }
 turn --part drain --only tidebatch-static,tidebatch-adaptive
 turn --part drain --only loop-poll,loop-64,loop-512
