@@ -179,6 +179,9 @@ def main() -> int:
     if args.skip_done:  # a rerun after an interrupted turn: what is merged already stays
         names = [n for n in names if args.part == "live" and n not in results["live"]
                  or args.part != "live" and len(results["drain"].get(f"{n}:json", [])) < args.rounds]
+    if not names:
+        print("no rows left to measure", flush=True)
+        return 0
     encodings = [e for e in args.encodings.split(",") if e]
     pools = {e: RequestPool(encoding=e) for e in encodings}
     refs = {e: reference_scores(pools[e]) for e in encodings}

@@ -19,9 +19,10 @@ turn() {
 }
 turn --part drain --only tidebatch-static,tidebatch-adaptive
 turn --part drain --only loop-poll,loop-64,loop-512
-turn --part drain --only quix-message,quix-window
-turn --part drain --only bytewax,faust-take
-for row in tidebatch-adaptive tidebatch-static loop-64 loop-512 loop-poll bytewax faust-take quix-message quix-window; do
-  turn --part live --seconds 8 --only "$row"
+turn --part drain --only quix-message,quix-window,faust-take
+turn --part drain --only bytewax
+# Live loads: two rows a turn, six loads each (fractions of the drains merged above).
+for pair in tidebatch-adaptive,loop-64 tidebatch-static,loop-512 loop-poll,bytewax faust-take,quix-message quix-window; do
+  turn --part live --seconds 6 --only "$pair"
 done
 PYTHONPATH="$PWD" .venv/bin/python bench/peers.py --broker "$broker" --report
