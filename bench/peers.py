@@ -50,7 +50,7 @@ LOADS = (0.25, 0.5, 0.75)
 # What the figures depend on: the code under test, the peers and how they are timed.
 # A commit that changes only docs, tests, or how results are merged and printed
 # (this file, bench/peers/report.py) keeps the results of the turns measured before it.
-MEASURED = ["pipeline", "consumers", "models", "examples", "pyproject.toml", "bench/harness.py",
+MEASURED = ["pipeline", "consumers", "models", "examples/faust_ctr/app.py", "pyproject.toml", "bench/harness.py",
             "bench/model_peak.py", "bench/peers/common.py", "bench/peers/launch.py", "bench/peers/measure.py",
             "bench/peers/plain_loop.py", "bench/peers/quix_app.py", "bench/peers/bytewax_flow.py",
             "bench/peers/faust_take.py"]
