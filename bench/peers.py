@@ -163,11 +163,12 @@ def main() -> int:
         args.requests, args.rounds, args.seconds, args.loads = 200, 1, 3.0, (0.25,)
     path = args.results or OUT / f"peers-{engine}.json"
     OUT.mkdir(parents=True, exist_ok=True)
-    results = load_results(path, engine)
-    if args.report:
+    if args.report:  # the results as measured, whichever commit they are of (printed with them)
+        results = json.loads(path.read_text())
         print(report.text(results))
         report.write(results, path.with_suffix(""))
         return 0
+    results = load_results(path, engine)
     names = [n for n in (args.only.split(",") if args.only else DEFAULT) if n]
     unknown = [n for n in names if n not in PEERS]
     if unknown:
