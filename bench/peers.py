@@ -166,6 +166,7 @@ def main() -> int:
     if args.report:  # the results as measured, whichever commit they are of (printed with them)
         results = json.loads(path.read_text())
         print(report.text(results))
+        print("\n" + report.markdown(results))
         report.write(results, path.with_suffix(""))
         return 0
     results = load_results(path, engine)

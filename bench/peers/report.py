@@ -70,6 +70,19 @@ def text(results: dict) -> str:
     return "\n".join(lines)
 
 
+def markdown(results: dict) -> str:
+    """The drain table as docs/PEERS.md shows it."""
+    lines = ["| row | requests | rows/s (range) | req/s | of peak | worker CPU-s / 10k | broker CPU-s / 10k "
+             "| batch rows | all scored (max diff), duplicates | rounds |", "|---" * 10 + "|"]
+    for r in drain_rows(results):
+        lines.append(f"| {r['label']} | {r['encoding']} | {r['rows_per_s'] / 1e3:.1f}k ({r['rows_per_s_range']}) "
+                     f"| {r['requests_per_s']:.0f} | {100 * r['of_peak']:.0f} % | {r['worker_cpu_s_per_10k']:.1f} "
+                     f"| {r['broker_cpu_s_per_10k']:.1f} | {r['mean_batch_rows']:.0f} "
+                     f"| {'yes' if r['correct'] else '**no**'} ({r['max_abs_diff']:.1e}), {r['duplicates']} "
+                     f"| {r['rounds']} |")
+    return "\n".join(lines)
+
+
 def write(results: dict, stem: Path) -> None:
     """stem.csv (the drain table) and stem.png (throughput, CPU per request, live p99)."""
     rows = drain_rows(results)
