@@ -111,12 +111,14 @@ def drain(peer: Peer, bootstrap: str, pool: RequestPool, n: int, reference: list
     preload(bootstrap, inp, pool, n, run)
     try:
         with peer_process(peer, bootstrap, inp, out, drain=True, log_name=f"peers-{peer.name}-{tag}") as proc:
-            got = collect(bootstrap, out, run, n, proc, broker_pids, timeout=max(240.0, n / 50))
+            # A row that drops requests (quix-window: late for its window) stops after 30 s
+            # without a new result instead of waiting the whole timeout.
+            got = collect(bootstrap, out, run, n, proc, broker_pids, timeout=max(240.0, n / 50), idle_timeout=30)
     finally:
         drop_topics(bootstrap, inp, out)
     result = correctness(got, pool, reference, n)
-    if len(got.window) < 2:
-        return {**result, "failed": f"{len(got.docs)}/{n} scored; exit code {proc.poll()}; see {proc.log_path}"}  # type: ignore[attr-defined]
+    if not got.docs:  # results that all came in the reader's first read are a success
+        return {**result, "failed": f"0/{n} scored; exit code {proc.poll()}; see {proc.log_path}"}  # type: ignore[attr-defined]
     ts = np.array(list(got.result_ts.values()), dtype=float)
     span = (ts.max() - ts.min()) / 1000.0 if len(ts) > 1 else float("nan")
     rows = sum(len(d.get("scores", [])) for d in got.docs.values())
