@@ -1,0 +1,128 @@
+"""The rows of bench/peers.py and how each is started: every peer is a process of its
+own reading one input topic and writing one result per request to one output topic,
+so the bench measures them all alike (its CPU from /proc, its results from Kafka).
+
+tidebatch's rows are `tidebatch run` processes (bench/harness.py, worker_process);
+tidebatch's Faust path is examples/faust_ctr/app.py (what bench/faust_vs_worker.py
+ran before it was folded in here); the peers are the scripts beside this file.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.harness import OUT, REPO, profile_of, worker_process
+from consumers.brokers.embedded import free_port
+
+HERE = Path(__file__).resolve().parent
+PEERS_PYTHON = REPO / ".venv-peers" / "bin" / "python"
+# A drain's backlog is older than any SLO: lifted for tidebatch's drains, or adaptive
+# would rightly route the whole backlog late instead of scoring it (bench/policies.py).
+NO_SLO = {"TIDEBATCH_BATCHING__SLO_MS": "3600000"}
+
+
+@dataclass(frozen=True)
+class Peer:
+    name: str
+    label: str
+    kind: str  # "script" (a peer beside this file), "faust" (a Faust app module), "tidebatch"
+    target: str  # the script, the app module, or the policy
+    mode: str = ""
+    peers_venv: bool = False  # runs in .venv-peers (bench/peers/setup.sh)
+    encodings: tuple[str, ...] = ("json",)
+    env: dict[str, str] = field(default_factory=dict)
+
+    def available(self) -> bool:
+        return not self.peers_venv or PEERS_PYTHON.exists()
+
+
+PEERS: dict[str, Peer] = {p.name: p for p in (
+    Peer("loop-poll", "plain loop, poll() 1 request, 1 ORT call each", "script", "plain_loop.py", "poll"),
+    Peer("loop-64", "plain loop, consume(64, 10 ms), 1 ORT call per list", "script", "plain_loop.py", "consume64",
+         encodings=("json", "binary")),
+    Peer("loop-512", "plain loop, consume(512, 10 ms), 1 ORT call per list", "script", "plain_loop.py", "consume512",
+         encodings=("json", "binary")),
+    Peer("quix-message", "quixstreams 3.28, sdf.apply per message", "script", "quix_app.py", "message",
+         peers_venv=True),
+    Peer("quix-window", "quixstreams 3.28, group_by + tumbling_window(10 ms).collect()", "script", "quix_app.py",
+         "window", peers_venv=True),
+    Peer("bytewax", "Bytewax 0.21, collect(512, 10 ms)", "script", "bytewax_flow.py", "collect512",
+         peers_venv=True, encodings=("json", "binary")),
+    Peer("faust-take", "Faust, stream.take(512, within=10 ms)", "faust", "bench.peers.faust_take"),
+    Peer("tidebatch-faust", "tidebatch's Faust path (adaptive_batches)", "faust", "examples.faust_ctr.app"),
+    Peer("tidebatch-static", "tidebatch run --policy static (defaults)", "tidebatch", "static",
+         encodings=("json", "binary")),
+    Peer("tidebatch-adaptive", "tidebatch run --policy adaptive", "tidebatch", "adaptive",
+         encodings=("json", "binary")),
+    Peer("tidebatch-kafka-python", "tidebatch run --policy adaptive, client kafka-python", "tidebatch", "adaptive",
+         env={"TIDEBATCH_CLIENT": "kafka-python"}),
+)}
+# Rows run by default; tidebatch's other paths (Faust, kafka-python) are rows on
+# request (--only), as bench/faust_vs_worker.py compared them before it was folded in.
+DEFAULT = [n for n in PEERS if n not in ("tidebatch-faust", "tidebatch-kafka-python")]
+
+
+@contextmanager
+def peer_process(peer: Peer, bootstrap: str, inp: str, out: str, *, drain: bool, log_name: str,
+                 threads: int = 1) -> Iterator[subprocess.Popen]:
+    """The peer consuming `inp` into `out`, stopped (SIGTERM, then SIGKILL) on exit.
+    drain=True: tidebatch's SLO is lifted (NO_SLO)."""
+    if peer.kind == "tidebatch":
+        env = {**(NO_SLO if drain else {}), "TIDEBATCH_RUNTIME__INTRA_OP_THREADS": str(threads), **peer.env}
+        with worker_process(bootstrap, inp, out, peer.target, extra_env=env, log_name=log_name) as proc:
+            yield proc
+        return
+    group = f"peer-{peer.name}-{uuid.uuid4().hex[:8]}"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    datadir = None
+    if peer.kind == "faust":
+        datadir = tempfile.mkdtemp(prefix="faust-data-")  # Faust's per-app state; nothing kept
+        env.update(_faust_env(peer, bootstrap, inp, out, group, threads))
+        cmd = [sys.executable, "-m", "faust", "--datadir", datadir, "-A", peer.target, "worker", "-l", "warn",
+               "--web-port", str(free_port()), "--web-host", "127.0.0.1"]
+    else:
+        python = str(PEERS_PYTHON) if peer.peers_venv else sys.executable
+        cmd = [python, str(HERE / peer.target), "--mode", peer.mode, "--bootstrap", bootstrap,
+               "--profile", profile_of(bootstrap), "--input", inp, "--output", out, "--group", group,
+               "--threads", str(threads)]
+    with open(OUT / f"{log_name}.log", "wb") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+    proc.log_path = OUT / f"{log_name}.log"  # type: ignore[attr-defined]
+    try:
+        yield proc
+    finally:
+        stop(proc)
+        if datadir:
+            shutil.rmtree(datadir, ignore_errors=True)
+
+
+def _faust_env(peer: Peer, bootstrap: str, inp: str, out: str, group: str, threads: int) -> dict[str, str]:
+    """The environment of a Faust app: the peer's (faust_take.py) or tidebatch's example."""
+    profile = profile_of(bootstrap)
+    if peer.target == "examples.faust_ctr.app":
+        return {"TIDEBATCH_FAUST_BROKER": f"kafka://{bootstrap}", "TIDEBATCH_FAUST_BROKER_PROFILE": profile,
+                "TIDEBATCH_FAUST_APP_ID": group, "TIDEBATCH_FAUST_INPUT": inp, "TIDEBATCH_FAUST_OUTPUT": out,
+                "TIDEBATCH_FAUST_PROVIDERS": "cpu"}
+    return {"PEER_BROKER": f"kafka://{bootstrap}", "PEER_PROFILE": profile, "PEER_APP_ID": group,
+            "PEER_INPUT": inp, "PEER_OUTPUT": out, "PEER_THREADS": str(threads)}
+
+
+def stop(proc: subprocess.Popen, wait_s: float = 20.0) -> None:
+    """SIGTERM, and SIGKILL if it has not exited within wait_s."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)

@@ -1,0 +1,182 @@
+"""One measurement of one peer (bench/peers/launch.py) on a fresh topic pair:
+a backlog drain or a paced live load, each read back from the output topic and
+checked against the model's own scores.
+
+CPU is read from /proc (bench/harness.py, cpu_seconds) for the peer's process and the
+broker's processes separately, between the first and the last new result the reader
+saw: start-up (imports, model load, group join) is outside the window for every
+peer alike, and so is the idle tail.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import numpy as np
+import orjson
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+from bench.harness import (
+    RequestPool,
+    cpu_seconds,
+    cpu_shares,
+    drop_topics,
+    fresh_topics,
+    make_producer,
+    preload,
+    produce_now,
+    profile_of,
+)
+from bench.peers.launch import Peer, peer_process
+from consumers.profiles import consumer_config
+from pipeline.loadgen.pacing import poisson_schedule, run_open_loop
+
+PARTITIONS = 4
+SLO_MS = 100.0
+
+
+@dataclass
+class Collected:
+    """What came back for one run: first result per request id, and the CPU window."""
+
+    docs: dict[str, dict] = field(default_factory=dict)
+    result_ts: dict[str, int] = field(default_factory=dict)
+    records: int = 0  # every result record of the run, duplicates included
+    window: list[tuple[int, float, float]] = field(default_factory=list)  # (results, peer cpu s, broker cpu s)
+
+
+def collect(bootstrap: str, topic: str, run: str, expect: int, proc: subprocess.Popen, broker_pids: list[int],
+            timeout: float, idle_timeout: float | None = None) -> Collected:
+    """Read `topic` until `expect` distinct results of `run` came back, the peer died,
+    `timeout` passed, or (idle_timeout) nothing new came for that long."""
+    consumer = Consumer(consumer_config(profile_of(bootstrap), bootstrap, f"peers-reader-{uuid.uuid4().hex[:8]}"))
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+    got = Collected()
+    prefix = run + "-"
+    deadline = time.monotonic() + timeout
+    last_new = time.monotonic()
+    try:
+        while len(got.docs) < expect and time.monotonic() < deadline and proc.poll() is None:
+            if idle_timeout is not None and time.monotonic() - last_new > idle_timeout:
+                break
+            new = 0
+            for m in consumer.consume(num_messages=2000, timeout=0.1):
+                if m.error() or not m.value():
+                    continue
+                doc = orjson.loads(m.value())
+                rid = doc.get("request_id", "")
+                if not rid.startswith(prefix):
+                    continue
+                got.records += 1
+                if rid not in got.docs:
+                    got.docs[rid], got.result_ts[rid] = doc, m.timestamp()[1]
+                    new += 1
+            if new:
+                last_new = time.monotonic()
+                got.window.append((len(got.docs), cpu_seconds(proc.pid), sum(cpu_seconds(p) for p in broker_pids)))
+        # Duplicates come after a rebalance or a restart: a short look for late ones.
+        if len(got.docs) >= expect:
+            for m in consumer.consume(num_messages=2000, timeout=0.5):
+                if not m.error() and m.value() and orjson.loads(m.value()).get("request_id", "").startswith(prefix):
+                    got.records += 1
+    finally:
+        consumer.close()
+    return got
+
+
+def correctness(got: Collected, pool: RequestPool, reference: list[list[float]], sent: int) -> dict:
+    """Every request scored, its scores against the model's own (reference: per
+    request template, scored directly by bench/peers.py), and the duplicates: every
+    row delivers at least once, so a rebalance on a busy machine may repeat a few."""
+    worst = 0.0
+    for rid, doc in got.docs.items():
+        ref = reference[int(rid.rsplit("-", 1)[1]) % len(reference)]
+        scores = doc.get("scores") or []
+        if len(scores) != len(ref):
+            worst = float("inf")
+            break
+        worst = max(worst, float(np.max(np.abs(np.asarray(scores) - np.asarray(ref)))))
+    return {"sent": sent, "scored": len(got.docs), "duplicates": got.records - len(got.docs),
+            "max_abs_diff": worst, "correct": len(got.docs) == sent and worst <= 1e-6}
+
+
+def drain(peer: Peer, bootstrap: str, pool: RequestPool, n: int, reference: list[list[float]],
+          broker_pids: list[int], tag: str) -> dict:
+    """Preload n requests, start the peer, read until all n are scored."""
+    inp, out = fresh_topics(bootstrap, f"peers-{peer.name}", partitions=PARTITIONS)
+    run = f"d{uuid.uuid4().hex[:6]}"
+    preload(bootstrap, inp, pool, n, run)
+    try:
+        with peer_process(peer, bootstrap, inp, out, drain=True, log_name=f"peers-{peer.name}-{tag}") as proc:
+            # A row that drops requests (quix-window: late for its window) stops after 30 s
+            # without a new result instead of waiting the whole timeout.
+            got = collect(bootstrap, out, run, n, proc, broker_pids, timeout=max(240.0, n / 50), idle_timeout=30)
+    finally:
+        drop_topics(bootstrap, inp, out)
+    result = correctness(got, pool, reference, n)
+    if not got.docs:  # results that all came in the reader's first read are a success
+        return {**result, "failed": f"0/{n} scored; exit code {proc.poll()}; see {proc.log_path}"}  # type: ignore[attr-defined]
+    ts = np.array(list(got.result_ts.values()), dtype=float)
+    span = (ts.max() - ts.min()) / 1000.0 if len(ts) > 1 else float("nan")
+    rows = sum(len(d.get("scores", [])) for d in got.docs.values())
+    (c0, w0, b0), (c1, w1, b1) = got.window[0], got.window[-1]
+    # Too few results after the first batch the reader saw (a --quick run): no figure.
+    per10k = 10_000 / (c1 - c0) if c1 - c0 >= min(1000, n // 2) else float("nan")
+    return {**result, "requests_per_s": len(got.docs) / span, "rows_per_s": rows / span,
+            "mean_batch_rows": float(np.mean([d.get("batch_rows", 0) for d in got.docs.values()])),
+            "worker_cpu_s_per_10k": (w1 - w0) * per10k, "broker_cpu_s_per_10k": (b1 - b0) * per10k}
+
+
+def wait_ready(bootstrap: str, inp: str, out: str, pool: RequestPool, proc: subprocess.Popen,
+               broker_pids: list[int]) -> None:
+    """A probe request answered = the peer joined and fetches."""
+    producer = make_producer(bootstrap, inp)
+    run = f"probe{uuid.uuid4().hex[:6]}"
+    produce_now(producer, inp, *pool.get(0, run))
+    assert producer.flush(30) == 0
+    got = collect(bootstrap, out, run, 1, proc, broker_pids, timeout=180)
+    if not got.docs:
+        raise RuntimeError(f"peer never answered the probe (exit code {proc.poll()}); see {proc.log_path}")  # type: ignore[attr-defined]
+
+
+def paced_load(bootstrap: str, topic: str, pool: RequestPool, rate: float, seconds: float, run: str) -> int:
+    """Poisson arrivals at `rate` req/s for `seconds`, every value encoded before the
+    clock starts (bench/harness.py's open_loop encodes each as it sends it)."""
+    times = [t for t in poisson_schedule(rate, int(rate * seconds * 1.2) + 10, 3) if t < seconds]
+    values = [pool.get(i, run) for i in range(len(times))]
+    producer = make_producer(bootstrap, topic)
+
+    def send(i: int) -> None:
+        produce_now(producer, topic, *values[i])
+        producer.poll(0)
+
+    sent, _ = run_open_loop(iter(times), send, idle=lambda s: producer.poll(s))
+    assert producer.flush(60) == 0
+    return sent
+
+
+def live(peer: Peer, bootstrap: str, pool: RequestPool, rate: float, seconds: float,
+         reference: list[list[float]], broker_pids: list[int], tag: str) -> dict:
+    """p50/p99 end to end (request timestamp → result timestamp) and SLO goodput at a
+    paced load; requests not answered within 20 s of the load's end count as never
+    answered (infinitely late)."""
+    inp, out = fresh_topics(bootstrap, f"peers-live-{peer.name}", partitions=PARTITIONS)
+    run = f"l{uuid.uuid4().hex[:6]}"
+    try:
+        with peer_process(peer, bootstrap, inp, out, drain=False, log_name=f"peers-live-{peer.name}-{tag}") as proc:
+            wait_ready(bootstrap, inp, out, pool, proc, broker_pids)
+            with cpu_shares(bootstrap, proc.pid, machine=True) as cores:
+                sent = paced_load(bootstrap, inp, pool, rate, seconds, run)
+            got = collect(bootstrap, out, run, sent, proc, broker_pids, timeout=20, idle_timeout=5)
+    finally:
+        drop_topics(bootstrap, inp, out)
+    lat = np.array([got.result_ts[r] - d["kafka_ts_ms"] for r, d in got.docs.items()], dtype=float)
+    lat = np.concatenate([lat, np.full(sent - len(lat), np.inf)])
+    result = correctness(got, pool, reference, sent)
+    return {**result, "rate_req_s": rate, "seconds": seconds, "cpu_cores": cores,
+            "p50_ms": float(np.percentile(lat, 50, method="higher")),
+            "p99_ms": float(np.percentile(lat, 99, method="higher")),
+            "goodput_req_s": float((lat <= SLO_MS).sum()) / seconds, "in_slo": float((lat <= SLO_MS).mean())}
