@@ -461,6 +461,10 @@ class SimConfig:
     # Tenant classes by name (batching/tenants.py): a fresh TenantGate per run; None:
     # one shared queue, as the worker without a `tenants:` section.
     tenants: dict[str, TenantClass] | None = None
+    # Per-tenant SLA, seconds by tenant name (pipeline/simulate_tenants.py): a request's
+    # budget, whatever its priority, as a `tenants:` class's slo_ms gives it in the
+    # worker (pipeline/tenants_config.py); absent tenants get the curve's budget.
+    tenant_slo: dict[str, float] | None = None
 
 
 @dataclass
@@ -621,7 +625,8 @@ class _Sim:
                 now = t_arr
                 self.clock.set(now)
                 a = arrivals[i]
-                budget = now + curve.budget(a.priority)
+                slo = self.cfg.tenant_slo
+                budget = now + (slo[a.tenant] if slo and a.tenant in slo else curve.budget(a.priority))
                 self.deadline[i] = budget if a.deadline is None else min(budget, a.deadline)
                 if self.paused or self.backlog:
                     self.backlog.append(i)
