@@ -47,23 +47,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.harness import (  # noqa: E402
-    BROKERS,
-    OUT,
-    RequestPool,
-    cpu_shares,
-    cpu_text,
-    drain_throughput,
-    fresh_topics,
-    local_broker,
-    open_loop,
-    preload,
-    read_request_ids,
-    read_results,
-    table,
-    wait_outcomes,
-    worker_process,
-)
+from bench import harness as H  # noqa: E402
 from pipeline.simulate import curve_from_dict, load_curve  # noqa: E402
 from pipeline.simulate_tenants import BURSTER, SHARES, STEADY, compare_tenants, offered  # noqa: E402
 
@@ -84,24 +68,24 @@ def tenant_of(rates: dict[str, float], seed: int):
     return lambda i: names[draws[i % len(draws)]]
 
 
-def one_run(bs: str, pool: RequestPool, gated: bool, rates: dict[str, float], capacity_rows: float,
+def one_run(bs: str, pool: H.RequestPool, gated: bool, rates: dict[str, float], capacity_rows: float,
             seconds: float, seed: int, tmp: Path) -> dict:
-    inp, out = fresh_topics(bs, f"bench-tenants-{'gated' if gated else 'shared'}")
+    inp, out = H.fresh_topics(bs, f"bench-tenants-{'gated' if gated else 'shared'}")
     run = f"r{uuid.uuid4().hex[:6]}"
     config = tmp / f"{run}.yaml"
     doc = {"batching": {"slo_ms": SLO_MS, "expiry_action": "route_late"}}
     config.write_text(yaml.safe_dump({**doc, **(tenant_config(capacity_rows) if gated else {})}))
     total = sum(rates.values())
     tenants = tenant_of(rates, seed)
-    with worker_process(bs, inp, out, "adaptive", config=config, log_name=f"tenants-{'gated' if gated else 'shared'}") as proc:
-        with cpu_shares(bs, proc.pid) as cores:
-            sent = open_loop(bs, inp, pool, total, seconds, run, seed=seed, tenant_fn=tenants)
-        results = read_results(bs, out, sent, timeout=20, run=run)
-        routed = read_request_ids(bs, f"{inp}.late", run, idle_timeout=1.5)
+    with H.worker_process(bs, inp, out, "adaptive", config=config, log_name=f"tenants-{'gated' if gated else 'shared'}") as proc:
+        with H.cpu_shares(bs, proc.pid) as cores:
+            sent = H.open_loop(bs, inp, pool, total, seconds, run, seed=seed, tenant_fn=tenants)
+        results = H.read_results(bs, out, sent, timeout=20, run=run)
+        routed = H.read_request_ids(bs, f"{inp}.late", run, idle_timeout=1.5)
         deadline = time.monotonic() + 60
         while len(results.docs) + len(routed) < sent and time.monotonic() < deadline:
-            results = read_results(bs, out, sent - len(routed), timeout=10, run=run)
-            routed = read_request_ids(bs, f"{inp}.late", run, idle_timeout=1.0)
+            results = H.read_results(bs, out, sent - len(routed), timeout=10, run=run)
+            routed = H.read_request_ids(bs, f"{inp}.late", run, idle_timeout=1.0)
     return {"sent": sent, "cores": cores, **per_tenant(results, routed, run)}
 
 
@@ -139,20 +123,20 @@ def predict(capacity_rows: float, factor: float, steady: float, seconds: float, 
             for run, r in comp.runs.items() if run != "single"}
 
 
-def measure_capacity(bs: str, pool: RequestPool, backlog: int) -> float:
-    inp, out = fresh_topics(bs, "bench-tenants-capacity")
-    preload(bs, inp, pool, backlog, "cap")
+def measure_capacity(bs: str, pool: H.RequestPool, backlog: int) -> float:
+    inp, out = H.fresh_topics(bs, "bench-tenants-capacity")
+    H.preload(bs, inp, pool, backlog, "cap")
     # A preloaded backlog is older than any SLO: lift it, or adaptive would route it late.
-    with worker_process(bs, inp, out, "adaptive", extra_env={"TIDEBATCH_BATCHING__SLO_MS": "3600000"},
+    with H.worker_process(bs, inp, out, "adaptive", extra_env={"TIDEBATCH_BATCHING__SLO_MS": "3600000"},
                         log_name="tenants-capacity") as proc:
-        wait_outcomes(proc, backlog)
-        res = read_results(bs, out, backlog, timeout=120, run="cap")
-    return drain_throughput(res)[0]
+        H.wait_outcomes(proc, backlog)
+        res = H.read_results(bs, out, backlog, timeout=120, run="cap")
+    return H.drain_throughput(res)[0]
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--broker", choices=BROKERS, default="kafka")
+    ap.add_argument("--broker", choices=H.BROKERS, default="kafka")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=8.0, help="length of each run's load")
     ap.add_argument("--factor", type=float, default=2.0, help="the burster's load over its 10 %% share")
@@ -161,11 +145,11 @@ def main() -> int:
     ap.add_argument("--live-fraction", type=float, default=0.63, help="live over drained capacity")
     ap.add_argument("--backlog", type=int, default=8000, help="requests drained to measure capacity")
     args = ap.parse_args()
-    pool = RequestPool()
-    tmp = OUT / "tenants"
+    pool = H.RequestPool()
+    tmp = H.OUT / "tenants"
     tmp.mkdir(parents=True, exist_ok=True)
     report: dict = {"broker": args.broker, "slo_ms": SLO_MS, "factor": args.factor, "steady": args.steady, "repeats": []}
-    with local_broker(args.broker) as broker:
+    with H.local_broker(args.broker) as broker:
         bs = broker.bootstrap_servers
         if args.capacity is None:
             drained = measure_capacity(bs, pool, args.backlog)
@@ -183,10 +167,10 @@ def main() -> int:
                 r = one_run(bs, pool, gated, rates, cap_rows, args.seconds, seed, tmp)
                 rep["tenants" if gated else "shared"] = r
                 print(f"[{k + 1}/{args.repeat}] {'tenants' if gated else 'shared '}: sent {r['sent']}, "
-                      f"outcomes {r['outcomes']}, batch {r['batch_rows']:.0f}; {cpu_text(r['cores'])}", flush=True)
+                      f"outcomes {r['outcomes']}, batch {r['batch_rows']:.0f}; {H.cpu_text(r['cores'])}", flush=True)
             report["repeats"].append(rep)
     print(format_report(report))
-    path = OUT / f"tenants-{args.broker}.json"
+    path = H.OUT / f"tenants-{args.broker}.json"
     path.write_text(json.dumps(report, indent=2, default=float))
     print(f"json: {path}")
     return 0
@@ -208,7 +192,7 @@ def format_report(report: dict) -> str:
     head = (f"capacity {report['capacity_req_s']:.0f} req/s ({report['capacity_rows_s']:.0f} rows/s), SLO "
             f"{report['slo_ms']:g} ms, burster at {report['factor']:g}x its share, steady tenants at "
             f"{report['steady']:g} of capacity each; broker {report['broker']}")
-    return head + "\n" + table(
+    return head + "\n" + H.table(
         ["rep", "run", "tenant", "share", "sent", "routed", "goodput%", "sim%", "p99ms", "sim p99", "batch real/sim",
          "cores gen/worker/broker"], rows)
 
