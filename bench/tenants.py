@@ -28,7 +28,7 @@ the moment they are routed), and per run the mean batch and the cores the genera
 the worker and the broker used.
 
     flock /tmp/heavy.lock .venv/bin/python bench/tenants.py [--broker kafka] [--repeat 3]
-        [--seconds 8] [--factor 2] [--steady 0.3] [--capacity REQ_S]
+        [--seconds 8] [--factor 2] [--steady 0.3] [--capacity REQ_S] [--encoding binary]
 
 Timings on this 2-core machine are noisy: compare the rows of one run, not runs.
 """
@@ -86,7 +86,8 @@ def one_run(bs: str, pool: H.RequestPool, gated: bool, rates: dict[str, float], 
         while len(results.docs) + len(routed) < sent and time.monotonic() < deadline:
             results = H.read_results(bs, out, sent - len(routed), timeout=10, run=run)
             routed = H.read_request_ids(bs, f"{inp}.late", run, idle_timeout=1.0)
-    return {"sent": sent, "cores": cores, **per_tenant(results, routed, run)}
+        stages = H.stages(proc)  # where the scored requests' time went: before the gate or after
+    return {"sent": sent, "cores": cores, "stages": stages, **per_tenant(results, routed, run)}
 
 
 def _tenant(rid: str, run: str) -> str:
@@ -144,11 +145,13 @@ def main() -> int:
     ap.add_argument("--capacity", type=float, default=None, help="100 %% load in req/s (default: measured)")
     ap.add_argument("--live-fraction", type=float, default=0.63, help="live over drained capacity")
     ap.add_argument("--backlog", type=int, default=8000, help="requests drained to measure capacity")
+    ap.add_argument("--encoding", choices=("json", "binary"), default="json",
+                    help="CTR requests as JSON or the binary form (decoding ~9x cheaper: docs/ARCHITECTURE.md)")
     args = ap.parse_args()
-    pool = H.RequestPool()
+    pool = H.RequestPool(encoding=args.encoding)
     tmp = H.OUT / "tenants"
     tmp.mkdir(parents=True, exist_ok=True)
-    report: dict = {"broker": args.broker, "slo_ms": SLO_MS, "factor": args.factor, "steady": args.steady, "repeats": []}
+    report: dict = {"broker": args.broker, "encoding": args.encoding, "slo_ms": SLO_MS, "factor": args.factor, "steady": args.steady, "repeats": []}
     with H.local_broker(args.broker) as broker:
         bs = broker.bootstrap_servers
         if args.capacity is None:
@@ -167,10 +170,11 @@ def main() -> int:
                 r = one_run(bs, pool, gated, rates, cap_rows, args.seconds, seed, tmp)
                 rep["tenants" if gated else "shared"] = r
                 print(f"[{k + 1}/{args.repeat}] {'tenants' if gated else 'shared '}: sent {r['sent']}, "
-                      f"outcomes {r['outcomes']}, batch {r['batch_rows']:.0f}; {H.cpu_text(r['cores'])}", flush=True)
+                      f"outcomes {r['outcomes']}, batch {r['batch_rows']:.0f}; {H.cpu_text(r['cores'])}; "
+                      f"{H.stages_text(r['stages'])}", flush=True)
             report["repeats"].append(rep)
     print(format_report(report))
-    path = H.OUT / f"tenants-{args.broker}.json"
+    path = H.OUT / f"tenants-{args.broker}-{args.encoding}.json"
     path.write_text(json.dumps(report, indent=2, default=float))
     print(f"json: {path}")
     return 0
@@ -191,7 +195,7 @@ def format_report(report: dict) -> str:
                              f"{real['cores']['generator']:.2f} / {real['cores']['worker']:.2f} / {real['cores']['broker']:.2f}"])
     head = (f"capacity {report['capacity_req_s']:.0f} req/s ({report['capacity_rows_s']:.0f} rows/s), SLO "
             f"{report['slo_ms']:g} ms, burster at {report['factor']:g}x its share, steady tenants at "
-            f"{report['steady']:g} of capacity each; broker {report['broker']}")
+            f"{report['steady']:g} of capacity each; broker {report['broker']}, {report['encoding']} requests")
     return head + "\n" + H.table(
         ["rep", "run", "tenant", "share", "sent", "routed", "goodput%", "sim%", "p99ms", "sim p99", "batch real/sim",
          "cores gen/worker/broker"], rows)
