@@ -159,11 +159,13 @@ class RequestPool:
             self.rows.append(len(doc["items"]))
         self.mean_rows = float(np.mean(self.rows))
 
-    def get(self, i: int, run: str, priority: int | None = None) -> tuple[bytes | None, bytes]:
+    def get(self, i: int, run: str, priority: int | None = None, tenant: str | None = None) -> tuple[bytes | None, bytes]:
         key, value, rid = self.templates[i % len(self.templates)]
         new = f'"request_id":"{run}-{i}"'
         if priority is not None:
             new = f'"priority":{priority},' + new
+        if tenant is not None:
+            new = f'"tenant":"{tenant}",' + new
         value = value.replace(rid, new.encode(), 1)
         if self.encoding == "binary":
             from pipeline.codecs.ctr_binary import encode
@@ -197,10 +199,10 @@ def preload(bootstrap: str, topic: str, pool: RequestPool, n: int, run: str) -> 
 def open_loop(
     bootstrap: str, topic: str, pool: RequestPool, rate_fn: Callable[[float], float] | float,
     duration: float, run: str, seed: int = 3, priority_fn: Callable[[int], int] | None = None,
-    producer_overrides: dict | None = None,
+    producer_overrides: dict | None = None, tenant_fn: Callable[[int], str] | None = None,
 ) -> int:
     """Produce for `duration` s at `rate_fn(t)` req/s (Poisson; a time-varying rate is
-    realised by thinning). Returns how many were sent."""
+    realised by thinning). tenant_fn(i): request i's tenant (request_id RUN-TENANT-i)."""
     producer = make_producer(bootstrap, topic, producer_overrides)
     if callable(rate_fn):
         peak = max(rate_fn(t) for t in np.linspace(0, duration, 200))
@@ -212,7 +214,8 @@ def open_loop(
 
     def send(i: int) -> None:
         priority = priority_fn(i) if priority_fn else None
-        produce_now(producer, topic, *pool.get(i, run, priority))
+        tenant = tenant_fn(i) if tenant_fn else None
+        produce_now(producer, topic, *pool.get(i, f"{run}-{tenant}" if tenant else run, priority, tenant))
         producer.poll(0)
 
     sent, _ = run_open_loop(iter(times), send, idle=lambda s: producer.poll(s))

@@ -471,6 +471,10 @@ class SimConfig:
     decode_s: float = 0.0  # source-thread seconds per request; 0: admission is free
     poll_records: int = 1000  # records per poll, the worker's
     shed_reserve: float = DEFAULT_RESERVE  # Admission's reserve (route_late only)
+    # Per-tenant SLA, seconds by tenant name (pipeline/simulate_tenants.py): a request's
+    # budget, whatever its priority, as a `tenants:` class's slo_ms gives it in the
+    # worker (pipeline/tenants_config.py); absent tenants get the curve's budget.
+    tenant_slo: dict[str, float] | None = None
 
 
 @dataclass
@@ -668,7 +672,8 @@ class _Sim:
                 now = t_arr
                 self.clock.set(now)
                 a = arrivals[i]
-                budget = now + curve.budget(a.priority)
+                slo = self.cfg.tenant_slo
+                budget = now + (slo[a.tenant] if slo and a.tenant in slo else curve.budget(a.priority))
                 self.deadline[i] = budget if a.deadline is None else min(budget, a.deadline)
                 if self.cfg.decode_s > 0:
                     self.backlog.append(i)

@@ -10,12 +10,17 @@ Three runs on the same curve and policy, side by side:
   each class's guaranteed rate its share of the curve's capacity and its bucket one
   SLO budget deep: the burst a class may send at once is what the pipeline can absorb
   within one deadline, so the sum over the classes still fits one deadline.
+
+Each tenant's SLA is the curve's budget unless `--tenant-slo NAME=MS,...` gives it one
+of its own; goodput and in_slo are then counted against that tenant's own SLA, and its
+requests' deadlines (so EDF order and expiry) follow it in both the shared and the gated
+run, as a `tenants:` class's slo_ms does in the worker.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from pipeline.batching.tenants import TenantClass
 from pipeline.errors import UserError
@@ -88,11 +93,35 @@ def tenant_workload(
     return Workload(f"tenants:{factor:g}:{steady:g}", arrivals, duration, sum(loads.values()))
 
 
-def tenant_classes(curve: Curve, shares: Mapping[str, float] = SHARES) -> dict[str, TenantClass]:
-    """A class per tenant: rate = share × capacity, depth = rate × the SLO budget."""
-    budget = curve.budget(0)
+def parse_tenant_slo(spec: str | None) -> dict[str, float]:
+    """'steady-a=30,burster=200' -> {tenant: SLA in seconds}; names from SHARES."""
+    out: dict[str, float] = {}
+    for part in (spec or "").split(","):
+        if not part.strip():
+            continue
+        name, _, ms = part.partition("=")
+        try:
+            value = float(ms)
+        except ValueError:
+            value = -1.0
+        if name.strip() not in SHARES or value <= 0:
+            raise UserError(f"bad --tenant-slo {part!r}; use NAME=MS with NAME one of {', '.join(SHARES)} and MS > 0")
+        out[name.strip()] = value / 1000.0
+    return out
+
+
+def tenant_slo_s(curve: Curve, slo: Mapping[str, float] | None, name: str) -> float:
+    """A tenant's SLA in seconds: its own, else the curve's budget (priority 0)."""
+    return slo[name] if slo and name in slo else curve.budget(0)
+
+
+def tenant_classes(
+    curve: Curve, shares: Mapping[str, float] = SHARES, slo: Mapping[str, float] | None = None
+) -> dict[str, TenantClass]:
+    """A class per tenant: rate = share × capacity, depth = rate × its SLA."""
     return {
-        name: TenantClass(name, rate=share * curve.capacity, depth=share * curve.capacity * budget)
+        name: TenantClass(name, rate=share * curve.capacity,
+                          depth=share * curve.capacity * tenant_slo_s(curve, slo, name))
         for name, share in shares.items()
     }
 
@@ -102,9 +131,11 @@ class TenantComparison:
     curve: Curve
     scenario: str
     runs: dict[str, RunResult]  # single, shared, tenants
+    slo: dict[str, float] = field(default_factory=dict)  # tenant -> own SLA, seconds
 
     def to_dict(self) -> dict:
-        return {"scenario": self.scenario, "shares": SHARES, "runs": {k: r.to_dict() for k, r in self.runs.items()}}
+        return {"scenario": self.scenario, "shares": SHARES, "tenant_slo_s": self.slo,
+                "runs": {k: r.to_dict() for k, r in self.runs.items()}}
 
 
 def compare_tenants(
@@ -116,8 +147,10 @@ def compare_tenants(
     rows: str = DEFAULT_ROWS,
     seed: int = 1,
     cfg: SimConfig | None = None,
+    slo: Mapping[str, float] | None = None,
 ) -> TenantComparison:
-    cfg = cfg or SimConfig(seed=seed)
+    """slo: tenant -> its own SLA in seconds (parse_tenant_slo); others the curve's."""
+    cfg = replace(cfg or SimConfig(seed=seed), tenant_slo=dict(slo) if slo else None)
     factor, steady = scenario_loads(scenario)
     dur = duration if duration is not None else DEFAULT_DURATION
     mixed = tenant_workload(curve, factor, dur, rows, seed, steady)
@@ -127,15 +160,14 @@ def compare_tenants(
     runs = {
         "single": simulate(single, curve, spec, cfg),
         "shared": simulate(mixed, curve, spec, replace(cfg, tenants=None)),
-        "tenants": simulate(mixed, curve, spec, replace(cfg, tenants=tenant_classes(curve))),
+        "tenants": simulate(mixed, curve, spec, replace(cfg, tenants=tenant_classes(curve, SHARES, slo))),
     }
-    return TenantComparison(curve, mixed.name, runs)
+    return TenantComparison(curve, mixed.name, runs, dict(slo or {}))
 
 
 def format_tenant_table(comp: TenantComparison) -> str:
     """One line per run and tenant; the single run has one line, for all rows."""
-    slo_ms = comp.curve.budget(0) * 1e3
-    head = ["run", "tenant", "share", "offered", "good/cap", "goodput%", "p99ms", "in_slo", "batch", "mixed%"]
+    head = ["run", "tenant", "share", "sla_ms", "offered", "good/cap", "goodput%", "p99ms", "in_slo", "batch", "mixed%"]
     lines = []
     for run, r in comp.runs.items():
         per = r.by_tenant or {"(all)": {
@@ -146,8 +178,9 @@ def format_tenant_table(comp: TenantComparison) -> str:
         }}
         for name, t in per.items():
             share = SHARES.get(name)
+            slo_ms = tenant_slo_s(comp.curve, comp.slo, name) * 1e3
             lines.append([
-                run, name, "-" if share is None else f"{share:g}", f"{t['offered_share']:.3f}",
+                run, name, "-" if share is None else f"{share:g}", f"{slo_ms:g}", f"{t['offered_share']:.3f}",
                 f"{t['good_share']:.3f}", f"{100 * t['goodput']:.2f}", f"{t['p99_ms']:.1f}",
                 "yes" if t["p99_ms"] <= slo_ms else "NO", f"{r.mean_batch_rows:.0f}",
                 f"{100 * r.mixed_batches / r.batches:.0f}" if r.batches and r.by_tenant else "-",

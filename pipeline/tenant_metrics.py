@@ -7,7 +7,9 @@ producers send.
         (within the share), yellow (over it), red (over the ceiling)
     tidebatch_tenant_shed_rows_total{pipeline, tenant_class}     rows shed to the late topic
     tidebatch_tenant_share_used{pipeline, tenant_class}          recent rate / guaranteed rate
-    tidebatch_tenant_requests_total{pipeline, tenant_class, outcome}  scored: ok or late
+    tidebatch_tenant_requests_total{pipeline, tenant_class, outcome}  one outcome per request
+        the gate marked: ok (scored in time), late (scored late), routed_late (to the late
+        topic unscored: expired, or shed over the ceiling); goodput = ok / all three
     tidebatch_tenant_latency_seconds{pipeline, tenant_class}     Kafka timestamp to result, for
         p99 against the class's SLA (histogram_quantile)
     tidebatch_tenant_slo_seconds{pipeline, tenant_class}         the class's budget (priority 0),
@@ -72,13 +74,19 @@ class TenantOutcomes:
         for name, seconds in slo_s.items():
             slo.labels(pipeline, name).set(seconds)
         self.requests = Counter(
-            "tidebatch_tenant_requests", "Requests scored per tenant class, ok (in time) or late",
+            "tidebatch_tenant_requests", "Outcomes per tenant class: ok (scored in time), late (scored "
+            "late), routed_late (unscored to the late topic: expired or shed)",
             ["pipeline", "tenant_class", "outcome"], registry=registry,
         )
         self.latency = Histogram(
             "tidebatch_tenant_latency_seconds", "Request Kafka timestamp to result produced, per tenant class",
             ["pipeline", "tenant_class"], buckets=buckets, registry=registry,
         )
+
+    def routed(self, classes: Sequence[str]) -> None:
+        """One per request routed unscored to the late topic, by its class."""
+        for name in classes:
+            self.requests.labels(self.pipeline, name, "routed_late").inc()
 
     def observe(self, scored: Sequence[tuple[str, bool, float | None]]) -> None:
         """(class, late, seconds from the Kafka timestamp or None) per scored request."""

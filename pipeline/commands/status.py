@@ -4,10 +4,12 @@
     tidebatch status --prometheus http://prometheus:9090             # or ask Prometheus
 
 Per pipeline it prints throughput, p99 end-to-end latency against the SLO, mean batch
-size, consumer lag and a verdict:
+size, consumer lag and a verdict; with tenant classes (a `tenants:` section), per class
+its rate, goodput, p99 against its SLA and the rows throttled over its share and
+ceiling (pipeline/ops/tenant_stats.py):
 
     OK        serving, p99 within the SLO, lag not growing
-    DEGRADED  p99 over the SLO, or lag growing
+    DEGRADED  p99 over the SLO (the pipeline's, or a tenant class's own), or lag growing
     DOWN      no worker answers, none is ready, or no partition is consumed
 
 From workers it scrapes every /metrics twice, --interval seconds apart, and derives
@@ -30,6 +32,13 @@ from typing import Any
 
 from pipeline.errors import UserError
 from pipeline.ops import stats as S
+from pipeline.ops.tenant_stats import (
+    TenantStats,
+    format_tenants,
+    from_prom_values,
+    tenant_queries,
+    tenant_window_stats,
+)
 
 _TIMEOUT_S = 3.0
 
@@ -61,6 +70,7 @@ class PipelineReport:
     workers_up: int
     verdict: str
     reasons: list[str] = field(default_factory=list)
+    tenants: list[TenantStats] = field(default_factory=list)  # with a `tenants:` section
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -69,7 +79,18 @@ class PipelineReport:
             "verdict": self.verdict,
             "reasons": self.reasons,
             **(self.stats.as_dict() if self.stats else {}),
+            "tenants": [t.as_dict() for t in self.tenants],
         }
+
+    def add_tenants(self, tenants: list[TenantStats]) -> None:
+        """A tenant class over its own SLA degrades a serving pipeline."""
+        self.tenants = tenants
+        over = [f"tenant class {t.tenant_class} p99 {t.p99_ms:.1f} ms over its {t.slo_ms:g} ms SLA"
+                for t in tenants if t.over_sla]
+        if over and self.verdict == S.OK:
+            self.verdict = S.DEGRADED
+        if self.verdict == S.DEGRADED:
+            self.reasons += over
 
 
 @dataclass
@@ -152,7 +173,9 @@ def report_from_snapshots(
         st = S.window_stats(old, new, seconds).get(p)
         old_lag = S.window_stats(None, old, 0.0).get(p)
         growing = st is not None and S.lag_growing(old_lag.lag if old_lag else None, st, lag_min)
-        reports.append(_judge(p, st, len(pairs), growing))
+        report = _judge(p, st, len(pairs), growing)
+        report.add_tenants(tenant_window_stats(old, new, seconds, p))
+        reports.append(report)
     if not reports:
         reports.append(PipelineReport("?", None, 0, S.DOWN, ["no worker answers"]))
     return StatusReport(reports, down)
@@ -218,7 +241,14 @@ def from_prometheus(base: str, job: str, window: str, lag_min: float = 100.0) ->
         labels.get("instance", "?"): "Prometheus cannot scrape it (up == 0)"
         for labels, _ in prom_query(base, f'up{{job="{job}"}} == 0')
     }
+    tenants: dict[str, dict[str, dict[str, float | None]]] = {}
+    for key, q in tenant_queries(f'job="{job}"', window).items():
+        for labels, v in prom_query(base, q):
+            if "tenant_class" in labels:
+                tenants.setdefault(labels.get("pipeline", "?"), {}).setdefault(labels["tenant_class"], {})[key] = v
     reports = [_prom_pipeline(p, v, lag_min) for p, v in sorted(values.items())]
+    for report in reports:
+        report.add_tenants(from_prom_values(tenants.get(report.pipeline, {})))
     if not reports:
         reports.append(PipelineReport("?", None, 0, S.DOWN, [f'no tidebatch metrics for job "{job}"']))
     return StatusReport(reports, down)
@@ -265,6 +295,8 @@ def format_report(report: StatusReport) -> str:
         ))
     widths = [max(len(r[i]) for r in rows) for i in range(len(header) - 1)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1] for r in rows]
+    for p in report.pipelines:
+        lines += format_tenants(p.pipeline, p.tenants)
     lines += [f"down: {where}: {why}" for where, why in sorted(report.down.items())]
     return "\n".join(lines)
 

@@ -34,7 +34,7 @@ ASSIGNED = "tidebatch_assigned_partitions"
 READY = "tidebatch_ready"
 
 # Gauges that mean the same on every worker: merging takes the max, not the sum.
-_MERGE_MAX = frozenset({SLO})
+_MERGE_MAX = frozenset({SLO, "tidebatch_tenant_slo_seconds"})
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ from pipeline.tenants_config import max_budget_ms, tenant_budget_ms
 from pipeline.worker.admission import Admission
 from pipeline.worker.compose import WorkerParts, build_parts
 from pipeline.worker.executors import Executors
+from pipeline.worker.late_routing import route_late
 from pipeline.worker.partitions import Partitions
 from pipeline.worker.publisher import Publisher
 from pipeline.worker.stats import WorkerStats
@@ -356,9 +357,7 @@ class Worker:
             self.transactions.release()
 
     def _route_late(self) -> None:
-        routed = self.queue.pop_routed_late()
-        if routed:
-            self.outcomes.late([(req.item.rec, req.item.deadline_wall_ms) for req in routed], wall_ms())
+        route_late(self.queue, self.outcomes, self.metrics.tenants)
 
     def _apply_backpressure(self) -> IntakeDecision:
         """Hold or pause consumption by the queue's in-time rows (batching/backpressure.py

@@ -336,3 +336,71 @@ def test_a_redis_that_rejects_the_worker_makes_it_unready_an_outage_does_not():
     ok, body = health.readiness(_worker(redis=SimpleNamespace(link=link)), now=101.0)
     assert not ok and body["reason"] == link.problem
     assert "redis" not in health.readiness(_worker(redis=None), now=101.0)[1]["checks"]
+
+
+# ----------------------------------------------------------------------------- tenants
+def _tenant_worker() -> tuple[WorkerMetrics, object, object]:
+    from pipeline.batching.request import Request
+    from pipeline.batching.tenants import TenantClass, TenantGate
+    from pipeline.tenant_metrics import watch_tenants
+
+    m = _metrics()
+    m.assigned.labels("ctr").set(1)
+    m.ready.labels("ctr").set(1)
+    # gold: 100 rows/s, 10 deep; burst: 10 rows/s within a 20 rows/s ceiling, 20 deep.
+    gate = TenantGate({"gold": TenantClass("gold", 100.0, 10.0),
+                       "burst": TenantClass("burst", 10.0, 10.0, 20.0, 20.0, "shed")})
+    outcomes = watch_tenants(m.registry, "ctr", gate, lambda: 0.0, (0.01, 0.1, 1.0), {"gold": 0.05, "burst": 0.5})
+
+    def send(tenant: str, n: int, rows: int = 5) -> None:
+        for _ in range(n):
+            gate.mark(Request(rows, 0.0, 1.0, tenant=tenant), 0.0)
+
+    return m, (gate, send), outcomes
+
+
+def test_status_shows_each_tenant_class_rate_goodput_p99_and_throttled_rows():
+    m, (gate, send), outcomes = _tenant_worker()
+    send("gold", 10)  # before the window: 50 rows, 10 green then 8 yellow
+    old = S.from_registry(m.registry)
+    send("gold", 2)  # 10 rows, yellow: the bucket is empty at time 0
+    send("burst", 6)  # 30 rows: 2 green (10), 2 yellow (10, the ceiling's 20 now spent), 2 red
+    gate.shed(SimpleNamespace(rows=10, tenant_class="burst"))
+    outcomes.observe([("gold", False, 0.004)] * 3 + [("gold", True, 0.5)])
+    outcomes.observe([("burst", False, 0.004)] * 4)
+    outcomes.routed(["burst"] * 2)
+    report = status.report_from_snapshots({"w": (old, S.from_registry(m.registry))}, 2.0, {})
+    (ctr,) = report.pipelines
+    t = {x.tenant_class: x for x in ctr.tenants}
+    assert set(t) == {"gold", "burst", "default"}
+    assert t["gold"].rate_rps == pytest.approx(2.0) and t["gold"].goodput == pytest.approx(0.75)
+    assert t["gold"].slo_ms == pytest.approx(50.0) and t["gold"].p99_ms > 50.0  # one of four at 0.5 s
+    assert (t["gold"].over_share_rows, t["gold"].over_ceiling_rows, t["gold"].shed_rows) == (10, 0, 0)
+    assert t["burst"].goodput == pytest.approx(4 / 6) and t["burst"].rate_rps == pytest.approx(3.0)
+    assert (t["burst"].over_share_rows, t["burst"].over_ceiling_rows, t["burst"].shed_rows) == (10, 10, 10)
+    assert t["burst"].throttled_rows == 20 and not t["burst"].over_sla
+    # gold's p99 over its own SLA degrades the pipeline, naming the class.
+    assert ctr.verdict == S.DEGRADED and any("tenant class gold" in r for r in ctr.reasons)
+    text = status.format_report(report)
+    assert "TENANT CLASS" in text and "ctr/burst" in text and "66.67 %" in text
+    assert status.json.loads(status.json.dumps(report.as_dict()))["pipelines"][0]["tenants"][0]["tenant_class"] == "burst"
+
+
+def test_status_without_tenant_classes_has_no_tenant_lines():
+    m = _metrics()
+    m.assigned.labels("ctr").set(1)
+    old = S.from_registry(m.registry)
+    m.outcome("t", "ok", 10)
+    report = status.report_from_snapshots({"w": (old, S.from_registry(m.registry))}, 2.0, {})
+    assert report.pipelines[0].tenants == [] and "TENANT" not in status.format_report(report)
+
+
+def test_tenant_status_from_prometheus_values():
+    from pipeline.ops.tenant_stats import from_prom_values, tenant_queries
+
+    queries = tenant_queries('job="w"', "1m")
+    assert 'outcome="ok"' in queries["ok"] and "tenant_class" in queries["p99"]
+    (gold,) = from_prom_values({"gold": {"rate": 5.0, "outcomes": 300.0, "ok": 297.0, "p99": 0.02,
+                                         "slo": 0.03, "yellow": 40.0, "red": None, "shed": None}})
+    assert gold.goodput == pytest.approx(0.99) and gold.p99_ms == pytest.approx(20.0) and not gold.over_sla
+    assert gold.throttled_rows == 40 and gold.shed_rows == 0

@@ -13,6 +13,7 @@ from pipeline.simulate_tenants import (
     STEADY,
     compare_tenants,
     format_tenant_table,
+    parse_tenant_slo,
     scenario_loads,
     tenant_classes,
     tenant_workload,
@@ -74,3 +75,30 @@ def test_the_cli_prints_the_side_by_side_table(capsys):
     assert main(["simulate", "--scenario", "tenants:2", "--duration", "1"]) == 0
     out = capsys.readouterr().out
     assert "scenario tenants:2:0.3" in out and out.count("burster") == 2
+
+
+def test_goodput_is_counted_against_each_tenants_own_sla():
+    # The burster's 200 ms SLA: its requests keep their deadlines longer, so more of
+    # them are in time than against the curve's 50 ms; steady-a's 30 ms: fewer.
+    base = compare_tenants(CURVE, "tenants:2", duration=2.0)
+    own = compare_tenants(CURVE, "tenants:2", duration=2.0, slo=parse_tenant_slo("burster=200,steady-a=30"))
+    for run in ("shared", "tenants"):
+        assert own.runs[run].by_tenant[BURSTER]["goodput"] > base.runs[run].by_tenant[BURSTER]["goodput"]
+        assert own.runs[run].by_tenant["steady-a"]["goodput"] < base.runs[run].by_tenant["steady-a"]["goodput"]
+    assert own.runs["single"].produced == base.runs["single"].produced  # no tenant there: the curve's SLO
+    table = format_tenant_table(own).splitlines()
+    assert table[0].split()[3] == "sla_ms"
+    assert {tuple(line.split()[:4]) for line in table[1:]} >= {("tenants", BURSTER, "0.1", "200"), ("tenants", "steady-a", "0.3", "30")}
+
+
+def test_a_tenants_class_bucket_is_its_own_sla_deep():
+    classes = tenant_classes(CURVE, slo={BURSTER: 0.2})
+    assert classes[BURSTER].depth == pytest.approx(0.1 * CURVE.capacity * 0.2)
+    assert classes["steady-a"].depth == pytest.approx(0.3 * CURVE.capacity * 0.05)
+
+
+@pytest.mark.parametrize("bad", ["nobody=30", "burster=0", "burster=x", "burster"])
+def test_bad_tenant_slo_is_one_line(bad):
+    with pytest.raises(UserError, match="bad --tenant-slo"):
+        parse_tenant_slo(bad)
+    assert parse_tenant_slo(None) == {} and parse_tenant_slo("steady-b=80") == {"steady-b": 0.08}

@@ -383,3 +383,36 @@ def test_the_publisher_counts_and_times_requests_per_tenant_class() -> None:
     assert value("tidebatch_tenant_slo_seconds", tenant_class="gold") == 0.02
     classes = {s.labels.get("tenant_class") for m in metrics.registry.collect() for s in m.samples}
     assert classes == {None, "gold", "default"}
+
+
+def test_requests_shed_over_a_ceiling_count_as_routed_late_for_their_class_alone() -> None:
+    from pipeline.batching.batcher import Batcher
+    from pipeline.batching.concurrent import BatchQueue
+    from pipeline.batching.policies import make_policy
+    from pipeline.batching.tenants import TenantClass, TenantGate
+    from pipeline.clock import FakeClock
+    from pipeline.tenant_metrics import watch_tenants
+    from pipeline.worker.late_routing import route_late
+
+    # gold: a share, no ceiling; burst: a ceiling one row deep, beyond it shed.
+    gate = TenantGate({"gold": TenantClass("gold", 100.0, 10.0),
+                       "burst": TenantClass("burst", 1.0, 1.0, 1.0, 1.0, "shed")})
+    clock = FakeClock()
+    queue = BatchQueue(Batcher(make_policy("greedy", max_batch_rows=64), tenants=gate), clock)
+    metrics = WorkerMetrics("toy", "adaptive")
+    metrics.tenants = watch_tenants(metrics.registry, "toy", gate, clock.now)
+    batch = make_batch([b"g0", b"b0", b"b1", b"b2"])
+    for req, tenant in zip(batch.requests, ("gold", "burst", "burst", "burst"), strict=True):
+        req.tenant = tenant
+    queue.put_many(batch.requests)
+    outcomes = FakeOutcomes()
+    route_late(queue, outcomes, metrics.tenants)  # type: ignore[arg-type]
+    assert [offset for offset, _ in outcomes.routed] == [2, 3]  # b0 took the ceiling's one row
+
+    def routed(name: str) -> float | None:
+        return metrics.registry.get_sample_value(
+            "tidebatch_tenant_requests_total", {"pipeline": "toy", "tenant_class": name, "outcome": "routed_late"})
+
+    assert (routed("burst"), routed("gold")) == (2, None)
+    route_late(queue, outcomes, metrics.tenants)  # type: ignore[arg-type]  # nothing new: nothing counted
+    assert routed("burst") == 2 and len(outcomes.routed) == 2
