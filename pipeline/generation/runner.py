@@ -1,0 +1,149 @@
+"""Runs a GenerationScheduler Plan (pipeline/generation/scheduler.py) on the decoder's
+ONNX graph (models/decoder/export.py): prefill chunks and one decoding step for every
+active sequence, the KV cache of each sequence kept in its slot's row of arrays sized
+by the KvBudget (pipeline/generation/budget.py).
+
+The graph takes rows at different positions in one call (each row brings its positions
+and a mask over its past and new tokens; models/decoder/export.py), so a step is one
+ORT call for all decoding sequences and one for all prefill chunks. Why not one call
+for both: the new-token axis is as wide as the longest row, so a decode row in a
+prefill call would be padded to the prompt's length and cost as much as a prefill.
+
+Per call: the rows' caches are gathered from their slots up to the longest one (a
+shorter row's missing columns are holes the mask hides), and only each row's new
+columns of the graph's present_* outputs are written back to its slot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from pipeline.generation.scheduler import Plan
+from pipeline.generation.sequence import GenRequest, Sequence
+from pipeline.generation.stream import Generation, sample
+
+
+class Session(Protocol):
+    def run(self, feeds: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class DecoderShape:
+    """What the runner needs to know of the graph (models/decoder/spec.json "architecture")."""
+
+    layers: int
+    heads: int
+    head_dim: int
+    context: int
+
+    @classmethod
+    def from_spec(cls, arch: Mapping[str, int]) -> DecoderShape:
+        return cls(int(arch["layers"]), int(arch["heads"]), int(arch["head_dim"]), int(arch["context"]))
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    tokens: dict[str, int]  # request id -> the token it emitted
+    stopped: set[str]  # request ids that emitted EOS or completed a stop string
+
+
+@dataclass(frozen=True, slots=True)
+class _Row:
+    seq: Sequence
+    tokens: list[int]  # new tokens this call feeds
+    start: int  # position of the first one == tokens already in the slot's cache
+    emits: bool  # its last logits give the sequence's next token
+
+
+class DecoderRunner:
+    def __init__(self, session: Session, shape: DecoderShape, max_slots: int) -> None:
+        self.session = session
+        self.shape = shape
+        cache = (max_slots, shape.heads, shape.context, shape.head_dim)
+        # [past_key_0, past_value_0, past_key_1, ...]: the graph's input order
+        self.cache = [np.zeros(cache, np.float32) for _ in range(2 * shape.layers)]
+        self.lengths = np.zeros(max_slots, np.int64)  # tokens in each slot's cache
+        self.calls = 0  # ORT calls made (a unit test checks the two-call bound)
+
+    def run(self, plan: Plan) -> StepResult:
+        """Run the plan's step: the token each emitting sequence produced, by request id,
+        pushed into its Generation (GenRequest.item), and the ids whose token ended them
+        (EOS or a stop string): what scheduler.complete() takes as `stopped`."""
+        prefill = [_Row(c.sequence, _gen(c.sequence).prompt[c.start:c.start + c.tokens], c.start,
+                        c.completes_prompt) for c in plan.prefill]
+        decode = [_Row(s, [_gen(s).last_token], s.context_tokens - 1, True) for s in plan.decode]
+        out = StepResult({}, set())
+        for rows in (prefill, decode):
+            if rows:
+                for row, logits in zip(rows, self._call(rows), strict=True):
+                    if row.emits:
+                        gen = _gen(row.seq)
+                        token = sample(logits, gen.temperature, gen.rng)
+                        out.tokens[row.seq.request_id] = token
+                        if gen.push(token):
+                            out.stopped.add(row.seq.request_id)
+        return out
+
+    def _call(self, rows: list[_Row]) -> list[np.ndarray]:
+        """One ORT call for rows; each row's last real logits."""
+        ctx = self.shape.context
+        slots = np.array([r.seq.slot for r in rows])
+        for r in rows:
+            if r.start == 0:
+                self.lengths[r.seq.slot] = 0  # a fresh prompt in a reused slot
+            if self.lengths[r.seq.slot] != r.start:
+                raise RuntimeError(f"slot {r.seq.slot} holds {self.lengths[r.seq.slot]} tokens, "
+                                   f"the plan feeds {r.seq.request_id} from position {r.start}")
+            if r.start + len(r.tokens) > ctx:
+                raise ValueError(f"{r.seq.request_id} runs past the {ctx}-token context")
+        n, past = len(rows), int(max(r.start for r in rows))
+        width = max(len(r.tokens) for r in rows)
+        ids = np.zeros((n, width), np.int64)
+        positions = np.zeros((n, width), np.int64)
+        mask = np.zeros((n, past + width), np.int64)
+        for i, r in enumerate(rows):
+            k = len(r.tokens)
+            ids[i, :k] = r.tokens
+            positions[i, :k] = np.arange(r.start, r.start + k)
+            mask[i, :r.start] = 1
+            mask[i, past:past + k] = 1
+        names = ["input_ids", "positions", "attention_mask"]
+        feeds: dict[str, np.ndarray] = dict(zip(names, (ids, positions, mask), strict=True))
+        for li in range(self.shape.layers):
+            for j, kind in enumerate(("key", "value")):
+                feeds[f"past_{kind}_{li}"] = self.cache[2 * li + j][slots, :, :past, :]
+        result = self.session.run(feeds)
+        self.calls += 1
+        for li in range(self.shape.layers):
+            for j, kind in enumerate(("key", "value")):
+                present, store = result[f"present_{kind}_{li}"], self.cache[2 * li + j]
+                for i, r in enumerate(rows):
+                    k = len(r.tokens)
+                    store[r.seq.slot, :, r.start:r.start + k, :] = present[i, :, past:past + k, :]
+        logits = result["logits"]
+        for r in rows:
+            self.lengths[r.seq.slot] = r.start + len(r.tokens)
+        return [logits[i, len(r.tokens) - 1] for i, r in enumerate(rows)]
+
+
+def _gen(seq: Sequence) -> Generation:
+    return seq.request.item
+
+
+def gen_request(gen: Generation, arrival: float, deadline: float, priority: int = 0) -> GenRequest:
+    """The scheduler's view of a Generation (the Generation rides along as its item)."""
+    return GenRequest(gen.request_id, len(gen.prompt), gen.max_new_tokens, arrival, deadline, priority, gen)
+
+
+def open_decoder(providers: str = "cpu", intra_op_threads: int = 1) -> tuple[Session, DecoderShape]:
+    """The shipped decoder (models/decoder/spec.json) in an ONNX Runtime session."""
+    from models.registry import load_spec
+    from pipeline.runtime.session import InferenceSession
+
+    spec = load_spec("decoder")
+    session = InferenceSession(spec.onnx_path, providers=providers, intra_op_threads=intra_op_threads)
+    return session, DecoderShape.from_spec(spec.raw["architecture"])
