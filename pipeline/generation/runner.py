@@ -134,9 +134,13 @@ def _gen(seq: Sequence) -> Generation:
     return seq.request.item
 
 
-def gen_request(gen: Generation, arrival: float, deadline: float, priority: int = 0) -> GenRequest:
-    """The scheduler's view of a Generation (the Generation rides along as its item)."""
-    return GenRequest(gen.request_id, len(gen.prompt), gen.max_new_tokens, arrival, deadline, priority, gen)
+def gen_request(gen: Generation, arrival: float, deadline: float, priority: int = 0,
+                key: str | None = None) -> GenRequest:
+    """The scheduler's view of a Generation (the Generation rides along as its item).
+    key: the scheduler's id of it, unique among requests in flight (the Kafka loop
+    uses the record's topic/partition/offset: two records may name one request_id);
+    default the request_id."""
+    return GenRequest(key or gen.request_id, len(gen.prompt), gen.max_new_tokens, arrival, deadline, priority, gen)
 
 
 def open_decoder(providers: str = "cpu", intra_op_threads: int = 1) -> tuple[Session, DecoderShape]:
