@@ -59,6 +59,17 @@ class _Row:
     emits: bool  # its last logits give the sequence's next token
 
 
+@dataclass(frozen=True, slots=True)
+class _Batch:
+    """A decoding call's rows as the graph left them: their slots in order, positions,
+    full attention mask and present_* outputs."""
+
+    slots: tuple[int, ...]
+    starts: np.ndarray
+    mask: np.ndarray
+    present: list[np.ndarray]
+
+
 class DecoderRunner:
     def __init__(self, session: Session, shape: DecoderShape, max_slots: int) -> None:
         self.session = session
@@ -68,6 +79,7 @@ class DecoderRunner:
         self.cache = [np.zeros(cache, np.float32) for _ in range(2 * shape.layers)]
         self.lengths = np.zeros(max_slots, np.int64)  # tokens in each slot's cache
         self.calls = 0  # ORT calls made (a unit test checks the two-call bound)
+        self._last: _Batch | None = None  # the last decoding call, reused while its rows stay
 
     def run(self, plan: Plan) -> StepResult:
         """Run the plan's step: the token each emitting sequence produced, by request id,
@@ -77,9 +89,9 @@ class DecoderRunner:
                         c.completes_prompt) for c in plan.prefill]
         decode = [_Row(s, [_gen(s).last_token], s.context_tokens - 1, True) for s in plan.decode]
         out = StepResult({}, set())
-        for rows in (prefill, decode):
+        for rows, decoding in ((prefill, False), (decode, True)):
             if rows:
-                for row, logits in zip(rows, self._call(rows), strict=True):
+                for row, logits in zip(rows, self._call(rows, decoding), strict=True):
                     if row.emits:
                         gen = _gen(row.seq)
                         token = sample(logits, gen.temperature, gen.rng)
@@ -88,10 +100,58 @@ class DecoderRunner:
                             out.stopped.add(row.seq.request_id)
         return out
 
-    def _call(self, rows: list[_Row]) -> list[np.ndarray]:
+    def _call(self, rows: list[_Row], decoding: bool) -> list[np.ndarray]:
         """One ORT call for rows; each row's last real logits."""
-        ctx = self.shape.context
+        self._check(rows)
+        n, layers = len(rows), self.shape.layers
         slots = np.array([r.seq.slot for r in rows])
+        starts = np.array([r.start for r in rows], np.int64)
+        last = self._last
+        if decoding and last is not None and last.slots == tuple(slots) and np.array_equal(starts, last.starts + 1):
+            # The same sequences as the last decoding call, one token on: its present_*
+            # are this call's past as they stand (each row's holes where they were), so
+            # nothing is gathered: the gather copies every row's whole cache, and at 16
+            # rows it took longer than the ORT call itself.
+            past_kv, past = last.present, last.mask.shape[1]
+            mask = np.concatenate([last.mask, np.ones((n, 1), np.int64)], axis=1)
+        else:
+            past = int(starts.max())
+            past_kv = [c[slots, :, :past, :] for c in self.cache]
+            width = max(len(r.tokens) for r in rows)
+            mask = np.zeros((n, past + width), np.int64)
+            mask[:, :past] = np.arange(past)[None, :] < starts[:, None]
+            for i, r in enumerate(rows):
+                mask[i, past:past + len(r.tokens)] = 1
+        width = mask.shape[1] - past
+        ids = np.zeros((n, width), np.int64)
+        positions = np.zeros((n, width), np.int64)
+        for i, r in enumerate(rows):
+            k = len(r.tokens)
+            ids[i, :k] = r.tokens
+            positions[i, :k] = np.arange(r.start, r.start + k)
+        feeds = {"input_ids": ids, "positions": positions, "attention_mask": mask}
+        for li in range(layers):
+            feeds[f"past_key_{li}"], feeds[f"past_value_{li}"] = past_kv[2 * li], past_kv[2 * li + 1]
+        result = self.session.run(feeds)
+        self.calls += 1
+        present = [result[f"present_{kind}_{li}"] for li in range(layers) for kind in ("key", "value")]
+        for store, new in zip(self.cache, present, strict=True):  # each row's new columns to its slot
+            if decoding:
+                store[slots, :, starts, :] = new[:, :, past, :]
+            else:
+                for i, r in enumerate(rows):
+                    store[r.seq.slot, :, r.start:r.start + len(r.tokens), :] = new[i, :, past:past + len(r.tokens), :]
+        for r in rows:
+            self.lengths[r.seq.slot] = r.start + len(r.tokens)
+        if decoding:
+            self._last = _Batch(tuple(slots), starts, mask, present)
+        elif last is not None and set(last.slots) & set(slots.tolist()):
+            self._last = None  # a slot of it holds a new sequence now
+        logits = result["logits"]
+        return [logits[i, len(r.tokens) - 1] for i, r in enumerate(rows)]
+
+    def _check(self, rows: list[_Row]) -> None:
+        ctx = self.shape.context
         for r in rows:
             if r.start == 0:
                 self.lengths[r.seq.slot] = 0  # a fresh prompt in a reused slot
@@ -100,34 +160,6 @@ class DecoderRunner:
                                    f"the plan feeds {r.seq.request_id} from position {r.start}")
             if r.start + len(r.tokens) > ctx:
                 raise ValueError(f"{r.seq.request_id} runs past the {ctx}-token context")
-        n, past = len(rows), int(max(r.start for r in rows))
-        width = max(len(r.tokens) for r in rows)
-        ids = np.zeros((n, width), np.int64)
-        positions = np.zeros((n, width), np.int64)
-        mask = np.zeros((n, past + width), np.int64)
-        for i, r in enumerate(rows):
-            k = len(r.tokens)
-            ids[i, :k] = r.tokens
-            positions[i, :k] = np.arange(r.start, r.start + k)
-            mask[i, :r.start] = 1
-            mask[i, past:past + k] = 1
-        names = ["input_ids", "positions", "attention_mask"]
-        feeds: dict[str, np.ndarray] = dict(zip(names, (ids, positions, mask), strict=True))
-        for li in range(self.shape.layers):
-            for j, kind in enumerate(("key", "value")):
-                feeds[f"past_{kind}_{li}"] = self.cache[2 * li + j][slots, :, :past, :]
-        result = self.session.run(feeds)
-        self.calls += 1
-        for li in range(self.shape.layers):
-            for j, kind in enumerate(("key", "value")):
-                present, store = result[f"present_{kind}_{li}"], self.cache[2 * li + j]
-                for i, r in enumerate(rows):
-                    k = len(r.tokens)
-                    store[r.seq.slot, :, r.start:r.start + k, :] = present[i, :, past:past + k, :]
-        logits = result["logits"]
-        for r in rows:
-            self.lengths[r.seq.slot] = r.start + len(r.tokens)
-        return [logits[i, len(r.tokens) - 1] for i, r in enumerate(rows)]
 
 
 def _gen(seq: Sequence) -> Generation:
