@@ -134,3 +134,16 @@ def test_a_plan_past_the_context_is_refused(decoder) -> None:
     sched.complete(plan, 0.0, runner.run(plan).stopped)
     with pytest.raises(ValueError, match="context"):
         runner.run(sched.plan(1.0))
+
+
+def test_a_slot_reused_by_a_sequence_one_position_on_starts_from_its_own_cache(decoder) -> None:
+    """The runner reuses the last decoding call's outputs while its rows stay. A's last
+    decoding step fed position 6 in slot 0; B, prefilled into slot 0 next, first
+    decodes at position 7: the same slot one position on, yet none of A's cache."""
+    a = Generation("a", tokenizer.encode("Kafka"), 3)
+    b = Generation("b", tokenizer.encode("## Mode"), 60)
+    _drive(decoder, [a, b], policy="none", slots=1)
+    alone = Generation("b", b.prompt, 60)
+    _drive(decoder, [alone], policy="none", slots=1)
+    assert len(a.prompt) + len(a.tokens) - 2 + 1 == len(b.prompt)  # the coincidence this is about
+    assert b.tokens == alone.tokens
