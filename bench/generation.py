@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -44,6 +43,7 @@ from bench.harness import (  # noqa: E402
     open_loop,
     preload,
     profile_of,
+    stop_process,
     table,
 )
 from consumers.admin import ensure_topics  # noqa: E402
@@ -171,12 +171,7 @@ def measure(policy: str, bootstrap: str, pool: GenPool, args: argparse.Namespace
                          len(got) - len(ok) + sent - len(got), cpu_text(shares)])
         return rows, capacity
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_process(proc)
         reader.close()
 
 
