@@ -324,12 +324,17 @@ def worker_process(
         proc.log_path = log  # type: ignore[attr-defined]
         yield proc
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_process(proc)
+
+
+def stop_process(proc: subprocess.Popen, timeout: float = 60.0) -> None:
+    """SIGTERM, then SIGKILL if it is still there after `timeout` s."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def _wait_assigned(proc: subprocess.Popen, port: int, log: Path, timeout: float = 90) -> None:

@@ -17,6 +17,7 @@ from pipeline.logs import FORMATS, LEVELS
 COMMAND_MODULES: tuple[str, ...] = (
     "pipeline.commands.broker",
     "pipeline.commands.run",
+    "pipeline.commands.generate",
     "pipeline.commands.produce",
     "pipeline.commands.demo",
     "pipeline.commands.simulate",

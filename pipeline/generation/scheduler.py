@@ -31,6 +31,7 @@ from pipeline.batching.request import Request
 from pipeline.generation.budget import KvBudget
 from pipeline.generation.policies import GenerationPolicy
 from pipeline.generation.sequence import (
+    CANCELLED,
     EXPIRED,
     FINISH_LENGTH,
     FINISH_STOP,
@@ -172,6 +173,21 @@ class GenerationScheduler:
             elif seq.generated >= seq.request.max_new_tokens:
                 done.append(self._retire(seq, FINISH_LENGTH, now))
         return done
+
+    def cancel(self, request_ids: Collection[str], now: float) -> list[Outcome]:
+        """Take these requests out, waiting or running (a revoked partition's requests,
+        pipeline/generation/service.py): their slots and tokens are free at once. Not
+        while a plan is in flight: its tokens are still to be reported."""
+        if self._in_flight is not None:
+            raise RuntimeError("cancel() between complete() and the next plan()")
+        gone = set(request_ids)
+        out = [self._retire(s, CANCELLED, now) for s in list(self.active) if s.request_id in gone]
+        for r in self.queue.drain():
+            if r.item.request_id in gone:
+                out.append(Outcome(r.item, CANCELLED, now, detail="cancelled while waiting"))
+            else:
+                self.queue.push(r)
+        return out
 
     # -- internals --------------------------------------------------------------------
     def _expire(self, now: float) -> list[Outcome]:

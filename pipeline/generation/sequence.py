@@ -12,6 +12,7 @@ FINISH_STOP = "stop"  # the caller reported a stop/EOS token
 FINISH_LENGTH = "length"  # max_new_tokens generated
 EXPIRED = "expired"  # its deadline passed before it was admitted
 REFUSED = "refused"  # it could never run (empty prompt, 0 tokens, over the KV budget)
+CANCELLED = "cancelled"  # taken out by the caller (its partition was revoked)
 
 
 @dataclass(slots=True, eq=False)

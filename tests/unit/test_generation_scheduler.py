@@ -12,6 +12,7 @@ from pipeline.generation.budget import KvBudget
 from pipeline.generation.policies import make_generation_policy
 from pipeline.generation.scheduler import GenerationScheduler, Plan
 from pipeline.generation.sequence import (
+    CANCELLED,
     EXPIRED,
     FINISH_LENGTH,
     FINISH_STOP,
@@ -224,3 +225,21 @@ def test_the_caller_must_complete_each_plan_with_tokens_it_can_have():
         s.plan(0.1)
     with pytest.raises(ValueError, match="emitted no token"):
         s.complete(plan, 0.5, stopped=["nobody"])
+
+
+def test_cancel_frees_running_slots_and_drops_waiting_requests_keeping_the_order():
+    s = sched("continuous", slots=2)
+    for rid in ("a", "b", "c", "d", "e"):
+        s.submit(req(rid))
+    plan, _ = step(s, 0.0)
+    assert [c.sequence.request_id for c in plan.prefill] == ["a", "b"]
+    gone = s.cancel({"a", "d"}, 1.0)
+    assert sorted(o.request.request_id for o in gone) == ["a", "d"]
+    assert all(o.reason == CANCELLED for o in gone)
+    assert s.budget.free_slots == 1 and s.waiting == 2
+    plan, _ = step(s, 2.0)
+    assert [c.sequence.request_id for c in plan.prefill] == ["c"]
+    assert ids(plan.decode) == ["b"]
+    s.plan(3.0)
+    with pytest.raises(RuntimeError):
+        s.cancel({"b"}, 3.0)
