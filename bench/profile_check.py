@@ -34,6 +34,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.harness import (  # noqa: E402
+    _BROKER_PIDS,
     OUT,
     RequestPool,
     cpu_shares,
@@ -48,7 +49,7 @@ from bench.harness import (  # noqa: E402
 )
 from pipeline.config import load_config  # noqa: E402
 from pipeline.pipelines import get_pipeline  # noqa: E402
-from pipeline.profiling.measure import Profile, default_settings, run_profile  # noqa: E402
+from pipeline.profiling.measure import Calibration, Profile, default_settings, run_profile  # noqa: E402
 
 TARGET = 0.20
 
@@ -98,21 +99,19 @@ def worker_env(profile: Profile) -> dict[str, str]:
     }
 
 
-def drain(case: Case, profile: Profile, n: int) -> dict:
-    with local_broker("tansu") as broker:
-        bootstrap = broker.bootstrap_servers
-        inp, out = fresh_topics(bootstrap, f"bench-profile-{case.pipeline}")
-        run = f"prof-{case.pipeline}"
-        preload(bootstrap, inp, case.pool, n, run)  # type: ignore[arg-type]
-        with worker_process(bootstrap, inp, out, profile.policy, extra_env=worker_env(profile),
-                            log_name=f"profile-check-{case.pipeline}", pipeline=case.pipeline,
-                            config=case.config) as proc:
-            t0 = time.monotonic()
-            with cpu_shares(bootstrap, proc.pid, machine=True) as cores:
-                wait_outcomes(proc, n)
-            wall = time.monotonic() - t0
-            res = read_results(bootstrap, out, n, timeout=600, run=run)
-        drop_topics(bootstrap, inp, out)
+def drain(case: Case, profile: Profile, n: int, bootstrap: str) -> dict:
+    inp, out = fresh_topics(bootstrap, f"bench-profile-{case.pipeline}")
+    run = f"prof-{case.pipeline}"
+    preload(bootstrap, inp, case.pool, n, run)  # type: ignore[arg-type]
+    with worker_process(bootstrap, inp, out, profile.policy, extra_env=worker_env(profile),
+                        log_name=f"profile-check-{case.pipeline}", pipeline=case.pipeline,
+                        config=case.config) as proc:
+        t0 = time.monotonic()
+        with cpu_shares(bootstrap, proc.pid, machine=True) as cores:
+            wait_outcomes(proc, n, every=1.0)  # each scrape of /metrics takes the worker's GIL
+        wall = time.monotonic() - t0
+        res = read_results(bootstrap, out, n, timeout=600, run=run)
+    drop_topics(bootstrap, inp, out)
     span = (res.result_ts_ms.max() - res.result_ts_ms.min()) / 1000.0
     rows = sum(len(d["scores"]) if "scores" in d else 1 for d in res.docs)
     # CPU per request while draining: where the time went that the profile does not see.
@@ -121,18 +120,30 @@ def drain(case: Case, profile: Profile, n: int) -> dict:
             "rows_per_s": rows / span, "cores": cores, "cpu_us_per_request": per_request_us}
 
 
-def check(case: Case, seconds: float, n: int) -> dict:
+def check(case: Case, seconds: float, n: int, calibration_requests: int) -> dict:
     cfg = load_config(case.config, {"pipeline": case.pipeline}, environ={})
     spec = get_pipeline(case.pipeline, cfg.pipelines)
-    profile = run_profile(spec, cfg, default_settings(), seconds=seconds,
-                          progress=lambda line: print(f"[{case.label}] {line}", flush=True))
-    measured = drain(case, profile, n)
+    # One fresh broker per case: the profile's calibration drains through it (its
+    # scratch topics deleted after), then the check's drain.
+    with local_broker("tansu") as broker:
+        bootstrap = broker.bootstrap_servers
+        calibration = Calibration(bootstrap, broker.profile, calibration_requests, tuple(_BROKER_PIDS[bootstrap]))
+        profile = run_profile(spec, cfg, default_settings(), seconds=seconds, calibration=calibration,
+                              progress=lambda line: print(f"[{case.label}] {line}", flush=True))
+        measured = drain(case, profile, n, bootstrap)
     predicted = profile.predicted_capacity
+    cal = profile.calibrated
+    assert cal is not None
     return {
         "case": case.label, "chosen": profile.chosen.setting.label, "max_batch_rows": profile.chosen.curve.max_batch_rows,
         "model_stage_rows_s": profile.chosen.capacity, "python_stage_rows_s": profile.python.capacity,
         "python_us_per_request": profile.python.per_request_s * 1e6,
         "predicted_rows_s": predicted, "limited_by": profile.limited_by, "measured": measured,
+        "bounds_rows_s": {k: v * profile.python.rows_per_request for k, v in profile.stages().bounds().items()},
+        "calibration_us_per_request": {k: getattr(cal, k) * 1e6 for k in (
+            "source_s", "executors_s", "publisher_s", "other_s", "broker_s") if getattr(cal, k) is not None},
+        "calibration_drain_rows_s": cal.drained * profile.python.rows_per_request,
+        "calibration_others_cores": cal.others_cores,
         "ratio": measured["rows_per_s"] / predicted,
         "model_only_ratio": measured["rows_per_s"] / profile.chosen.capacity,
     }
@@ -142,6 +153,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=30.0, help="profile measuring time per pipeline")
     ap.add_argument("--requests", type=int, default=30_000, help="backlog size of each drain")
+    ap.add_argument("--calibration-requests", type=int, default=20_000,
+                    help="requests the profile's broker-backed calibration drains")
     args = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -152,7 +165,7 @@ def main() -> int:
             Case("my-ranker (pipelines: entry)", "my-ranker", config,
                  SamplePool(get_pipeline("my-ranker", ranker_cfg.pipelines).make_samples(11))),
         ]
-        results = [check(case, args.seconds, args.requests) for case in cases]
+        results = [check(case, args.seconds, args.requests, args.calibration_requests) for case in cases]
     rows = [[r["case"], r["chosen"], str(r["max_batch_rows"]), f"{r['model_stage_rows_s']:,.0f}",
              f"{r['python_stage_rows_s']:,.0f}", f"{r['predicted_rows_s']:,.0f}", f"{r['measured']['rows_per_s']:,.0f}",
              f"{r['ratio']:.2f}", "yes" if abs(r["ratio"] - 1) <= TARGET else "no"] for r in results]
