@@ -5,17 +5,23 @@ For the shipped CTR pipeline and for a user-kind pipeline (a `pipelines:` entry
 serving tests/own_models.py's ranker: two inputs, a dynamic sequence dimension,
 tensor-json), in one run on this machine:
 
-1. the profile, as `tidebatch profile` runs it (every executor and intra-op thread
-   count, --seconds of measuring), before any broker starts;
-2. a preloaded backlog drained by a `tidebatch run` process with the profile's
-   recommended settings (executor, threads, batch cap, policy) on a fresh embedded
-   broker (bench/harness.py: the same drain as bench/pipeline_capacity.py, rows/s
-   from the first to the last result's timestamp).
+1. the profile, as `tidebatch profile --embedded-broker` runs it (every executor and
+   intra-op thread count, --seconds of measuring, then the calibration on a fresh
+   embedded broker: pipeline/profiling/calibration.py, a worker in the profile's
+   process drains --calibration-requests sample requests and each of its threads' CPU
+   is read per request), so the prediction includes the Kafka work and the GIL's
+   hand-overs (pipeline/profiling/capacity.py);
+2. a preloaded backlog drained on the same broker by a `tidebatch run` process with
+   the profile's recommended settings (executor, threads, batch cap, policy)
+   (bench/harness.py: the same drain as bench/pipeline_capacity.py, rows/s from the
+   first to the last result's timestamp).
 
-Prints predicted (model stage, Python stage, the slower of the two) against measured,
-and the ratio; writes out/bench/profile_check.json.
+Prints predicted (and what limits it) against measured, the ratio, the calibration's
+figures by thread and every process's CPU share during the drain; writes
+out/bench/profile_check.json.
 
     flock /tmp/heavy.lock .venv/bin/python bench/profile_check.py [--seconds 30] [--requests 30000]
+        [--calibration-requests 20000]
 """
 
 from __future__ import annotations
@@ -167,11 +173,17 @@ def main() -> int:
         ]
         results = [check(case, args.seconds, args.requests, args.calibration_requests) for case in cases]
     rows = [[r["case"], r["chosen"], str(r["max_batch_rows"]), f"{r['model_stage_rows_s']:,.0f}",
-             f"{r['python_stage_rows_s']:,.0f}", f"{r['predicted_rows_s']:,.0f}", f"{r['measured']['rows_per_s']:,.0f}",
+             f"{r['python_stage_rows_s']:,.0f}", f"{r['predicted_rows_s']:,.0f}", r["limited_by"],
+             f"{r['calibration_drain_rows_s']:,.0f}", f"{r['measured']['rows_per_s']:,.0f}",
              f"{r['ratio']:.2f}", "yes" if abs(r["ratio"] - 1) <= TARGET else "no"] for r in results]
     print("\n2 cores shared with other work: noisy; ratios within one run")
-    print(table(["pipeline", "chosen", "cap", "model rows/s", "python rows/s", "predicted", "measured drain",
-                 "measured/predicted", f"within {TARGET:.0%}"], rows))
+    print(table(["pipeline", "chosen", "cap", "model rows/s", "python (offline) rows/s", "predicted", "limited by",
+                 "calibration drain", "measured drain", "measured/predicted", f"within {TARGET:.0%}"], rows))
+    print("\nCalibration: CPU µs per request by thread, and the cores the rest of the machine used meanwhile")
+    print(table(["pipeline", "source", "executors", "publisher", "other (librdkafka)", "broker", "others' cores"], [
+        [r["case"], *(f"{r['calibration_us_per_request'].get(k, float('nan')):.0f}"
+                      for k in ("source_s", "executors_s", "publisher_s", "other_s", "broker_s")),
+         f"{r['calibration_others_cores']:.2f}"] for r in results]))
     print("\nCPU per request during the drain (µs; worker = the `tidebatch run` process, python = what the "
           "profile measured of it)")
     print(table(["pipeline", "python (profile)", "worker", "broker", "bench", "others", "stolen"], [
