@@ -1,11 +1,12 @@
 """`tidebatch profile`'s broker-backed calibration: what each of the worker's threads
 spends per request, Kafka work included, which the offline profile cannot time.
 
-Why: a py-spy profile of a backlog drain (docs/OWN_MODEL.md, "Profiling") found the
-model idle and the worker's Python threads, sharing one GIL, limiting it; per request
-they spent about twice what the offline stages measure one at a time: consuming, the
-producer's delivery reports and the produce calls, the executors' queue and hand-over
-work, and what handing the GIL between three busy threads costs each of them.
+Why: timed offline, one stage at a time, the profile predicted about twice what a
+backlog drain measured (docs/OWN_MODEL.md, "Profiling", "How close it comes"): the
+worker's Python threads, sharing one GIL, limit it, and per request they spend more
+than those stages: consuming, the producer's delivery reports and the produce calls,
+the executors' queue and hand-over work, and what handing the GIL between three busy
+threads costs each of them.
 
 How: the pipeline's sample requests are produced to scratch topics at the broker, and
 a real `Worker` (pipeline/worker/core.py, built by pipeline/worker/compose.py
