@@ -30,6 +30,8 @@ from consumers.brokers.kafka import KafkaBroker
 from consumers.profiles import consumer_config, producer_config
 from pipeline.commands.produce import warm_up_producer
 from pipeline.loadgen.pacing import poisson_schedule, run_open_loop
+from pipeline.profiling.calibration import machine_cpu_seconds
+from pipeline.profiling.calibration import process_cpu_seconds as cpu_seconds
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "out" / "bench"
@@ -62,23 +64,6 @@ def _pids_of(broker: LocalBroker) -> list[int]:
         return [n.proc.pid for n in broker.nodes if n.proc is not None]
     pid = getattr(broker, "pid", None)
     return [pid] if pid else []
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process so far, all its threads (0 once gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
-
-
-def machine_cpu_seconds() -> tuple[float, float]:
-    """CPU seconds of the whole machine so far, every core (/proc/stat): busy (user,
-    nice, system, irq, softirq; guest is inside user) and stolen by the hypervisor."""
-    f = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]] + [0] * 8
-    hz = os.sysconf("SC_CLK_TCK")
-    return (f[0] + f[1] + f[2] + f[5] + f[6]) / hz, f[7] / hz
 
 
 @contextmanager
@@ -354,9 +339,10 @@ def _wait_assigned(proc: subprocess.Popen, port: int, log: Path, timeout: float 
     raise RuntimeError(f"worker got no partitions in {timeout} s; see {log}")
 
 
-def wait_outcomes(proc: subprocess.Popen, n: int, timeout: float = 600.0) -> None:
+def wait_outcomes(proc: subprocess.Popen, n: int, timeout: float = 600.0, every: float = 0.2) -> None:
     """Block until the worker reports n final outcomes (scored, late, DLQ, ...), so a
-    backlog drain is not slowed by the benchmark reading results at the same time."""
+    backlog drain is not slowed by the benchmark reading results at the same time.
+    every: seconds between scrapes of its /metrics."""
     from pipeline.demo import _sum, scrape
 
     deadline = time.monotonic() + timeout
@@ -366,7 +352,7 @@ def wait_outcomes(proc: subprocess.Popen, n: int, timeout: float = 600.0) -> Non
                 return
         except OSError:
             pass
-        time.sleep(0.2)
+        time.sleep(every)
     raise RuntimeError(f"worker reported fewer than {n} outcomes in {timeout} s")
 
 

@@ -12,9 +12,16 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pipeline.commands.simulate import _floats, _names
+
+if TYPE_CHECKING:
+    from pipeline.config import WorkerConfig
+    from pipeline.profiling.measure import Calibration
 
 QUICK_SECONDS = 2.0
 
@@ -44,6 +51,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--policy", default=None, help="batching policy to simulate and recommend (default: the config's)")
     p.add_argument("-o", "--out", default=None, help="folder for curve.json and worker.yaml (default: out/profile/PIPELINE)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    p.add_argument("--bootstrap-servers", default=None,
+                   help="a Kafka broker to calibrate on: a worker drains the sample requests through scratch topics "
+                        "there, and each thread's CPU per request, Kafka work included, enters the prediction "
+                        "(default: none; the prediction is then an upper bound)")
+    p.add_argument("--broker-profile", choices=("kafka", "embedded"), default=None,
+                   help="the calibration broker's profile (default: the config's broker_profile)")
+    p.add_argument("--embedded-broker", action="store_true",
+                   help="calibrate on an embedded broker started for it on this machine (its CPU counted: it "
+                        "shares the cores)")
+    p.add_argument("--calibration-requests", type=int, default=20_000,
+                   help="requests the calibration drains (default: 20000)")
     p.set_defaults(func=run)
 
 
@@ -71,11 +89,16 @@ def run(args: argparse.Namespace) -> int:
 
         if args.policy not in POLICY_NAMES:
             raise UserError(f"unknown policy {args.policy!r}; use {', '.join(POLICY_NAMES)}")
+    if args.calibration_requests < 100:
+        raise UserError("--calibration-requests must be >= 100")
+    if args.embedded_broker and args.bootstrap_servers:
+        raise UserError("--embedded-broker or --bootstrap-servers, not both")
     settings = default_settings(threads=[int(t) for t in threads] if threads else None, executors=executors)
     seconds = QUICK_SECONDS if args.quick else args.seconds
     say = (lambda line: None) if args.json else (lambda line: print(line, flush=True))
-    profile = run_profile(spec, cfg, settings, seconds=seconds, loads=args.load, policy=args.policy,
-                          quick=args.quick, progress=say)
+    with calibration_broker(args, cfg) as calibration:
+        profile = run_profile(spec, cfg, settings, seconds=seconds, loads=args.load, policy=args.policy,
+                              quick=args.quick, progress=say, calibration=calibration)
     out = Path(args.out or Path("out") / "profile" / spec.name)
     curve_path, config_path = write_outputs(profile, out, cfg)
     if args.json:
@@ -84,3 +107,27 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(report_text(profile, curve_path, config_path, cfg))
     return 0
+
+
+@contextmanager
+def calibration_broker(args: argparse.Namespace, cfg: WorkerConfig) -> Iterator[Calibration | None]:
+    """Where to calibrate: the given broker, an embedded one started here (stopped
+    after), or none."""
+    from pipeline.profiling.measure import Calibration
+
+    if args.embedded_broker:
+        from consumers.brokers.embedded import EmbeddedBroker
+
+        with EmbeddedBroker() as broker:
+            pid = broker.pid
+            yield Calibration(broker.bootstrap_servers, "embedded", args.calibration_requests,
+                              (pid,) if pid else ())
+        return
+    if args.bootstrap_servers:
+        from consumers.kafka_reachable import require_kafka
+
+        # Before minutes of measuring: a broker out of reach is one line at once.
+        require_kafka(args.bootstrap_servers, cfg.kafka_connect_timeout_s, cfg.kafka.client("admin"))
+        yield Calibration(args.bootstrap_servers, args.broker_profile or cfg.broker_profile, args.calibration_requests)
+        return
+    yield None

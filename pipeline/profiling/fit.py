@@ -5,7 +5,7 @@ batch cap worth running, the best configuration and its worker config snippet. P
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import yaml
@@ -69,13 +69,16 @@ def fit(name: str, setting: Setting, points: Sequence[Point], slo_ms: Mapping[in
     return Fitted(setting, list(points), curve_from_dict(doc, name), doc)
 
 
-def best(fitted: Sequence[Fitted], ceiling: float = math.inf) -> Fitted:
-    """The highest capacity, where no configuration can beat `ceiling` rows/s (the
-    worker's Python stage, pipeline/profiling/stages.py); on a tie (within 2 %, below
-    this machine's noise) fewer threads, then in-process: the worker's defaults, cheaper
-    on cores and on latency at half load (docs/OPERATIONS.md, "Capacity of one worker")."""
-    top = max(min(f.capacity, ceiling) for f in fitted)
-    close = [f for f in fitted if min(f.capacity, ceiling) >= 0.98 * top]
+def best(fitted: Sequence[Fitted], ceiling: float = math.inf,
+         capacity: Callable[[Fitted], float] | None = None) -> Fitted:
+    """The highest capacity, where no configuration can beat `ceiling` rows/s, or by
+    `capacity`, a worker's in each configuration (pipeline/profiling/capacity.py); on
+    a tie (within 2 %, below this machine's noise) fewer threads, then in-process: the
+    worker's defaults, cheaper on cores and on latency at half load
+    (docs/OPERATIONS.md, "Capacity of one worker")."""
+    rate = {id(f): capacity(f) if capacity else min(f.capacity, ceiling) for f in fitted}
+    top = max(rate.values())
+    close = [f for f in fitted if rate[id(f)] >= 0.98 * top]
     return min(close, key=lambda f: (f.setting.threads, f.setting.executor != "in-process", -f.capacity))
 
 

@@ -20,20 +20,24 @@ from datetime import UTC, datetime
 from models.registry import ModelSpec
 from pipeline.batching.concurrent import BatchQueue
 from pipeline.codecs.base import Codec, Decoded
-from pipeline.config import WorkerConfig
+from pipeline.config import RuntimeConfig, WorkerConfig
 from pipeline.errors import UserError
 from pipeline.pipelines import PipelineSpec
+from pipeline.profiling.calibration import ThreadCpu, calibrate
+from pipeline.profiling.capacity import WorkerStages
 from pipeline.profiling.fit import Fitted, best, fit
 from pipeline.profiling.stages import PythonStage, measure_python_stage
 from pipeline.profiling.sweep import EXECUTORS, Setting, ladder, sweep
 from pipeline.runtime.sessions import open_session
 from pipeline.scoring import ScoringStep, sample_requests
 from pipeline.simulate import RunResult, SimConfig, compare
+from pipeline.worker.compose import executor_count
 
 SIM_REQUESTS = 20_000  # simulated requests at the highest load: enough for a p99
 # Requests whose Python stage is timed: on a shared machine a few dozen gave 158-332 µs
 # for the same JSON CTR request from one run to the next.
 PYTHON_REQUESTS = 1000
+DISTINCT = 2000  # distinct sample requests in a calibration (as bench/harness.py RequestPool)
 
 
 @dataclass
@@ -47,15 +51,60 @@ class Profile:
     policy: str
     loads: list[float] = field(default_factory=list)  # relative to predicted_capacity
     predictions: list[RunResult] = field(default_factory=list)  # one per load
+    calibrated: ThreadCpu | None = None  # the broker-backed calibration; None: Kafka work not measured
+    cores: int = 1  # cores the worker may use (this process's CPU affinity)
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)  # the config's, for the executor count
+
+    def stages(self, fitted: Fitted | None = None) -> WorkerStages:
+        """The worker's stages in a configuration (the chosen one by default)."""
+        return worker_stages(fitted or self.chosen, self.python, self.calibrated, self.cores, self.runtime)
 
     @property
     def predicted_capacity(self) -> float:
-        """Rows/s of a worker in the chosen configuration: the slower of its two stages."""
-        return min(self.chosen.capacity, self.python.capacity)
+        """Rows/s of a worker in the chosen configuration (pipeline/profiling/capacity.py)."""
+        return self.stages().capacity
 
     @property
     def limited_by(self) -> str:
-        return "model" if self.chosen.capacity <= self.python.capacity else "python (decode, collate/split, results)"
+        return self.stages().limited_by
+
+
+def worker_stages(f: Fitted, python: PythonStage, calibrated: ThreadCpu | None, cores: int,
+                  runtime: RuntimeConfig) -> WorkerStages:
+    """The stages of a worker running configuration `f` (pipeline/profiling/capacity.py).
+    The model's own time per request: the fitted curve at the batch cap (in-process
+    that includes the executor's collate and split, pipeline/profiling/sweep.py
+    `Point.cost_ms`, which are counted as GIL work instead). The threads' work: the
+    calibration's per-thread CPU where there is one (the executors' less the model's
+    own time when it runs on them), else the offline Python stage."""
+    rows = python.rows_per_request
+    model_process = f.setting.executor == "model-process"
+    per_request = rows / f.capacity
+    model_s = per_request if model_process else max(per_request - python.collate_split_s, 0.0)
+    stages = WorkerStages(
+        source_s=python.admit_s, publisher_s=python.publish_s, executor_python_s=python.collate_split_s,
+        model_s=model_s, rows_per_request=rows,
+        executors=executor_count(replace(runtime, model_process=model_process)),
+        model_process=model_process, model_threads=f.setting.threads, cores=cores,
+    )
+    if calibrated is None:
+        return stages
+    on_executors = 0.0 if model_process else model_s  # ONNX Runtime's own time on the executor threads
+    return replace(
+        stages, source_s=calibrated.source_s, publisher_s=calibrated.publisher_s,
+        executor_python_s=max(calibrated.executors_s - on_executors, python.collate_split_s),
+        other_s=calibrated.other_s, broker_s=calibrated.broker_s or 0.0,
+    )
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Where `tidebatch profile` measures the worker's Kafka work (pipeline/profiling/kafka_stage.py)."""
+
+    bootstrap: str
+    broker_profile: str = "kafka"
+    requests: int = 20_000
+    broker_pids: tuple[int, ...] = ()  # the broker's processes, when it runs on this machine
 
 
 def default_settings(cores: int | None = None, threads: Sequence[int] | None = None,
@@ -84,11 +133,16 @@ def _pool(pipeline: PipelineSpec, codec: Codec, max_rows: int, batches: int) -> 
     return first if want <= 32 else sample_requests(pipeline, codec, want)
 
 
-def _messages(pipeline: PipelineSpec, count: int) -> list[tuple[bytes | None, dict[str, bytes]]]:
+def _messages(pipeline: PipelineSpec, count: int, distinct: int | None = None) -> list[
+        tuple[bytes | None, bytes | None, dict[str, bytes]]]:
+    """The pipeline's first `count` sample requests (key, value, headers); with
+    `distinct`, the first that many over and over (a generated CTR request costs ~2 ms,
+    bench/harness.py RequestPool)."""
     from pipeline.scoring import WARMUP_SEED
 
     make = pipeline.make_samples(WARMUP_SEED)
-    return [(value, dict(headers)) for _key, value, headers in (make(i) for i in range(count))]
+    first = [(key, value, dict(headers)) for key, value, headers in (make(i) for i in range(min(count, distinct or count)))]
+    return [first[i % len(first)] for i in range(count)]
 
 
 def source_text(pipeline: str, setting: Setting, provider: str) -> str:
@@ -113,8 +167,13 @@ def run_profile(
     quick: bool = False,
     timer: Callable[[], float] = time.perf_counter,
     progress: Callable[[str], None] = lambda line: None,
+    calibration: Calibration | None = None,
+    cores: int | None = None,
 ) -> Profile:
-    """Measure every setting for about seconds / len(settings), fit, choose, predict."""
+    """Measure every setting for about seconds / len(settings), fit, choose, predict.
+    calibration: a broker to measure the worker's Kafka work through; None: not
+    measured, and the prediction is an upper bound. cores: those the worker may use
+    (default: this process's CPU affinity)."""
     model = pipeline.load_model()
     codec = pipeline.make_codec(cfg)
     max_rows = cfg.batching.max_batch_rows or pipeline.max_batch_rows
@@ -141,15 +200,33 @@ def run_profile(
         fitted.append(f)
         progress(f"{setting.label}: t(n) = {f.curve.a * 1e3:.4f} ms + {f.curve.b * 1e3:.5f} ms/row, "
                  f"{f.capacity:,.0f} rows/s")
-    # The Python stage's batches: the largest measured within the pipeline's cap.
-    python = _python_stage(pipeline, cfg, codec, model, max(counts), len(pool) if quick else PYTHON_REQUESTS, timer)
     if not fitted:
         raise UserError(f"pipeline {pipeline.name!r}: no configuration could run the model (see above)")
-    chosen = best(fitted, ceiling=python.capacity)
+    # The Python stage's batches: the largest measured within the pipeline's cap.
+    python = _python_stage(pipeline, cfg, codec, model, max(counts), len(pool) if quick else PYTHON_REQUESTS, timer)
     rows_dist = rows_distribution([d.rows for d in pool])
-    profile = Profile(pipeline.name, fitted, chosen, python, rows_dist, provider, policy or cfg.batching.policy)
+    profile = Profile(pipeline.name, fitted, fitted[0], python, rows_dist, provider, policy or cfg.batching.policy,
+                      cores=cores or len(os.sched_getaffinity(0)), runtime=cfg.runtime)
+    profile.chosen = best(fitted, capacity=lambda f: profile.stages(f).capacity)
+    if calibration is not None:
+        # The threads' work does not depend much on the configuration: measured in the
+        # one the offline figures favour, then the choice is made again with it.
+        profile.calibrated = calibrate(
+            worker_config(cfg, profile.chosen, profile.policy), _messages(pipeline, calibration.requests, DISTINCT),
+            bootstrap=calibration.bootstrap, broker_profile=calibration.broker_profile,
+            broker_pids=calibration.broker_pids, progress=progress)
+        profile.chosen = best(fitted, capacity=lambda f: profile.stages(f).capacity)
     profile.loads, profile.predictions = list(loads), predict(profile, loads, quick)
     return profile
+
+
+def worker_config(cfg: WorkerConfig, chosen: Fitted, policy: str) -> WorkerConfig:
+    """`cfg` with a configuration's settings, as the recommended worker.yaml has them
+    (pipeline/profiling/fit.py `recommended_config`)."""
+    s = chosen.setting
+    return replace(cfg, runtime=replace(cfg.runtime, model_process=s.executor == "model-process",
+                                        intra_op_threads=s.threads),
+                   batching=replace(cfg.batching, policy=policy, max_batch_rows=chosen.curve.max_batch_rows))
 
 
 def _python_stage(pipeline: PipelineSpec, cfg: WorkerConfig, codec: Codec, model: ModelSpec, per_batch: int,
@@ -170,7 +247,8 @@ def _python_stage(pipeline: PipelineSpec, cfg: WorkerConfig, codec: Codec, model
 
     session = open_session(model.onnx_path, replace(cfg.runtime, model_process=False, intra_op_threads=1))
     try:
-        return measure_python_stage(codec, model, _messages(pipeline, count), session.run, per_batch, timer, new_queue)
+        return measure_python_stage(codec, model, [(v, h) for _k, v, h in _messages(pipeline, count)], session.run,
+                                    per_batch, timer, new_queue)
     finally:
         session.close()
 

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 from pipeline.config import WorkerConfig
+from pipeline.profiling.calibration import ThreadCpu
 from pipeline.profiling.fit import Fitted, recommended_config
 from pipeline.profiling.measure import Profile
 
@@ -37,10 +38,29 @@ def curve_file(profile: Profile) -> dict:
             },
             "python_stage_capacity_rows_s": py.capacity,
             "model_capacity_rows_s": profile.chosen.capacity,
+            "calibration": _calibration(profile),
+            "bounds_rows_s": {k: v * py.rows_per_request for k, v in profile.stages().bounds().items()},
             "predicted_capacity_rows_s": profile.predicted_capacity,
             "limited_by": profile.limited_by,
+            "upper_bound": profile.calibrated is None,
         },
     }
+
+
+def _calibration(profile: Profile) -> dict | None:
+    cal = profile.calibrated
+    if cal is None:
+        return None
+    return {
+        "bootstrap": cal.bootstrap, "requests": cal.requests, "drained_rows_s": cal.drained * profile.python.rows_per_request,
+        "us_per_request": {name: round(v * 1e6, 2) for name, v in _thread_figures(cal).items() if v is not None},
+        "executors": cal.executors, "others_cores": cal.others_cores,
+    }
+
+
+def _thread_figures(cal: ThreadCpu) -> dict[str, float | None]:
+    return {"source": cal.source_s, "executors": cal.executors_s, "publisher": cal.publisher_s, "other": cal.other_s,
+            "model_process": cal.model_process_s, "broker": cal.broker_s}
 
 
 def write_outputs(profile: Profile, out: Path, cfg: WorkerConfig) -> tuple[Path, Path]:
@@ -75,6 +95,17 @@ def _table(head: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def _calibration_lines(profile: Profile) -> list[str]:
+    cal = profile.calibrated
+    if cal is None:
+        return []
+    spent = ", ".join(f"{k} {v * 1e6:.1f}" for k, v in _thread_figures(cal).items() if v is not None)
+    return [f"calibration at {cal.bootstrap}: a worker drained {cal.requests:,} requests at "
+            f"{cal.drained * profile.python.rows_per_request:,.0f} rows/s; CPU µs per request: {spent} "
+            f"({cal.executors} executor{'s' if cal.executors > 1 else ''}; the rest of the machine kept "
+            f"{cal.others_cores:.2f} cores busy meanwhile)"]
+
+
 def report_text(profile: Profile, curve_path: Path, config_path: Path, cfg: WorkerConfig) -> str:
     rows = [[f.setting.label + (" *" if f is profile.chosen else ""), f"{f.curve.a * 1e3:.4f}",
              f"{f.curve.b * 1e3:.6f}", str(f.curve.max_batch_rows), f"{f.capacity:,.0f}"] for f in profile.fitted]
@@ -85,8 +116,12 @@ def report_text(profile: Profile, curve_path: Path, config_path: Path, cfg: Work
         f"python stage per request (GIL): admit (decode, deadline, queue) {py.admit_s * 1e6:.1f} µs, collate+split "
         f"{py.collate_split_s * 1e6:.1f} µs, result {py.publish_s * 1e6:.1f} µs; "
         f"{py.rows_per_request:.3g} rows/request -> {py.capacity:,.0f} rows/s",
-        f"predicted capacity: {profile.predicted_capacity:,.0f} rows/s, limited by {profile.limited_by}; an upper "
-        "bound: per-record Kafka and queueing work is not measured (docs/OWN_MODEL.md, \"Profiling\")",
+        *_calibration_lines(profile),
+        "bounds (rows/s; docs/OWN_MODEL.md, \"Profiling\"): " + ", ".join(
+            f"{k} {v * py.rows_per_request:,.0f}" for k, v in profile.stages().bounds().items()),
+        f"predicted capacity: {profile.predicted_capacity:,.0f} rows/s, limited by {profile.limited_by}"
+        + ("; an upper bound: the Kafka work is not measured without a broker (--bootstrap-servers or "
+           "--embedded-broker)" if profile.calibrated is None else ""),
         f"\nsimulated ({profile.policy}, SLO {cfg.batching.slo_ms:g} ms; loads relative to the predicted capacity; "
         "latency from batching and the model, not decoding):",
         _table(["load", "rows/s", "p50 ms", "p99 ms", "goodput rows/s", "batch rows"], [

@@ -27,7 +27,7 @@ from pipeline.batching.depth import PipelineDepth
 from pipeline.batching.policies import make_policy, policy_params
 from pipeline.batching.policy_base import Policy
 from pipeline.clock import Clock, MonotonicClock
-from pipeline.config import WorkerConfig
+from pipeline.config import RuntimeConfig, WorkerConfig
 from pipeline.hooks import WorkerHook
 from pipeline.kafka_backend import make_producer
 from pipeline.metrics import LATENCY_BUCKETS, WorkerMetrics
@@ -82,6 +82,13 @@ class WorkerParts:
             self.tracer.close()
 
 
+def executor_count(runtime: RuntimeConfig) -> int:
+    """Executor threads (batches in flight) for the `runtime` section: 4 with a model
+    process, else 1 (docs/ARCHITECTURE.md, "Batches in flight"); also read by
+    `tidebatch profile` (pipeline/profiling/capacity.py)."""
+    return runtime.executors or (4 if runtime.model_process else 1)
+
+
 def batching_params(cfg: WorkerConfig, pipeline_max_rows: int) -> dict[str, Any]:
     """make_policy's parameters from the `batching` section; the row cap defaults to
     the pipeline's own."""
@@ -131,7 +138,7 @@ def build_parts(
                 sinks += redis_parts.sinks
         step = ScoringStep(model, codec, session, hooks)
         cost = CostModel(prior=step.warm_up(pipeline)) if rt.warmup else CostModel()
-        executors = rt.executors or (4 if rt.model_process else 1)
+        executors = executor_count(rt)
         queue = batch_queue(cfg, policy, cost, clock or MonotonicClock(), executors,
                              params.get("max_batch_rows", pipeline.max_batch_rows))
         metrics.tenants = watch_tenants(metrics.registry, cfg.pipeline, queue.batcher.tenants, queue.clock.now,

@@ -126,7 +126,7 @@ def _profile(python_capacity_rows: float = 1e9) -> Profile:
               for e in ("in-process", "model-process") for t in (1, 2)]
     python = PythonStage(16 / python_capacity_rows, 0.0, 0.0, 16.0)
     chosen = best(fitted, python.capacity)
-    return Profile("ctr", fitted, chosen, python, "fixed:16", "cpu", "adaptive")
+    return Profile("ctr", fitted, chosen, python, "fixed:16", "cpu", "adaptive", cores=2)
 
 
 def test_the_curve_file_round_trips_through_simulate_load_curve(tmp_path) -> None:
@@ -146,14 +146,15 @@ def test_the_curve_file_round_trips_through_simulate_load_curve(tmp_path) -> Non
 
 def test_capacity_is_the_slower_stage_and_the_simulator_runs_at_loads_of_it() -> None:
     profile = _profile(python_capacity_rows=1000.0)
-    assert profile.predicted_capacity == pytest.approx(1000.0) and profile.limited_by.startswith("python")
+    assert profile.predicted_capacity == pytest.approx(1000.0) and profile.limited_by == "GIL"
     profile.loads, profile.predictions = [0.5, 0.9], predict(profile, [0.5, 0.9], quick=True)
     assert [round(r.load * profile.chosen.capacity / profile.predicted_capacity, 6)
             for r in profile.predictions] == [0.5, 0.9]
     report = report_dict(profile)
     assert [p["rows_s"] for p in report["predictions"]] == pytest.approx([500.0, 900.0])
     model_bound = _profile()
-    assert model_bound.predicted_capacity == pytest.approx(model_bound.chosen.capacity)
+    # (2 intra-op threads on 2 cores: the cores bound, within the 16 ns of GIL work a request)
+    assert model_bound.predicted_capacity == pytest.approx(model_bound.chosen.capacity, rel=1e-3)
 
 
 def test_settings_and_rows_distribution() -> None:
