@@ -68,7 +68,9 @@ class GenPool:
             out = int(np.exp(rng.uniform(np.log(8), np.log(200))))
             self.items.append((prompt, min(out, CONTEXT - len(prompt.encode()))))
 
-    def get(self, i: int, run: str, priority: int | None = None) -> tuple[bytes, bytes]:
+    def get(self, i: int, run: str, priority: int | None = None, tenant: str | None = None) -> tuple[bytes, bytes]:
+        # `priority` and `tenant`: the pool interface of bench/harness.py's open_loop;
+        # generate requests carry neither.
         prompt, n = self.items[i % len(self.items)]
         rid = f"{run}-{i}"
         return rid.encode(), orjson.dumps({"request_id": rid, "prompt": prompt, "max_new_tokens": n})
