@@ -320,6 +320,7 @@ def stop_process(proc: subprocess.Popen, timeout: float = 60.0) -> None:
             proc.wait(timeout)
         except subprocess.TimeoutExpired:
             proc.kill()
+            proc.wait(10)  # reaped: no zombie left behind a timed-out bench
 
 
 def _wait_assigned(proc: subprocess.Popen, port: int, log: Path, timeout: float = 90) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -21,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.harness import OUT, REPO, profile_of, worker_process
+from bench.harness import OUT, REPO, profile_of, stop_process, worker_process
 from consumers.brokers.embedded import free_port
 
 HERE = Path(__file__).resolve().parent
@@ -101,7 +100,7 @@ def peer_process(peer: Peer, bootstrap: str, inp: str, out: str, *, drain: bool,
     try:
         yield proc
     finally:
-        stop(proc)
+        stop_process(proc, 20.0)
         if datadir:
             shutil.rmtree(datadir, ignore_errors=True)
 
@@ -117,12 +116,3 @@ def _faust_env(peer: Peer, bootstrap: str, inp: str, out: str, group: str, threa
             "PEER_INPUT": inp, "PEER_OUTPUT": out, "PEER_THREADS": str(threads)}
 
 
-def stop(proc: subprocess.Popen, wait_s: float = 20.0) -> None:
-    """SIGTERM, and SIGKILL if it has not exited within wait_s."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(wait_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
