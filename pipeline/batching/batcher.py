@@ -76,11 +76,18 @@ class Batcher:
 
     @property
     def backpressure_rows(self) -> int:
-        """Rows that count against the queue's watermarks: the in-time queue only. The
-        late lane has its own bound (max_late_rows, overflow routed), so hopeless work
-        never stalls consumption: a paused consumer under overload would leave the
-        Kafka backlog to age until everything in it is late."""
-        return self._queue.rows
+        """Rows that count against the queue's watermarks: the in-time queue while it
+        holds anything, else the late lane.
+
+        While in-time work waits, late work must not stall consumption: a held consumer
+        under overload would leave the Kafka backlog to age until everything in it is
+        late, so the late lane keeps its own bound then (max_late_rows, overflow routed).
+        With no in-time work queued, everything arriving is already late (a backlog
+        drain, a catch-up): holding intake then costs no request its deadline, and not
+        holding it would let a decoder faster than the model overflow the late lane and
+        route unscored what score_late promised to score (docs/BATCHING.md,
+        "Backpressure")."""
+        return self._queue.rows or self._late.rows
 
     def __len__(self) -> int:
         return len(self._queue) + len(self._late)

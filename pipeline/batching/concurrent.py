@@ -156,12 +156,12 @@ class BatchQueue:
 
     @property
     def backpressure_rows(self) -> int:
-        """Rows the watermarks count: the in-time queue (Batcher.backpressure_rows)."""
+        """Rows the watermarks count (Batcher.backpressure_rows says which)."""
         with self._cond:
             return self.batcher.backpressure_rows
 
     def above_high_watermark(self) -> bool:
-        """Pause the Kafka partitions: the in-time queue holds high_watermark_rows."""
+        """Hold intake: backpressure_rows reached high_watermark_rows."""
         return self.backpressure_rows >= self.high_watermark_rows
 
     def below_low_watermark(self) -> bool:

@@ -360,7 +360,7 @@ class Worker:
         route_late(self.queue, self.outcomes, self.metrics.tenants)
 
     def _apply_backpressure(self) -> IntakeDecision:
-        """Hold or pause consumption by the queue's in-time rows (batching/backpressure.py
+        """Hold or pause consumption by the queue's backpressure rows (batching/backpressure.py
         says why holding, not pausing, is the usual answer)."""
         before = self.backpressure.state
         intake = self.backpressure.step(self.queue.backpressure_rows, time.monotonic())

@@ -97,9 +97,10 @@ def test_late_share_does_not_bank_credit_during_a_calm_spell():
     assert kinds[0] is False and kinds.count(True) <= 3
 
 
-def test_backpressure_counts_in_time_rows_only():
+def test_backpressure_counts_in_time_rows_while_any_wait_else_the_late_lane():
     b = adaptive(expiry_action="score_late")
     b.add(hopeless(rows=3), 0.0)
+    assert b.backpressure_rows == 3  # only late work: a backlog drain, intake may hold
     b.add(req(rows=2), 0.0)
     assert b.backpressure_rows == 2 and b.late_rows == 3 and b.rows == 5
 

@@ -108,13 +108,27 @@ def test_default_low_watermark_is_half_and_bad_marks_are_rejected():
         queue(high_watermark_rows=10, low_watermark_rows=10)
 
 
-def test_late_lane_rows_do_not_hold_consumption_back():
+def test_late_lane_rows_do_not_hold_consumption_back_while_in_time_work_waits():
     q = queue(AdaptivePolicy(64), high_watermark_rows=10)
     q.batcher.expiry_action = "score_late"
+    q.put(req(rows=1, deadline=60.0))  # fresh work that can still make it
     for _ in range(20):
         q.put(req(rows=1, deadline=0.0005))  # hopeless on arrival
-    assert q.rows == 20 and q.backpressure_rows == 0
+    assert q.rows == 21 and q.backpressure_rows == 1
     assert not q.above_high_watermark()
+
+
+def test_a_backlog_of_late_work_alone_holds_intake_instead_of_overflowing_the_late_lane():
+    # A backlog drain with a decoder faster than the model: everything arriving is
+    # late and nothing in time waits. Before, the watermarks saw 0 rows, intake never
+    # held, and beyond max_late_rows requests were routed unscored under score_late.
+    q = queue(AdaptivePolicy(64), high_watermark_rows=10)
+    q.batcher.expiry_action = "score_late"
+    q.batcher.max_late_rows = 15
+    for _ in range(10):
+        q.put(req(rows=1, deadline=0.0005))
+    assert q.backpressure_rows == 10 and q.above_high_watermark()
+    assert q.pop_routed_late() == []
 
 
 def test_done_feeds_the_cost_model_and_routed_requests_come_out_once():
