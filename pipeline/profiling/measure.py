@@ -51,13 +51,44 @@ class Profile:
     policy: str
     loads: list[float] = field(default_factory=list)  # relative to predicted_capacity
     predictions: list[RunResult] = field(default_factory=list)  # one per load
-    calibrated: ThreadCpu | None = None  # the broker-backed calibration; None: Kafka work not measured
+    # The broker-backed calibrations, at most one per executor kind; none: Kafka work not measured.
+    calibrations: list[ThreadCpu] = field(default_factory=list)
     cores: int = 1  # cores the worker may use (this process's CPU affinity)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)  # the config's, for the executor count
 
+    @property
+    def calibrated(self) -> ThreadCpu | None:
+        """The calibration the chosen configuration's prediction rests on."""
+        return self.calibration_for(self.chosen)
+
+    def calibration_for(self, fitted: Fitted) -> ThreadCpu | None:
+        """The calibration run with `fitted`'s executor kind, else any there is."""
+        return next((c for c in self.calibrations if calibrated_in(c, fitted)), None) or next(
+            iter(self.calibrations), None)
+
     def stages(self, fitted: Fitted | None = None) -> WorkerStages:
         """The worker's stages in a configuration (the chosen one by default)."""
-        return worker_stages(fitted or self.chosen, self.python, self.calibrated, self.cores, self.runtime)
+        f = fitted or self.chosen
+        return worker_stages(f, self.python, self.calibration_for(f), self.cores, self.runtime)
+
+
+def calibrated_in(cal: ThreadCpu, fitted: Fitted) -> bool:
+    """Was `cal` run with `fitted`'s executor kind (a model process or in-process)?"""
+    return (cal.model_process_s is not None) == (fitted.setting.executor == "model-process")
+
+
+def calibrate_choice(profile: Profile, run: Callable[[Fitted], ThreadCpu]) -> None:
+    """Calibrate the configuration the offline figures favour (`run`: a drain in it),
+    choose again with its figures, and calibrate the new choice too if it has the other
+    executor kind, until the chosen kind has a calibration of its own (two at most).
+    Why not one for both: the executors' work differs between the kinds (in-process
+    they collate, run the model and split, waiting for the GIL in between; a model
+    process's executors only hand batches over), and a CTR prediction for in-process
+    from a model-process calibration was 0.70 of the measured drain
+    (docs/OWN_MODEL.md, "How close it comes")."""
+    while not any(calibrated_in(c, profile.chosen) for c in profile.calibrations):
+        profile.calibrations.append(run(profile.chosen))
+        profile.chosen = best(profile.fitted, capacity=lambda f: profile.stages(f).capacity)
 
     @property
     def predicted_capacity(self) -> float:
@@ -209,13 +240,11 @@ def run_profile(
                       cores=cores or len(os.sched_getaffinity(0)), runtime=cfg.runtime)
     profile.chosen = best(fitted, capacity=lambda f: profile.stages(f).capacity)
     if calibration is not None:
-        # The threads' work does not depend much on the configuration: measured in the
-        # one the offline figures favour, then the choice is made again with it.
-        profile.calibrated = calibrate(
-            worker_config(cfg, profile.chosen, profile.policy), _messages(pipeline, calibration.requests, DISTINCT),
-            bootstrap=calibration.bootstrap, broker_profile=calibration.broker_profile,
-            broker_pids=calibration.broker_pids, progress=progress)
-        profile.chosen = best(fitted, capacity=lambda f: profile.stages(f).capacity)
+        messages = _messages(pipeline, calibration.requests, DISTINCT)
+        calibrate_choice(profile, lambda chosen: calibrate(
+            worker_config(cfg, chosen, profile.policy), messages, bootstrap=calibration.bootstrap,
+            broker_profile=calibration.broker_profile, broker_pids=calibration.broker_pids,
+            progress=lambda line: progress(f"{chosen.setting.label}: {line}")))
     profile.loads, profile.predictions = list(loads), predict(profile, loads, quick)
     return profile
 

@@ -96,14 +96,16 @@ def _table(head: list[str], rows: list[list[str]]) -> str:
 
 
 def _calibration_lines(profile: Profile) -> list[str]:
-    cal = profile.calibrated
-    if cal is None:
-        return []
-    spent = ", ".join(f"{k} {v * 1e6:.1f}" for k, v in _thread_figures(cal).items() if v is not None)
-    return [f"calibration at {cal.bootstrap}: a worker drained {cal.requests:,} requests at "
-            f"{cal.drained * profile.python.rows_per_request:,.0f} rows/s; CPU µs per request: {spent} "
-            f"({cal.executors} executor{'s' if cal.executors > 1 else ''}; the rest of the machine kept "
-            f"{cal.others_cores:.2f} cores busy meanwhile)"]
+    """One line per calibration (one per executor kind at most, measure.py `calibrate_choice`)."""
+    lines = []
+    for cal in profile.calibrations:
+        spent = ", ".join(f"{k} {v * 1e6:.1f}" for k, v in _thread_figures(cal).items() if v is not None)
+        kind = "model process" if cal.model_process_s is not None else "in-process"
+        lines.append(f"calibration ({kind}) at {cal.bootstrap}: a worker drained {cal.requests:,} requests at "
+                     f"{cal.drained * profile.python.rows_per_request:,.0f} rows/s; CPU µs per request: {spent} "
+                     f"({cal.executors} executor{'s' if cal.executors > 1 else ''}; the rest of the machine kept "
+                     f"{cal.others_cores:.2f} cores busy meanwhile)")
+    return lines
 
 
 def report_text(profile: Profile, curve_path: Path, config_path: Path, cfg: WorkerConfig) -> str:

@@ -10,8 +10,8 @@ import pytest
 from pipeline.config import RuntimeConfig
 from pipeline.profiling.calibration import Reading, ThreadCpu, per_request
 from pipeline.profiling.capacity import WorkerStages
-from pipeline.profiling.fit import fit
-from pipeline.profiling.measure import worker_stages
+from pipeline.profiling.fit import best, fit
+from pipeline.profiling.measure import Profile, calibrate_choice, worker_stages
 from pipeline.profiling.stages import PythonStage
 from pipeline.profiling.sweep import Point, Setting
 
@@ -114,3 +114,48 @@ def test_worker_stages_take_the_threads_from_the_calibration_and_the_model_from_
     process = worker_stages(_fitted("model-process"), python, cal, 2, RuntimeConfig())
     assert process.executors == 4 and process.model_s == pytest.approx(100 * US)
     assert process.executor_python_s == pytest.approx(130 * US)
+
+
+def _fitted_at(executor: str, ms_per_row: float) -> object:
+    points = [Point(n, 10 * n, ms_per_row * 10 * n, ms_per_row * 10 * n, 5) for n in (1, 2, 4, 10)]
+    return fit("m", Setting(executor, 1), points, {0: 100.0}, "")
+
+
+def _profile(fitted: list) -> Profile:
+    python = PythonStage(admit_s=20 * US, collate_split_s=20 * US, publish_s=10 * US, rows_per_request=10.0)
+    chosen = best(fitted, capacity=lambda f: worker_stages(f, python, None, 2, RuntimeConfig()).capacity)
+    return Profile("m", fitted, chosen, python, "const:10", "cpu", "adaptive", cores=2)
+
+
+def _calibration(model_process: bool, executors_us: float) -> ThreadCpu:
+    return ThreadCpu("h", 1000, 1.0, source_s=100 * US, executors_s=executors_us * US, publisher_s=50 * US,
+                     other_s=10 * US, model_process_s=50 * US if model_process else None, broker_s=None, executors=1)
+
+
+def test_a_choice_that_changes_executor_kind_after_calibration_is_calibrated_in_its_own_kind() -> None:
+    # Offline the model process looks faster; its calibration shows its executors'
+    # hand-overs cost 300 µs of GIL a request, so in-process wins the second choice.
+    # Predicting in-process from the model process's figures missed a measured CTR
+    # drain by 30 % (bench/profile_check.py), so in-process is calibrated too.
+    profile = _profile([_fitted_at("in-process", 0.01), _fitted_at("model-process", 0.004)])
+    assert profile.chosen.setting.executor == "model-process"
+    runs: list[str] = []
+
+    def run(chosen) -> ThreadCpu:
+        runs.append(chosen.setting.executor)
+        return _calibration(chosen.setting.executor == "model-process", 300 if not runs[1:] else 180)
+
+    calibrate_choice(profile, run)
+    assert runs == ["model-process", "in-process"]
+    assert profile.chosen.setting.executor == "in-process"
+    assert profile.calibrated is profile.calibrations[1] and profile.calibrated.model_process_s is None
+    # Each kind's prediction rests on its own calibration.
+    assert profile.calibration_for(profile.fitted[1]) is profile.calibrations[0]
+    assert profile.stages(profile.fitted[0]).executor_python_s == pytest.approx(100 * US)  # 180 less the model's 80
+
+
+def test_one_calibration_when_the_choice_keeps_its_executor_kind() -> None:
+    profile = _profile([_fitted_at("in-process", 0.01), _fitted_at("model-process", 0.02)])
+    runs: list[str] = []
+    calibrate_choice(profile, lambda chosen: runs.append(chosen.setting.executor) or _calibration(False, 150))
+    assert runs == ["in-process"] and profile.chosen.setting.executor == "in-process"
