@@ -45,7 +45,7 @@ class BatchingConfig:
     expiry_action: str = "score_late"  # or route_late
     late_share: float = 0.05
     max_late_rows: int = 100_000
-    shed_reserve: float = 0.5  # route_late: SLO share left after decode, or shed (batching/shed.py)
+    shed_reserve: float = 0.5  # route_late: most of the SLO kept for after decode (batching/shed.py)
     queue_high_rows: int = 20_000  # hold intake above (batching/backpressure.py)
     queue_low_rows: int = 10_000  # full polls again at or below
     allowed_batch_sizes: list[int] = field(default_factory=list)

@@ -44,7 +44,7 @@ from pipeline.batching.batcher import Batcher
 from pipeline.batching.cost import AffineCost, CostModel
 from pipeline.batching.policies import make_policy
 from pipeline.batching.request import Batch, Request
-from pipeline.batching.shed import DEFAULT_RESERVE, shed_count
+from pipeline.batching.shed import DEFAULT_RESERVE, AnswerTime, reserve_ms, shed_count
 from pipeline.batching.tenants import TenantClass, TenantGate
 from pipeline.clock import FakeClock
 from pipeline.errors import UserError
@@ -556,6 +556,7 @@ class _Sim:
         self.decoding: list[int] = []
         self.decoded_at = math.inf
         self.sheds = spec.policy == "adaptive" and spec.batcher.get("expiry_action", "route_late") == "route_late"
+        self.answer_time = AnswerTime()  # decode to answer, as the worker's admission learns it
         self.loosest = max(curve.slo.values())
 
     # -- requests in and out ----------------------------------------------------
@@ -577,6 +578,8 @@ class _Sim:
     def _complete(self, batch: Batch, service: float, now: float) -> None:
         self.free += 1
         self.batcher.observe(batch, service)
+        if self.sheds:
+            self.answer_time.observe([(now - req.arrival) * 1000.0 for req in batch.requests])
         for req in batch.requests:
             i = req.item
             self.finish[i] = now
@@ -632,7 +635,8 @@ class _Sim:
         poll = [self.backlog.popleft() for _ in range(min(self.cfg.poll_records, len(self.backlog)))]
         if self.sheds:
             ages_ms = [(now - self.w.arrivals[i].t) * 1000.0 for i in poll]  # FIFO: oldest first
-            horizon_ms = self.loosest * 1000.0 * (1.0 - self.cfg.shed_reserve)
+            budget_ms = self.loosest * 1000.0
+            horizon_ms = budget_ms - reserve_ms(budget_ms, self.cfg.shed_reserve, self.answer_time.ms)
             shed = shed_count(ages_ms, self.cfg.decode_s * 1000.0, horizon_ms)
             for i in poll[:shed]:
                 self.finish[i] = now

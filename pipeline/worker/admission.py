@@ -23,7 +23,7 @@ from typing import Protocol
 from consumers.dead_letter import record_bytes
 from consumers.records import SourceRecord
 from pipeline.batching.request import Request
-from pipeline.batching.shed import DEFAULT_RESERVE, DecodeCost, shed_count
+from pipeline.batching.shed import DEFAULT_RESERVE, AnswerTime, DecodeCost, reserve_ms, shed_count
 from pipeline.clock import ClockAnchor, wall_ms
 from pipeline.codecs.base import Codec, Decoded, DecodeError, decode_all
 
@@ -90,6 +90,7 @@ class Admission:
         self.anchor = ClockAnchor()
         self.reserve = reserve
         self.decode_cost = DecodeCost()
+        self.answer_time = AnswerTime()  # fed by the publisher thread (worker/publisher.py)
 
     def admit(self, records: list[SourceRecord], now: float, now_wall: int) -> list[Request]:
         """The requests to queue from these records (`now` on the batcher's clock,
@@ -165,7 +166,7 @@ class Admission:
         # Untimed records are never routed (their age is unknown) but are decoded with
         # the rest: they count as the youngest.
         ages = [now_wall - r.timestamp_ms for r in timed] + [0.0] * (len(records) - len(timed))  # type: ignore[operator]
-        horizon = max_budget * (1.0 - self.reserve)
+        horizon = max_budget - reserve_ms(max_budget, self.reserve, self.answer_time.ms)
         shed = min(shed_count(ages, self.decode_cost.per_record_ms, horizon), len(timed))
         # Past the loosest deadline: late whatever the decode cost (also before any
         # poll was timed).

@@ -59,6 +59,8 @@ class Publisher:
     sinks: the offline sinks (a list the caller may still extend before run()).
     drain_deadline: the monotonic time shutdown must end by, or None while running.
     fail: stops the worker with an error (a sink that failed).
+    answered: gets each batch's ms from decode to answer (admission's shed reserve,
+        pipeline/batching/shed.py AnswerTime).
     """
 
     def __init__(
@@ -74,6 +76,7 @@ class Publisher:
         drain_deadline: Callable[[], float | None],
         fail: Callable[[str], None],
         tracer: BatchTracer | None = None,
+        answered: Callable[[list[float]], None] = lambda ms: None,
     ) -> None:
         self.hooks = list(hooks)
         self._by_version: dict[str, Any] = {}  # model version -> its requests counter
@@ -87,6 +90,7 @@ class Publisher:
         self.drain_deadline = drain_deadline
         self.fail = fail
         self.tracer = tracer  # spans of each published request and its batch, when tracing is on
+        self.answered = answered
         # Per-request metrics, bound once: labels() costs a lock and a dict lookup.
         self._queue_wait_hist = metrics.queue_wait.labels(pipeline)
         self._e2e_hist = metrics.e2e.labels(pipeline)
@@ -230,6 +234,8 @@ class Publisher:
         observe_many(self._stage["to_worker"], to_worker)
         observe_many(self._stage["decode"], decode)
         observe_many(self._stage["queue"], queued)
+        handed = wall_ms()  # every result of the batch is with the producer now
+        self.answered([handed - (inf.decoded_wall_ms or inf.consumed_wall_ms) for inf in infs])
         observe_many(self._stage["model"], [timing.seconds] * len(queue_waits))
         if rows:
             try:

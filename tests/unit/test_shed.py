@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.batching.shed import DecodeCost, shed_count
+from pipeline.batching.shed import AnswerTime, DecodeCost, reserve_ms, shed_count
 
 
 def test_nothing_is_shed_when_every_record_reaches_the_queue_in_time():
@@ -61,3 +61,25 @@ def test_decode_cost_refuses_a_decay_that_never_forgets_or_forgets_at_once():
     for bad in (0.0, 1.0):
         with pytest.raises(ValueError):
             DecodeCost(decay=bad)
+
+
+def test_answer_time_jumps_to_a_slow_batch_and_sinks_back_slowly() -> None:
+    t = AnswerTime(decay=0.5)
+    assert t.ms is None
+    t.observe([])
+    assert t.ms is None
+    t.observe([4.0, 12.0, 7.0])  # a batch's slowest request counts
+    assert t.ms == 12.0
+    t.observe([2.0])
+    assert t.ms == 7.0  # halfway back towards 2
+    t.observe([30.0])
+    assert t.ms == 30.0
+    with pytest.raises(ValueError):
+        AnswerTime(decay=1.0)
+
+
+def test_the_reserve_is_the_learned_answer_time_capped_by_the_share_of_the_budget() -> None:
+    assert reserve_ms(100.0, 0.5, None) == 50.0  # nothing answered yet: the cap
+    assert reserve_ms(100.0, 0.5, 12.0) == 12.0
+    assert reserve_ms(100.0, 0.5, 140.0) == 50.0  # a slow burst: never more than the cap
+    assert reserve_ms(100.0, 0.0, 12.0) == 0.0  # reserve 0: only the expired are routed

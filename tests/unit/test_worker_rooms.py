@@ -15,6 +15,7 @@ from consumers.offsets import OffsetTracker
 from consumers.records import SourceRecord
 from models.registry import ModelSpec
 from pipeline.batching.request import Batch, Request
+from pipeline.clock import wall_ms
 from pipeline.codecs.base import Decoded, DecodeError
 from pipeline.metrics import WorkerMetrics
 from pipeline.scoring import BatchTiming, ScoringStep, result_document
@@ -147,6 +148,20 @@ def test_admission_routes_records_too_old_to_be_answered_after_their_polls_decod
     assert outcomes.routed[0][1] == WALL + 100 - 70 + 100.0  # its loosest deadline
     assert sorted(r.item.rec.offset for r in requests) == [10, 12, 13, 14]
     assert b"r11" not in codec.decoded
+
+
+def test_admission_keeps_only_the_learned_answer_time_in_reserve() -> None:
+    """Once batches were answered in at most 10 ms after their decode, a record needs
+    10 ms of its budget left when it reaches the queue, not half of it: at 50 % load
+    on a busy machine the fixed half routed records 50-100 ms old that would have made
+    it (pipeline/batching/shed.py AnswerTime)."""
+    outcomes, codec = FakeOutcomes(), ToyCodec()
+    adm = Admission(codec, lambda priority: 100.0, outcomes, lambda: 1000, 100.0)
+    adm.answer_time.observe([6.0, 10.0])
+    poll = [record(0, b"r0", ts=WALL - 95), record(1, b"r1", ts=WALL - 85), record(2, b"r2", ts=WALL - 60)]
+    requests = adm.admit(poll, now=1.0, now_wall=WALL)
+    assert [o for o, _ in outcomes.routed] == [0]  # 95 > 90; 85 and 60 would have been routed at 50
+    assert [r.item.rec.offset for r in requests] == [1, 2]
 
 
 def test_admission_with_no_reserve_routes_only_records_already_expired() -> None:
@@ -416,3 +431,17 @@ def test_requests_shed_over_a_ceiling_count_as_routed_late_for_their_class_alone
     assert (routed("burst"), routed("gold")) == (2, None)
     route_late(queue, outcomes, metrics.tenants)  # type: ignore[arg-type]  # nothing new: nothing counted
     assert routed("burst") == 2 and len(outcomes.routed) == 2
+
+
+def test_the_publisher_reports_each_batch_s_time_from_decode_to_hand_over() -> None:
+    """Admission's shed reserve learns from these (pipeline/batching/shed.py AnswerTime):
+    one hand-over time for the whole batch, less each request's decode time."""
+    got: list[list[float]] = []
+    pub = Publisher([], FakeOutcomes(), OffsetTracker(), [], WorkerMetrics("toy", "adaptive"),  # type: ignore[arg-type]
+                    "toy", "adaptive", WorkerStats(), lambda: None, lambda reason: None, None, got.append)
+    batch = make_batch([b"r0", b"r1"])
+    now = wall_ms()
+    batch.requests[0].item.decoded_wall_ms = now - 40
+    batch.requests[1].item.decoded_wall_ms = now - 25
+    pub.publish(batch.requests, [{"score": 0.0}, {"score": 1.0}], BatchTiming(2, 0.004, now - 10, now - 5), MODEL)
+    assert len(got) == 1 and got[0][0] - got[0][1] == 15 and got[0][1] >= 25
