@@ -184,6 +184,11 @@ class ConfluentSource:
     def group_metadata(self) -> object:
         return self._consumer.consumer_group_metadata()
 
+    def in_group(self) -> bool:
+        # librdkafka resets the member id to "" when the coordinator answers that it
+        # does not know it (the session expired), until the group is joined again.
+        return bool(self._consumer.memberid())
+
     def close(self) -> None:
         self._consumer.close()
 

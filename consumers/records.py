@@ -86,6 +86,11 @@ class TransactionalSource(Source, Protocol):
         transaction whose offsets come from a member that lost its partitions (KIP-447)."""
         ...
 
+    def in_group(self) -> bool:
+        """A member of the consumer group now (the coordinator gave it a member id that
+        it has not since forgotten)."""
+        ...
+
 
 class TransactionError(Exception):
     """A transaction step failed (consumers/confluent_backend.py says how librdkafka

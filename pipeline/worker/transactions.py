@@ -177,6 +177,15 @@ class Transactions:
         """Commit; `began`: when the flush before it started (the source loop stands
         still from then on, which tidebatch_transaction_commit_seconds shows)."""
         source = self.source()
+        if source is not None and not source.in_group():
+            # A session that expired while this process stood still (a zombie): librdkafka
+            # has dropped its member id, so the offsets would go with neither member id
+            # nor generation, which the broker takes unchecked (KIP-447 checks them only
+            # when given), past what the partitions' new owner has committed. Abort: the
+            # records are produced again once the group is rejoined, or dropped with the
+            # partitions let go (docs/DELIVERY.md, "Zombies").
+            self._doomed = "not a member of the consumer group now (its session expired)"
+            return False
         metadata = source.group_metadata() if source is not None else None
         for attempt in range(1, COMMIT_ATTEMPTS + 1):
             try:

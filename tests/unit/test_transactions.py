@@ -71,8 +71,13 @@ class FakeProducer:
 
 
 class FakeSource:
+    member = True  # the class attribute: Rig hands Transactions the class as its source()
+
     def group_metadata(self) -> object:
         return "generation-7"
+
+    def in_group(self) -> bool:
+        return FakeSource.member
 
 
 class Rig:
@@ -229,3 +234,30 @@ def test_a_producer_that_cannot_start_transactions_is_one_line() -> None:
     rig.producer.init_transactions = refuse  # type: ignore[method-assign]
     with pytest.raises(UserError, match="cannot start transactions: .*authorization failed"):
         rig.txns.start()
+
+
+def test_a_member_whose_session_expired_aborts_instead_of_committing_its_offsets() -> None:
+    """A zombie woken after its session expired: librdkafka has forgotten its member id,
+    and offsets sent without member id and generation are taken unchecked by the broker
+    (KIP-447), past what the new owner committed. One request got two committed results
+    that way in test_exactly_once.py's zombie case, once in CI."""
+    rig = Rig()
+    (r0,) = rig.consume(0, 0)
+    rig.outcomes.result(r0, b"s0")
+    FakeSource.member = False
+    try:
+        assert rig.txns.commit() is False
+        assert rig.producer.committed == [] and rig.producer.aborted == [[("res", b"s0")]]
+        # Back in the group (its partitions kept): the record goes into the next transaction.
+        FakeSource.member = True
+        assert rig.txns.commit() is True
+        assert rig.producer.committed == [([("res", b"s0")], {("req", 0): 1})]
+        # Partitions lost while out of the group are let go with their records.
+        (r1,) = rig.consume(1, 0)
+        rig.outcomes.result(r1, b"t0")
+        FakeSource.member = False
+        assert rig.txns.commit(letting_go=[("req", 1)]) is False
+        FakeSource.member = True
+        assert rig.txns.commit() is True and len(rig.producer.committed) == 1 and not rig.failures
+    finally:
+        FakeSource.member = True
