@@ -71,6 +71,15 @@ class Profile:
         f = fitted or self.chosen
         return worker_stages(f, self.python, self.calibration_for(f), self.cores, self.runtime)
 
+    @property
+    def predicted_capacity(self) -> float:
+        """Rows/s of a worker in the chosen configuration (pipeline/profiling/capacity.py)."""
+        return self.stages().capacity
+
+    @property
+    def limited_by(self) -> str:
+        return self.stages().limited_by
+
 
 def calibrated_in(cal: ThreadCpu, fitted: Fitted) -> bool:
     """Was `cal` run with `fitted`'s executor kind (a model process or in-process)?"""
@@ -89,15 +98,6 @@ def calibrate_choice(profile: Profile, run: Callable[[Fitted], ThreadCpu]) -> No
     while not any(calibrated_in(c, profile.chosen) for c in profile.calibrations):
         profile.calibrations.append(run(profile.chosen))
         profile.chosen = best(profile.fitted, capacity=lambda f: profile.stages(f).capacity)
-
-    @property
-    def predicted_capacity(self) -> float:
-        """Rows/s of a worker in the chosen configuration (pipeline/profiling/capacity.py)."""
-        return self.stages().capacity
-
-    @property
-    def limited_by(self) -> str:
-        return self.stages().limited_by
 
 
 def worker_stages(f: Fitted, python: PythonStage, calibrated: ThreadCpu | None, cores: int,

@@ -152,6 +152,7 @@ def test_a_choice_that_changes_executor_kind_after_calibration_is_calibrated_in_
     # Each kind's prediction rests on its own calibration.
     assert profile.calibration_for(profile.fitted[1]) is profile.calibrations[0]
     assert profile.stages(profile.fitted[0]).executor_python_s == pytest.approx(100 * US)  # 180 less the model's 80
+    assert profile.predicted_capacity == profile.stages(profile.fitted[0]).capacity and profile.limited_by
 
 
 def test_one_calibration_when_the_choice_keeps_its_executor_kind() -> None:
