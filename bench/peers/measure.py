@@ -3,14 +3,18 @@ a backlog drain or a paced live load, each read back from the output topic and
 checked against the model's own scores.
 
 CPU is read from /proc (bench/harness.py, cpu_seconds) for the peer's process and the
-broker's processes separately, between the first and the last new result the reader
-saw: start-up (imports, model load, group join) is outside the window for every
-peer alike, and so is the idle tail.
+broker's processes separately, sampled every 20 ms by a thread of its own, and taken
+between the first and the last result's timestamp: start-up (imports, model load,
+group join) is outside the window for every peer alike, and so is the idle tail.
+(It was read when the reader saw new results: a reader that fell behind a fast peer
+read most results after the peer had finished, and tidebatch's drains came out at
+1.4 CPU-seconds per 10k requests where its process had used ~4; commit 8e56001.)
 """
 
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -45,7 +49,40 @@ class Collected:
     docs: dict[str, dict] = field(default_factory=dict)
     result_ts: dict[str, int] = field(default_factory=dict)
     records: int = 0  # every result record of the run, duplicates included
-    window: list[tuple[int, float, float]] = field(default_factory=list)  # (results, peer cpu s, broker cpu s)
+    trace: list[tuple[float, float, float]] = field(default_factory=list)  # (wall ms, peer cpu s, broker cpu s)
+
+    def cpu_between(self, t0_ms: float, t1_ms: float) -> tuple[float, float]:
+        """CPU seconds of the peer and of the broker between two wall-clock times."""
+        t, peer, broker = (np.array(col, dtype=float) for col in zip(*self.trace, strict=True))
+        return (float(np.interp(t1_ms, t, peer) - np.interp(t0_ms, t, peer)),
+                float(np.interp(t1_ms, t, broker) - np.interp(t0_ms, t, broker)))
+
+
+class CpuTrace:
+    """Samples the peer's and the broker's CPU every `every` s into `out` until stopped."""
+
+    def __init__(self, out: list[tuple[float, float, float]], pid: int, broker_pids: list[int],
+                 every: float = 0.02) -> None:
+        self.out, self.pid, self.broker_pids, self.every = out, pid, broker_pids, every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cpu-trace", daemon=True)
+
+    def _sample(self) -> None:
+        self.out.append((time.time() * 1000.0, cpu_seconds(self.pid), sum(cpu_seconds(p) for p in self.broker_pids)))
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._sample()
+            self._stop.wait(self.every)
+
+    def __enter__(self) -> CpuTrace:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
 
 
 def collect(bootstrap: str, topic: str, run: str, expect: int, proc: subprocess.Popen, broker_pids: list[int],
@@ -57,34 +94,41 @@ def collect(bootstrap: str, topic: str, run: str, expect: int, proc: subprocess.
     got = Collected()
     prefix = run + "-"
     deadline = time.monotonic() + timeout
-    last_new = time.monotonic()
     try:
-        while len(got.docs) < expect and time.monotonic() < deadline and proc.poll() is None:
-            if idle_timeout is not None and time.monotonic() - last_new > idle_timeout:
-                break
-            new = 0
-            for m in consumer.consume(num_messages=2000, timeout=0.1):
-                if m.error() or not m.value():
-                    continue
-                doc = orjson.loads(m.value())
-                rid = doc.get("request_id", "")
-                if not rid.startswith(prefix):
-                    continue
-                got.records += 1
-                if rid not in got.docs:
-                    got.docs[rid], got.result_ts[rid] = doc, m.timestamp()[1]
-                    new += 1
-            if new:
-                last_new = time.monotonic()
-                got.window.append((len(got.docs), cpu_seconds(proc.pid), sum(cpu_seconds(p) for p in broker_pids)))
-        # Duplicates come after a rebalance or a restart: a short look for late ones.
-        if len(got.docs) >= expect:
-            for m in consumer.consume(num_messages=2000, timeout=0.5):
-                if not m.error() and m.value() and orjson.loads(m.value()).get("request_id", "").startswith(prefix):
-                    got.records += 1
+        with CpuTrace(got.trace, proc.pid, broker_pids):
+            _read(consumer, got, prefix, expect, deadline, proc, idle_timeout)
     finally:
         consumer.close()
     return got
+
+
+def _read(consumer: Consumer, got: Collected, prefix: str, expect: int, deadline: float, proc: subprocess.Popen,
+          idle_timeout: float | None) -> None:
+    """Results of `prefix` into `got` until `expect` came back, the peer died, the
+    deadline passed, or (idle_timeout) nothing new came for that long."""
+    last_new = time.monotonic()
+    while len(got.docs) < expect and time.monotonic() < deadline and proc.poll() is None:
+        if idle_timeout is not None and time.monotonic() - last_new > idle_timeout:
+            break
+        new = 0
+        for m in consumer.consume(num_messages=2000, timeout=0.1):
+            if m.error() or not m.value():
+                continue
+            doc = orjson.loads(m.value())
+            rid = doc.get("request_id", "")
+            if not rid.startswith(prefix):
+                continue
+            got.records += 1
+            if rid not in got.docs:
+                got.docs[rid], got.result_ts[rid] = doc, m.timestamp()[1]
+                new += 1
+        if new:
+            last_new = time.monotonic()
+    # Duplicates come after a rebalance or a restart: a short look for late ones.
+    if len(got.docs) >= expect:
+        for m in consumer.consume(num_messages=2000, timeout=0.5):
+            if not m.error() and m.value() and orjson.loads(m.value()).get("request_id", "").startswith(prefix):
+                got.records += 1
 
 
 def correctness(got: Collected, pool: RequestPool, reference: list[list[float]], sent: int) -> dict:
@@ -122,12 +166,12 @@ def drain(peer: Peer, bootstrap: str, pool: RequestPool, n: int, reference: list
     ts = np.array(list(got.result_ts.values()), dtype=float)
     span = (ts.max() - ts.min()) / 1000.0 if len(ts) > 1 else float("nan")
     rows = sum(len(d.get("scores", [])) for d in got.docs.values())
-    (c0, w0, b0), (c1, w1, b1) = got.window[0], got.window[-1]
-    # Too few results after the first batch the reader saw (a --quick run): no figure.
-    per10k = 10_000 / (c1 - c0) if c1 - c0 >= min(1000, n // 2) else float("nan")
+    # The requests answered after the first result, in the CPU spent from it to the last.
+    worker_s, broker_s = got.cpu_between(ts.min(), ts.max())
+    per10k = 10_000 / (len(ts) - 1) if len(ts) > min(1000, n // 2) else float("nan")  # a --quick run: no figure
     return {**result, "requests_per_s": len(got.docs) / span, "rows_per_s": rows / span,
             "mean_batch_rows": float(np.mean([d.get("batch_rows", 0) for d in got.docs.values()])),
-            "worker_cpu_s_per_10k": (w1 - w0) * per10k, "broker_cpu_s_per_10k": (b1 - b0) * per10k}
+            "worker_cpu_s_per_10k": worker_s * per10k, "broker_cpu_s_per_10k": broker_s * per10k}
 
 
 def wait_ready(bootstrap: str, inp: str, out: str, pool: RequestPool, proc: subprocess.Popen,
