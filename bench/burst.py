@@ -112,7 +112,7 @@ def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     with local_broker(args.broker) as broker, open(OUT / "burst.jsonl", "a") as log:
         # The first row on a fresh broker ran with it still warming up: its to_worker p99
-        # was twice the next row's and it routed 10-25x as many requests (whichever tree
+        # was twice the next row's and it routed 10-40x as many requests (whichever tree
         # ran it, issue 26): a row not kept, first.
         warm = row(broker.bootstrap_servers, pool, args.policies.split(",")[0], "steady:0.5", args.capacity, None)
         print(f"warm-up row (not kept): in-slo {warm['scored_in_slo']}/{warm['sent']}", flush=True)
