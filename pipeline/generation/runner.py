@@ -100,10 +100,12 @@ class DecoderRunner:
         for rows, decoding in ((prefill, False), (decode, True)):
             if rows:
                 step = self._decode_in_place if decoding and self.in_place is not None else self._call
-                for row, logits in zip(rows, step(rows, decoding), strict=True):
+                logits = step(rows, decoding)
+                best = logits.argmax(axis=1).tolist()  # greedy rows' tokens, in one pass
+                for row, row_logits, top in zip(rows, logits, best, strict=True):
                     if row.emits:
                         gen = _gen(row.seq)
-                        token = sample(logits, gen.temperature, gen.rng)
+                        token = top if gen.temperature <= 0.0 else sample(row_logits, gen.temperature, gen.rng)
                         out.tokens[row.seq.request_id] = token
                         ended = gen.push(token)
                         if ended:
@@ -114,18 +116,17 @@ class DecoderRunner:
                             self.lengths[row.seq.slot] = 0
         return out
 
-    def _decode_in_place(self, rows: list[_Row], decoding: bool = True) -> list[np.ndarray]:
-        """One in-place decoding call (pipeline/generation/slot_decoder.py); each row's logits."""
+    def _decode_in_place(self, rows: list[_Row], decoding: bool = True) -> np.ndarray:
+        """One in-place decoding call (pipeline/generation/slot_decoder.py); the rows' logits."""
         assert self.in_place is not None
         self._check(rows)
         logits = self.in_place.step(self.cache, self.lengths, {r.seq.slot: r.tokens[0] for r in rows})
         self.calls += 1
-        for r in rows:
-            self.lengths[r.seq.slot] += 1
-        return list(logits)
+        self.lengths[[r.seq.slot for r in rows]] += 1
+        return logits
 
-    def _call(self, rows: list[_Row], decoding: bool) -> list[np.ndarray]:
-        """One ORT call for rows; each row's last real logits."""
+    def _call(self, rows: list[_Row], decoding: bool) -> np.ndarray:
+        """One ORT call for rows; each row's last real logits, [rows, vocab]."""
         self._check(rows)
         n, layers = len(rows), self.shape.layers
         slots = np.array([r.seq.slot for r in rows])
@@ -171,8 +172,7 @@ class DecoderRunner:
             self._last = _Batch(tuple(slots), starts, mask, present)
         elif last is not None and set(last.slots) & set(slots.tolist()):
             self._last = None  # a slot of it holds a new sequence now
-        logits = result["logits"]
-        return [logits[i, len(r.tokens) - 1] for i, r in enumerate(rows)]
+        return result["logits"][np.arange(n), [len(r.tokens) - 1 for r in rows]]
 
     def _check(self, rows: list[_Row]) -> None:
         ctx = self.shape.context
