@@ -57,8 +57,9 @@ class GenPool:
     """Generate requests: prompts cut from docs/GENERATION.md, max_new_tokens
     log-uniform over 8..200 (the same list for every policy: same seed)."""
 
-    def __init__(self, size: int = 4000, seed: int = 5) -> None:
+    def __init__(self, size: int = 4000, seed: int = 5, deadline_ms: int | None = None) -> None:
         rng = np.random.default_rng(seed)
+        self.deadline_ms = deadline_ms  # the requests' own admission deadline; None: the worker's
         text = (REPO / "docs" / "GENERATION.md").read_text()
         self.items = []
         for _ in range(size):
@@ -73,7 +74,10 @@ class GenPool:
         # generate requests carry neither.
         prompt, n = self.items[i % len(self.items)]
         rid = f"{run}-{i}"
-        return rid.encode(), orjson.dumps({"request_id": rid, "prompt": prompt, "max_new_tokens": n})
+        doc = {"request_id": rid, "prompt": prompt, "max_new_tokens": n}
+        if self.deadline_ms is not None:
+            doc["deadline_ms"] = self.deadline_ms
+        return rid.encode(), orjson.dumps(doc)
 
 
 class Reader:
@@ -146,17 +150,23 @@ def measure(policy: str, bootstrap: str, pool: GenPool, args: argparse.Namespace
     reader = Reader(bootstrap, out)
     rows: list[list[object]] = []
     # The backlog goes in before the worker starts: a drain, with no generator running.
-    preload(bootstrap, inp, pool, args.backlog, "sat")
+    # Its requests carry a deadline of their own, far beyond the load phases' 5 s: the
+    # worker takes seconds to start, and a backlog request that expired in the meantime
+    # would end at once with no tokens and make the drain look fast (it did: 676
+    # requests/s "drained", 13 tokens each).
+    preload(bootstrap, inp, GenPool(deadline_ms=600_000), args.backlog, "sat")
     proc = start_worker(bootstrap, inp, out, policy, args.slots)
     try:
         with cpu_shares(bootstrap, proc.pid) as shares:
             wait_for(reader, "sat", args.backlog, 240)
         finals = reader.of("sat")
+        ok = [(ts, d) for ts, d in finals if d["finish_reason"] != "deadline"]
         first = min(reader.first_ms[k] for k in reader.first_ms if k.startswith("sat-"))
         span = (max(ts for ts, _ in finals) - first) / 1000.0
-        tokens = sum(d["generated_tokens"] for _, d in finals)
-        capacity = len(finals) / span
-        rows.append([policy, "saturation", f"{tokens / span:,.0f}", "-", "-", "-", len(finals), 0, cpu_text(shares)])
+        tokens = sum(d["generated_tokens"] for _, d in ok)
+        capacity = len(ok) / span
+        rows.append([policy, "saturation", f"{tokens / span:,.0f}", "-", "-", "-", len(ok), len(finals) - len(ok),
+                     cpu_text(shares)])
         base = rate_at_load_1 or capacity
         for load in (0.25, 0.5, 0.9):
             run = f"l{int(load * 100)}"
