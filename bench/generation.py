@@ -158,7 +158,7 @@ def measure(policy: str, bootstrap: str, pool: GenPool, args: argparse.Namespace
     preload(bootstrap, inp, GenPool(deadline_ms=600_000), args.backlog, "sat")
     proc = start_worker(bootstrap, inp, out, policy, args.slots)
     try:
-        with cpu_shares(bootstrap, proc.pid) as shares:
+        with cpu_shares(bootstrap, proc.pid, machine=True) as shares:
             wait_for(reader, "sat", args.backlog, 240)
         finals = reader.of("sat")
         ok = [(ts, d) for ts, d in finals if d["finish_reason"] != "deadline"]
@@ -171,7 +171,7 @@ def measure(policy: str, bootstrap: str, pool: GenPool, args: argparse.Namespace
         base = rate_at_load_1 or capacity
         for load in args.loads:
             run = f"l{int(load * 100)}"
-            with cpu_shares(bootstrap, proc.pid) as shares:
+            with cpu_shares(bootstrap, proc.pid, machine=True) as shares:
                 sent = open_loop(bootstrap, inp, pool, base * load, args.seconds, run, seed=int(load * 100))
                 wait_for(reader, run, sent, 30)
             got = reader.of(run)
@@ -217,7 +217,7 @@ def main() -> int:
     print(f"load 1 = {load_1:.2f} requests/s (continuous's drain); {args.slots} KV slots; "
           f"max_new_tokens log-uniform 8..200; {os.cpu_count()} cores")
     print(table(["round", "policy", "load", "tokens/s", "ttft_p50_ms", "ttft_p99_ms", "lat_p99_ms", "finished",
-                 "deadline", "cores (generator+reader / worker / broker)"], rows))
+                 "deadline", "cores (generator+reader / worker / broker / rest of the machine / stolen)"], rows))
     if "static" in sat and "continuous" in sat:
         ratios = ", ".join(f"{c / s:.2f}x" for c, s in zip(sat["continuous"], sat["static"], strict=True))
         print(f"saturation: continuous / static tokens/s per round = {ratios}")
