@@ -10,6 +10,7 @@ log-uniform over 8..200), in one run:
    final records' own ttft_ms and latency_ms, from each request's Kafka timestamp).
 
     .venv/bin/python bench/generation.py [--seconds 10] [--backlog 200] [--policies continuous,static,none]
+                                         [--loads 0.25,0.5,0.9] [--repeat 1]
 
 Every line gives the cores the bench process (load generator and result reader), the
 worker and the broker used meanwhile: they share this machine's cores, so compare rows
@@ -57,8 +58,9 @@ class GenPool:
     """Generate requests: prompts cut from docs/GENERATION.md, max_new_tokens
     log-uniform over 8..200 (the same list for every policy: same seed)."""
 
-    def __init__(self, size: int = 4000, seed: int = 5) -> None:
+    def __init__(self, size: int = 4000, seed: int = 5, deadline_ms: int | None = None) -> None:
         rng = np.random.default_rng(seed)
+        self.deadline_ms = deadline_ms  # the requests' own admission deadline; None: the worker's
         text = (REPO / "docs" / "GENERATION.md").read_text()
         self.items = []
         for _ in range(size):
@@ -73,7 +75,10 @@ class GenPool:
         # generate requests carry neither.
         prompt, n = self.items[i % len(self.items)]
         rid = f"{run}-{i}"
-        return rid.encode(), orjson.dumps({"request_id": rid, "prompt": prompt, "max_new_tokens": n})
+        doc = {"request_id": rid, "prompt": prompt, "max_new_tokens": n}
+        if self.deadline_ms is not None:
+            doc["deadline_ms"] = self.deadline_ms
+        return rid.encode(), orjson.dumps(doc)
 
 
 class Reader:
@@ -146,21 +151,27 @@ def measure(policy: str, bootstrap: str, pool: GenPool, args: argparse.Namespace
     reader = Reader(bootstrap, out)
     rows: list[list[object]] = []
     # The backlog goes in before the worker starts: a drain, with no generator running.
-    preload(bootstrap, inp, pool, args.backlog, "sat")
+    # Its requests carry a deadline of their own, far beyond the load phases' 5 s: the
+    # worker takes seconds to start, and a backlog request that expired in the meantime
+    # would end at once with no tokens and make the drain look fast (it did: 676
+    # requests/s "drained", 13 tokens each).
+    preload(bootstrap, inp, GenPool(deadline_ms=600_000), args.backlog, "sat")
     proc = start_worker(bootstrap, inp, out, policy, args.slots)
     try:
-        with cpu_shares(bootstrap, proc.pid) as shares:
+        with cpu_shares(bootstrap, proc.pid, machine=True) as shares:
             wait_for(reader, "sat", args.backlog, 240)
         finals = reader.of("sat")
+        ok = [(ts, d) for ts, d in finals if d["finish_reason"] != "deadline"]
         first = min(reader.first_ms[k] for k in reader.first_ms if k.startswith("sat-"))
         span = (max(ts for ts, _ in finals) - first) / 1000.0
-        tokens = sum(d["generated_tokens"] for _, d in finals)
-        capacity = len(finals) / span
-        rows.append([policy, "saturation", f"{tokens / span:,.0f}", "-", "-", "-", len(finals), 0, cpu_text(shares)])
+        tokens = sum(d["generated_tokens"] for _, d in ok)
+        capacity = len(ok) / span
+        rows.append([policy, "saturation", f"{tokens / span:,.0f}", "-", "-", "-", len(ok), len(finals) - len(ok),
+                     cpu_text(shares)])
         base = rate_at_load_1 or capacity
-        for load in (0.25, 0.5, 0.9):
+        for load in args.loads:
             run = f"l{int(load * 100)}"
-            with cpu_shares(bootstrap, proc.pid) as shares:
+            with cpu_shares(bootstrap, proc.pid, machine=True) as shares:
                 sent = open_loop(bootstrap, inp, pool, base * load, args.seconds, run, seed=int(load * 100))
                 wait_for(reader, run, sent, 30)
             got = reader.of(run)
@@ -183,26 +194,33 @@ def main() -> int:
     ap.add_argument("--backlog", type=int, default=200, help="requests drained at saturation")
     ap.add_argument("--slots", type=int, default=16, help="--max-slots of the worker")
     ap.add_argument("--policies", default="continuous,static,none")
+    ap.add_argument("--loads", default="0.25,0.5,0.9",
+                    help="steady loads after each drain, fractions of load 1; '' for drains only")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="rounds of the policies, interleaved, each printed (load 1: the first round's)")
     args = ap.parse_args()
+    args.loads = [float(x) for x in args.loads.split(",") if x]
     policies = args.policies.split(",")
     if policies[0] != "continuous":
         ap.error("continuous comes first: its drained request rate is load 1")
     pool = GenPool()
     rows: list[list[object]] = []
-    sat: dict[str, float] = {}
+    sat: dict[str, list[float]] = {}
     with local_broker("tansu") as broker:
         load_1 = None
-        for policy in policies:
-            got, capacity = measure(policy, broker.bootstrap_servers, pool, args, load_1)
-            load_1 = load_1 or capacity
-            rows += got
-            sat[policy] = float(got[0][2].replace(",", ""))
+        for rnd in range(args.repeat):
+            for policy in policies:
+                got, capacity = measure(policy, broker.bootstrap_servers, pool, args, load_1)
+                load_1 = load_1 or capacity
+                rows += [[rnd + 1, *row] for row in got]
+                sat.setdefault(policy, []).append(float(got[0][2].replace(",", "")))
     print(f"load 1 = {load_1:.2f} requests/s (continuous's drain); {args.slots} KV slots; "
           f"max_new_tokens log-uniform 8..200; {os.cpu_count()} cores")
-    print(table(["policy", "load", "tokens/s", "ttft_p50_ms", "ttft_p99_ms", "lat_p99_ms", "finished",
-                 "deadline", "cores (generator+reader / worker / broker)"], rows))
+    print(table(["round", "policy", "load", "tokens/s", "ttft_p50_ms", "ttft_p99_ms", "lat_p99_ms", "finished",
+                 "deadline", "cores (generator+reader / worker / broker / rest of the machine / stolen)"], rows))
     if "static" in sat and "continuous" in sat:
-        print(f"saturation: continuous / static = {sat['continuous'] / sat['static']:.2f}x tokens/s")
+        ratios = ", ".join(f"{c / s:.2f}x" for c, s in zip(sat["continuous"], sat["static"], strict=True))
+        print(f"saturation: continuous / static tokens/s per round = {ratios}")
     return 0
 
 

@@ -48,8 +48,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     parser.add_argument(
         "--curve", default=None,
-        help="shipped curve name (ctr, gpu-small, gpu-large; generation-assumed for "
-             "--workload generate), a JSON curve file, or ab:A_MS:B_MS[:MAX_ROWS[:SLO_MS]] "
+        help="shipped curve name (ctr, gpu-small, gpu-large; generation-assumed or the measured "
+             "generation-decoder-tiny-cpu for --workload generate), a JSON curve file, or "
+             "ab:A_MS:B_MS[:MAX_ROWS[:SLO_MS]] "
              "(default: ctr; generation-assumed)",
     )
     parser.add_argument(

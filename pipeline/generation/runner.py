@@ -9,22 +9,28 @@ ORT call for all decoding sequences and one for all prefill chunks. Why not one 
 for both: the new-token axis is as wide as the longest row, so a decode row in a
 prefill call would be padded to the prompt's length and cost as much as a prefill.
 
-Per call: the rows' caches are gathered from their slots up to the longest one (a
-shorter row's missing columns are holes the mask hides), and only each row's new
-columns of the graph's present_* outputs are written back to its slot.
+Per prefill call: the rows' caches are gathered from their slots up to the longest
+one (a shorter row's missing columns are holes the mask hides), and only each row's
+new columns of the graph's present_* outputs are written back to its slot. Decoding
+calls run in place on the slots (pipeline/generation/slot_decoder.py) when the runner
+is given an InPlaceDecoder: no gather, no copy back, each row attending to its own
+length. Without one they go through the same gather as prefill.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from pipeline.generation.scheduler import Plan
 from pipeline.generation.sequence import GenRequest, Sequence
 from pipeline.generation.stream import Generation, sample
+
+if TYPE_CHECKING:
+    from pipeline.generation.slot_decoder import InPlaceDecoder
 
 
 class Session(Protocol):
@@ -71,8 +77,10 @@ class _Batch:
 
 
 class DecoderRunner:
-    def __init__(self, session: Session, shape: DecoderShape, max_slots: int) -> None:
+    def __init__(self, session: Session, shape: DecoderShape, max_slots: int,
+                 in_place: InPlaceDecoder | None = None) -> None:
         self.session = session
+        self.in_place = in_place  # decoding steps on the slots themselves, when given
         self.shape = shape
         cache = (max_slots, shape.heads, shape.context, shape.head_dim)
         # [past_key_0, past_value_0, past_key_1, ...]: the graph's input order
@@ -91,17 +99,34 @@ class DecoderRunner:
         out = StepResult({}, set())
         for rows, decoding in ((prefill, False), (decode, True)):
             if rows:
-                for row, logits in zip(rows, self._call(rows, decoding), strict=True):
+                step = self._decode_in_place if decoding and self.in_place is not None else self._call
+                logits = step(rows, decoding)
+                best = logits.argmax(axis=1).tolist()  # greedy rows' tokens, in one pass
+                for row, row_logits, top in zip(rows, logits, best, strict=True):
                     if row.emits:
                         gen = _gen(row.seq)
-                        token = sample(logits, gen.temperature, gen.rng)
+                        token = top if gen.temperature <= 0.0 else sample(row_logits, gen.temperature, gen.rng)
                         out.tokens[row.seq.request_id] = token
-                        if gen.push(token):
+                        ended = gen.push(token)
+                        if ended:
                             out.stopped.add(row.seq.request_id)
+                        if ended or len(gen.tokens) >= gen.max_new_tokens:
+                            # its slot is free once the scheduler retires it; at length 0
+                            # it costs an in-place step nothing while it waits in range
+                            self.lengths[row.seq.slot] = 0
         return out
 
-    def _call(self, rows: list[_Row], decoding: bool) -> list[np.ndarray]:
-        """One ORT call for rows; each row's last real logits."""
+    def _decode_in_place(self, rows: list[_Row], decoding: bool = True) -> np.ndarray:
+        """One in-place decoding call (pipeline/generation/slot_decoder.py); the rows' logits."""
+        assert self.in_place is not None
+        self._check(rows)
+        logits = self.in_place.step(self.cache, self.lengths, {r.seq.slot: r.tokens[0] for r in rows})
+        self.calls += 1
+        self.lengths[[r.seq.slot for r in rows]] += 1
+        return logits
+
+    def _call(self, rows: list[_Row], decoding: bool) -> np.ndarray:
+        """One ORT call for rows; each row's last real logits, [rows, vocab]."""
         self._check(rows)
         n, layers = len(rows), self.shape.layers
         slots = np.array([r.seq.slot for r in rows])
@@ -147,8 +172,7 @@ class DecoderRunner:
             self._last = _Batch(tuple(slots), starts, mask, present)
         elif last is not None and set(last.slots) & set(slots.tolist()):
             self._last = None  # a slot of it holds a new sequence now
-        logits = result["logits"]
-        return [logits[i, len(r.tokens) - 1] for i, r in enumerate(rows)]
+        return result["logits"][np.arange(n), [len(r.tokens) - 1 for r in rows]]
 
     def _check(self, rows: list[_Row]) -> None:
         ctx = self.shape.context

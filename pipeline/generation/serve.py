@@ -50,6 +50,7 @@ def serve_generate(svc: GenerateService) -> int:
     from pipeline.generation.policies import make_generation_policy
     from pipeline.generation.runner import DecoderRunner, open_decoder
     from pipeline.generation.scheduler import GenerationScheduler
+    from pipeline.generation.slot_decoder import open_in_place
     from pipeline.metrics import WorkerMetrics
     from pipeline.outcomes import Outcomes, Topics
     from pipeline.serve import install_signal_handlers
@@ -61,6 +62,8 @@ def serve_generate(svc: GenerateService) -> int:
     if svc.create_topics:
         _prepare_topics(svc, topics)
     session, shape = open_decoder(svc.provider, svc.intra_op_threads)
+    # decoding steps in place on the KV slots (CPU GroupQueryAttention; None: gathered)
+    in_place = open_in_place(str(session.path), shape, svc.intra_op_threads) if svc.provider == "cpu" else None
     budget = KvBudget(svc.max_slots, svc.max_slots * shape.context)
     scheduler = GenerationScheduler(make_generation_policy(svc.policy), budget, prefill_chunk=svc.prefill_chunk)
     producer = ConfluentProducer(producer_config(svc.broker_profile, svc.bootstrap_servers, dict(svc.kafka)))
@@ -73,7 +76,7 @@ def serve_generate(svc: GenerateService) -> int:
                         count=lambda name, n: loop.stats.count(name, n))
 
     loop = GenerationLoop(producer=producer, outcomes_for=outcomes_for, scheduler=scheduler,
-                          runner=DecoderRunner(session, shape, svc.max_slots), settings=svc.settings,
+                          runner=DecoderRunner(session, shape, svc.max_slots, in_place), settings=svc.settings,
                           metrics=metrics, context=shape.context)
     install_signal_handlers(loop)  # type: ignore[arg-type]  # it only calls stop(reason)
     conf = consumer_config(svc.broker_profile, svc.bootstrap_servers, svc.group_id, dict(svc.kafka))

@@ -17,6 +17,7 @@ from pipeline.generation.policies import make_generation_policy
 from pipeline.generation.runner import DecoderRunner, DecoderShape, gen_request, open_decoder
 from pipeline.generation.scheduler import GenerationScheduler
 from pipeline.generation.sequence import Outcome
+from pipeline.generation.slot_decoder import InPlaceDecoder, open_in_place
 from pipeline.generation.stream import Generation, stop_bytes
 
 PROMPTS = ["Kafka ", "The scheduler admits", "## Models\n\nThe ", "A worker", "Offsets commit"]
@@ -28,14 +29,23 @@ def decoder() -> tuple[object, DecoderShape]:
     return open_decoder("cpu")
 
 
+@pytest.fixture(scope="module")
+def in_place(decoder: tuple[object, DecoderShape]) -> InPlaceDecoder:
+    session, shape = decoder
+    made = open_in_place(str(session.path), shape)
+    assert made is not None, "this ONNX Runtime has no CPU GroupQueryAttention"
+    return made
+
+
 def _drive(decoder: tuple[object, DecoderShape], gens: list[Generation], *, policy: str = "continuous",
-           slots: int = 4, chunk: int | None = None, stagger: int = 0) -> tuple[dict[str, Outcome], DecoderRunner]:
+           slots: int = 4, chunk: int | None = None, stagger: int = 0,
+           in_place: InPlaceDecoder | None = None) -> tuple[dict[str, Outcome], DecoderRunner]:
     """Run requests to the end on a fake clock: one tick per step; request i arrives at
     step i * stagger, so later ones join sequences already decoding."""
     session, shape = decoder
     sched = GenerationScheduler(make_generation_policy(policy), KvBudget(slots, slots * shape.context),
                                 prefill_chunk=chunk)
-    runner = DecoderRunner(session, shape, slots)
+    runner = DecoderRunner(session, shape, slots, in_place)
     done: dict[str, Outcome] = {}
     step, pending = 0, list(enumerate(gens))
     while pending or sched.has_work:
@@ -88,6 +98,59 @@ def test_greedy_sequences_decoded_together_give_what_each_gives_alone(decoder) -
             assert done[g.request_id].generated == len(g.tokens)
     for g in _gens()[:3]:  # the numpy reference, by full recompute (slow: three are enough)
         assert alone[g.request_id] == _numpy_greedy(g.prompt, g.max_new_tokens)
+
+
+def test_in_place_decoding_across_admissions_and_retirements_gives_what_each_gives_alone(decoder, in_place) -> None:
+    """Decoding steps in place on the slots (pipeline/generation/slot_decoder.py):
+    sequences join at staggered steps, retire at their own lengths and their slots are
+    reused, and every one still gets, token for token, what it gets alone through the
+    gathered cache (which the test above checks against the numpy reference)."""
+    alone = {}
+    for g in _gens():
+        _drive(decoder, [g], policy="none", slots=1)
+        alone[g.request_id] = g.tokens
+    for policy, chunk, stagger in (("continuous", None, 3), ("continuous", 5, 2), ("static", None, 1),
+                                   ("none", None, 0)):
+        together = _gens()
+        done, runner = _drive(decoder, together, policy=policy, slots=3, chunk=chunk, stagger=stagger,
+                              in_place=in_place)
+        assert {g.request_id: g.tokens for g in together} == alone, (policy, chunk)
+        assert all(done[g.request_id].generated == len(g.tokens) for g in together)
+        # every slot is free again at length 0: a step that runs it in range attends to nothing
+        assert not runner.lengths.any(), policy
+
+
+def test_an_in_place_step_writes_one_column_per_decoding_row_and_nothing_else(decoder, in_place) -> None:
+    """Its logits are the shipped graph's on the same caches, each decoding slot gets
+    its new key and value at its own length, and nothing else of the cache moves but the
+    column a row in range that does not decode will overwrite next (its length)."""
+    session, shape = decoder
+    rng = np.random.default_rng(3)
+    slots, lengths = 6, np.array([7, 0, 40, 19, 3, 11], np.int64)
+    cache = [np.zeros((slots, shape.heads, shape.context, shape.head_dim), np.float32)
+             for _ in range(2 * shape.layers)]
+    for c in cache:
+        for s, n in enumerate(lengths):
+            c[s, :, :n] = rng.normal(0, 1, (shape.heads, n, shape.head_dim))
+    before = [c.copy() for c in cache]
+    rows = {3: 65, 0: 66, 2: 67}  # slot 1 (free) sits in the range and does not decode; 4, 5 are outside it
+    got = in_place.step(cache, lengths, rows)
+    for i, (slot, token) in enumerate(rows.items()):
+        n = int(lengths[slot])
+        feeds = {"input_ids": np.array([[token]]), "positions": np.array([[n]]),
+                 "attention_mask": np.ones((1, n + 1), np.int64)}
+        for li in range(shape.layers):
+            feeds[f"past_key_{li}"] = before[2 * li][slot:slot + 1, :, :n]
+            feeds[f"past_value_{li}"] = before[2 * li + 1][slot:slot + 1, :, :n]
+        want = session.run(feeds)
+        np.testing.assert_allclose(got[i], want["logits"][0, 0], rtol=1e-4, atol=1e-4)
+        for ci, kind in enumerate(("key", "value") * shape.layers):
+            np.testing.assert_allclose(cache[ci][slot, :, n], want[f"present_{kind}_{ci // 2}"][0, :, n],
+                                       rtol=1e-5, atol=1e-5)
+    for c, b in zip(cache, before, strict=True):
+        changed = np.argwhere((c != b).any(axis=(1, 3)))  # (slot, column) pairs
+        assert {tuple(x) for x in changed} <= {(0, 7), (2, 40), (3, 19), (1, 0)}
+        assert {(0, 7), (2, 40), (3, 19)} <= {tuple(x) for x in changed}
 
 
 def test_static_batching_runs_the_same_tokens_and_reuses_slots(decoder) -> None:
