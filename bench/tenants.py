@@ -156,7 +156,19 @@ def per_tenant(results, routed: set[str], run: str) -> dict:
             "p99_split_ms": p99_split([d for d, m in zip(results.docs, mine, strict=True) if m], scored),
         }
     out["outcomes"] = len(results.docs) + len(routed)
+    out["mixed"] = mixed_share(results.docs, names)
     return out
+
+
+def mixed_share(docs: list[dict], tenants: list[str]) -> float:
+    """Share of batches with requests of more than one tenant. A batch is told by what
+    its requests' result documents share (pipeline/scoring.py): when its answer was
+    split, its model time and its rows; this run's requests only, so a batch that also
+    held no other tenant of this run counts as one tenant's."""
+    batches: dict[tuple, set[str]] = {}
+    for d, t in zip(docs, tenants, strict=True):
+        batches.setdefault((d["scored_at_ms"], d["inference_ms"], d["batch_rows"]), set()).add(t)
+    return sum(len(v) > 1 for v in batches.values()) / len(batches) if batches else float("nan")
 
 
 def p99_split(docs: list[dict], latency_ms: np.ndarray) -> dict[str, float]:
@@ -265,14 +277,14 @@ def format_report(report: dict) -> str:
                 rows.append([k, run, name, f"{SHARES[name]:g}", t["sent"], t["routed_late"],
                              f"{100 * t['goodput']:.2f}", f"{100 * p['goodput']:.2f}",
                              f"{t['p99_ms']:.0f}", f"{p['p99_ms']:.0f}",
-                             f"{real['batch_rows']:.0f} / {sim['batch_rows']:.0f}",
+                             f"{real['batch_rows']:.0f} / {sim['batch_rows']:.0f}", f"{100 * real['mixed']:.0f}",
                              f"{real['cores']['generator']:.2f} / {real['cores']['worker']:.2f} / {real['cores']['broker']:.2f}"])
     head = (f"capacity {report['capacity_req_s']:.0f} req/s ({report['capacity_rows_s']:.0f} rows/s), SLO "
             f"{report['slo_ms']:g} ms, burster at {report['factor']:g}x its share, steady tenants at "
             f"{report['steady']:g} of capacity each; broker {report['broker']}")
     return head + "\n" + H.table(
         ["rep", "run", "tenant", "share", "sent", "routed", "goodput%", "sim%", "p99ms", "sim p99", "batch real/sim",
-         "cores gen/worker/broker"], rows)
+         "mixed%", "cores gen/worker/broker"], rows)
 
 
 if __name__ == "__main__":

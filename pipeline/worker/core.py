@@ -152,12 +152,10 @@ class Worker:
         )
         # Route records before decoding them (admission.py): only where the configured
         # outcome of expiry is "routed late" anyway; tenant classes over their share first.
-        route_expired_ms = None
-        if self.policy.separates_late and b.expiry_action == "route_late":
-            route_expired_ms = max_budget_ms(cfg.tenants, b)
+        routes = self.policy.separates_late and b.expiry_action == "route_late"
         self.admission = Admission(
             self.step.codec, lambda priority: cfg.slo_seconds(priority) * 1000.0, self.outcomes,
-            lambda: self.outcomes.limits.request_bytes, route_expired_ms,
+            lambda: self.outcomes.limits.request_bytes, max_budget_ms(cfg.tenants, b) if routes else None,
             tenant_budget_ms(cfg.tenants, b, self.queue.batcher.tenants), reserve=b.shed_reserve,
             tenants=gate_standing(self.queue, self.metrics.tenants),
         )
