@@ -245,10 +245,10 @@ def main() -> int:
         for k in range(args.repeat):
             seed = 100 + k
             rep = {"seed": seed, "predicted": predict(cap_rows, args.factor, args.steady, args.seconds, seed)}
-            # The two runs of a repeat take turns going first: the first run of a pair
-            # measured worse on this machine (worker 0.59-0.70 cores shared-first
-            # against 0.83-0.85 gated-second, docs/BATCHING.md), an order effect
-            # that alone would credit the second run.
+            # The two runs of a repeat take turns going first: with shared always first
+            # the shared worker got 0.59-0.70 cores against the gated one's 0.83-0.85
+            # (docs/BATCHING.md), and a fixed order would leave any order effect
+            # credited to one side.
             for gated in ((False, True) if k % 2 == 0 else (True, False)):
                 r = one_run(bs, pool, gated, rates, cap_rows, args.seconds, seed, tmp, args.shed_reserve)
                 rep["tenants" if gated else "shared"] = r
