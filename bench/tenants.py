@@ -38,8 +38,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 import time
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -69,16 +71,18 @@ def tenant_of(rates: dict[str, float], seed: int):
 
 
 def one_run(bs: str, pool: H.RequestPool, gated: bool, rates: dict[str, float], capacity_rows: float,
-            seconds: float, seed: int, tmp: Path) -> dict:
+            seconds: float, seed: int, tmp: Path, shed_reserve: float | None = None) -> dict:
     inp, out = H.fresh_topics(bs, f"bench-tenants-{'gated' if gated else 'shared'}")
     run = f"r{uuid.uuid4().hex[:6]}"
     config = tmp / f"{run}.yaml"
-    doc = {"batching": {"slo_ms": SLO_MS, "expiry_action": "route_late"}}
+    doc: dict = {"batching": {"slo_ms": SLO_MS, "expiry_action": "route_late"}}
+    if shed_reserve is not None:
+        doc["batching"]["shed_reserve"] = shed_reserve
     config.write_text(yaml.safe_dump({**doc, **(tenant_config(capacity_rows) if gated else {})}))
     total = sum(rates.values())
     tenants = tenant_of(rates, seed)
     with H.worker_process(bs, inp, out, "adaptive", config=config, log_name=f"tenants-{'gated' if gated else 'shared'}") as proc:
-        with H.cpu_shares(bs, proc.pid) as cores:
+        with H.cpu_shares(bs, proc.pid) as cores, where_backlog_waits(proc.metrics_url) as waits:
             sent = H.open_loop(bs, inp, pool, total, seconds, run, seed=seed, tenant_fn=tenants)
         results = H.read_results(bs, out, sent, timeout=20, run=run)
         routed = H.read_request_ids(bs, f"{inp}.late", run, idle_timeout=1.5)
@@ -87,7 +91,51 @@ def one_run(bs: str, pool: H.RequestPool, gated: bool, rates: dict[str, float], 
             results = H.read_results(bs, out, sent - len(routed), timeout=10, run=run)
             routed = H.read_request_ids(bs, f"{inp}.late", run, idle_timeout=1.0)
         stages = H.stages(proc)  # where the scored requests' time went: before the gate or after
-    return {"sent": sent, "cores": cores, "stages": stages, **per_tenant(results, routed, run)}
+    return {"sent": sent, "cores": cores, "stages": stages, "waits": waits, **per_tenant(results, routed, run)}
+
+
+@contextmanager
+def where_backlog_waits(url: str, every: float = 0.25):
+    """Where a backlog waits while the block runs: the worker's consumer lag (Kafka and
+    librdkafka's prefetch, FIFO, before any tenant gate) and its queue's rows (after
+    the gate), sampled from /metrics; and at the end the gate's rows by class and
+    colour. Filled on exit: mean and max of each gauge."""
+    from pipeline.demo import _sum, scrape
+
+    samples: list[tuple[float, float]] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(every):
+            try:
+                m = scrape(url)
+            except OSError:
+                continue
+            samples.append((_sum(m, "tidebatch_pipeline_lag_messages"), _sum(m, "tidebatch_queue_rows")))
+
+    out: dict = {}
+    th = threading.Thread(target=sample, daemon=True)
+    th.start()
+    try:
+        yield out
+    finally:
+        stop.set()
+        th.join()
+        lag = np.array([s[0] for s in samples] or [float("nan")])
+        rows = np.array([s[1] for s in samples] or [float("nan")])
+        out.update(lag_mean=float(lag.mean()), lag_max=float(lag.max()), queue_rows_mean=float(rows.mean()),
+                   queue_rows_max=float(rows.max()))
+        try:
+            m = scrape(url)
+            out["colours"] = {f"{c}/{col}": _sum(m, "tidebatch_tenant_rows_total", tenant_class=c, colour=col)
+                              for c in SHARES for col in ("green", "yellow", "red")}
+            # Routed late in all, and counted per class: before admission's shed knew
+            # tenants (pipeline/worker/admission.py) only what the batcher routed was
+            # counted per class, so on that code the difference is admission's.
+            out["routed_total"] = _sum(m, "tidebatch_records_total", outcome="routed_late")
+            out["routed_per_class"] = _sum(m, "tidebatch_tenant_requests_total", outcome="routed_late")
+        except OSError:
+            out["colours"] = {}
 
 
 def _tenant(rid: str, run: str) -> str:
@@ -108,9 +156,37 @@ def per_tenant(results, routed: set[str], run: str) -> dict:
             "sent": total, "routed_late": n_routed,
             "goodput": float((scored <= SLO_MS).sum()) / total if total else float("nan"),
             "p99_ms": float(np.percentile(scored, 99)) if len(scored) else float("nan"),
+            "p99_split_ms": p99_split([d for d, m in zip(results.docs, mine, strict=True) if m], scored),
         }
     out["outcomes"] = len(results.docs) + len(routed)
+    out["mixed"] = mixed_share(results.docs, names)
     return out
+
+
+def mixed_share(docs: list[dict], tenants: list[str]) -> float:
+    """Share of batches with requests of more than one tenant. A batch is told by what
+    its requests' result documents share (pipeline/scoring.py): when its answer was
+    split, its model time and its rows; this run's requests only, so a batch that also
+    held no other tenant of this run counts as one tenant's."""
+    batches: dict[tuple, set[str]] = {}
+    for d, t in zip(docs, tenants, strict=True):
+        batches.setdefault((d["scored_at_ms"], d["inference_ms"], d["batch_rows"]), set()).add(t)
+    return sum(len(v) > 1 for v in batches.values()) / len(batches) if batches else float("nan")
+
+
+def p99_split(docs: list[dict], latency_ms: np.ndarray) -> dict[str, float]:
+    """p99 of a tenant's scored requests' time before the worker consumed them (Kafka
+    and librdkafka's prefetch queue: FIFO, no gate), in the worker before its batch
+    started (decode and the gated queue), and after (model, publisher), from the result
+    documents (pipeline/scoring.py: queue_wait_ms counts from consumed to the batch's
+    start, scored_at_ms is when the model's answer was split)."""
+    if not docs:
+        return {}
+    started = np.array([d["scored_at_ms"] - d["inference_ms"] for d in docs], dtype=float)
+    wait = np.array([d["queue_wait_ms"] for d in docs], dtype=float)
+    kafka = np.array([d["kafka_ts_ms"] for d in docs], dtype=float)
+    parts = {"kafka": started - wait - kafka, "worker": wait, "after": kafka + latency_ms - started}
+    return {k: float(np.percentile(v, 99)) for k, v in parts.items()}
 
 
 def predict(capacity_rows: float, factor: float, steady: float, seconds: float, seed: int) -> dict:
@@ -145,13 +221,16 @@ def main() -> int:
     ap.add_argument("--capacity", type=float, default=None, help="100 %% load in req/s (default: measured)")
     ap.add_argument("--live-fraction", type=float, default=0.63, help="live over drained capacity")
     ap.add_argument("--backlog", type=int, default=8000, help="requests drained to measure capacity")
+    ap.add_argument("--shed-reserve", type=float, default=None,
+                    help="batching.shed_reserve of both workers (default: the config's); 0 routes only expired records")
     args = ap.parse_args()
     # JSON only: H.read_request_ids reads the late topic's requests as JSON, and a
     # binary request routed late is raw bytes there (tried: it stopped the run).
     pool = H.RequestPool()
     tmp = H.OUT / "tenants"
     tmp.mkdir(parents=True, exist_ok=True)
-    report: dict = {"broker": args.broker, "slo_ms": SLO_MS, "factor": args.factor, "steady": args.steady, "repeats": []}
+    report: dict = {"broker": args.broker, "slo_ms": SLO_MS, "factor": args.factor, "steady": args.steady,
+                    "shed_reserve": args.shed_reserve, "repeats": []}
     with H.local_broker(args.broker) as broker:
         bs = broker.bootstrap_servers
         if args.capacity is None:
@@ -160,24 +239,41 @@ def main() -> int:
             print(f"drained capacity {drained:.0f} req/s; 100 % = {args.live_fraction:g} of it = {capacity:.0f} req/s", flush=True)
         else:
             capacity = args.capacity
-        cap_rows = capacity * pool.mean_rows
+        cap_rows = float(capacity * pool.mean_rows)  # numpy float: yaml.safe_dump refuses it
         report.update(capacity_req_s=capacity, capacity_rows_s=cap_rows)
         rates = {n: load * capacity for n, load in offered(args.factor, args.steady).items()}
         for k in range(args.repeat):
             seed = 100 + k
             rep = {"seed": seed, "predicted": predict(cap_rows, args.factor, args.steady, args.seconds, seed)}
-            for gated in (False, True):
-                r = one_run(bs, pool, gated, rates, cap_rows, args.seconds, seed, tmp)
+            # The two runs of a repeat take turns going first: with shared always first
+            # the shared worker got 0.59-0.70 cores against the gated one's 0.83-0.85
+            # (docs/BATCHING.md), and a fixed order would leave any order effect
+            # credited to one side.
+            for gated in ((False, True) if k % 2 == 0 else (True, False)):
+                r = one_run(bs, pool, gated, rates, cap_rows, args.seconds, seed, tmp, args.shed_reserve)
                 rep["tenants" if gated else "shared"] = r
                 print(f"[{k + 1}/{args.repeat}] {'tenants' if gated else 'shared '}: sent {r['sent']}, "
                       f"outcomes {r['outcomes']}, batch {r['batch_rows']:.0f}; {H.cpu_text(r['cores'])}; "
-                      f"{H.stages_text(r['stages'])}", flush=True)
+                      f"{H.stages_text(r['stages'])}; {waits_text(r)}", flush=True)
             report["repeats"].append(rep)
     print(format_report(report))
     path = H.OUT / f"tenants-{args.broker}.json"
     path.write_text(json.dumps(report, indent=2, default=float))
     print(f"json: {path}")
     return 0
+
+
+def waits_text(r: dict) -> str:
+    """Where the backlog waited and each tenant's p99 split, on one line."""
+    w = r["waits"]
+    split = "; ".join(f"{n} " + "/".join(f"{v:.0f}" for v in t["p99_split_ms"].values())
+                      for n, t in r["tenants"].items() if t["p99_split_ms"])
+    colours = ", ".join(f"{k} {v:.0f}" for k, v in w.get("colours", {}).items() if v)
+    if colours:
+        colours += f"; routed late {w['routed_total']:.0f}, counted per class {w['routed_per_class']:.0f}"
+    return (f"lag mean/max {w['lag_mean']:.0f}/{w['lag_max']:.0f} records, queue rows mean/max "
+            f"{w['queue_rows_mean']:.0f}/{w['queue_rows_max']:.0f}; p99 ms kafka/worker/after: {split}"
+            + (f"; gate rows: {colours}" if colours else ""))
 
 
 def format_report(report: dict) -> str:
@@ -191,14 +287,15 @@ def format_report(report: dict) -> str:
                 rows.append([k, run, name, f"{SHARES[name]:g}", t["sent"], t["routed_late"],
                              f"{100 * t['goodput']:.2f}", f"{100 * p['goodput']:.2f}",
                              f"{t['p99_ms']:.0f}", f"{p['p99_ms']:.0f}",
-                             f"{real['batch_rows']:.0f} / {sim['batch_rows']:.0f}",
+                             f"{real['batch_rows']:.0f} / {sim['batch_rows']:.0f}", f"{100 * real['mixed']:.0f}",
                              f"{real['cores']['generator']:.2f} / {real['cores']['worker']:.2f} / {real['cores']['broker']:.2f}"])
     head = (f"capacity {report['capacity_req_s']:.0f} req/s ({report['capacity_rows_s']:.0f} rows/s), SLO "
             f"{report['slo_ms']:g} ms, burster at {report['factor']:g}x its share, steady tenants at "
-            f"{report['steady']:g} of capacity each; broker {report['broker']}")
+            f"{report['steady']:g} of capacity each; broker {report['broker']}"
+            + (f"; shed_reserve {report['shed_reserve']:g}" if report.get("shed_reserve") is not None else ""))
     return head + "\n" + H.table(
         ["rep", "run", "tenant", "share", "sent", "routed", "goodput%", "sim%", "p99ms", "sim p99", "batch real/sim",
-         "cores gen/worker/broker"], rows)
+         "mixed%", "cores gen/worker/broker"], rows)
 
 
 if __name__ == "__main__":

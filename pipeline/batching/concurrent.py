@@ -5,6 +5,7 @@ module only adds a lock, a condition variable and the clock."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 
 from pipeline.batching.batcher import Batcher
 from pipeline.batching.cost import AffineCost
@@ -83,6 +84,15 @@ class BatchQueue:
                 self.batcher.add(req, now)
             self._update_depth()
             self._cond.notify_all()
+
+    def over_share(self, tenants: Sequence[str | None], now: float) -> list[bool]:
+        """Per tenant id, whether its class is over its share (TenantGate.over_share),
+        under the lock the batcher's gate is updated under; all False without a gate."""
+        gate = self.batcher.tenants
+        if gate is None:
+            return [False] * len(tenants)
+        with self._cond:
+            return [gate.over_share(t, now) for t in tenants]
 
     def get_batch(self) -> Batch | None:
         """Block until the policy dispatches a batch; None once closed and empty."""

@@ -95,10 +95,25 @@ def shed_count(ages_ms: Sequence[float], per_record_ms: float, horizon_ms: float
     of every kept record of the poll, which are queued together — by `horizon_ms` of
     age. Shedding the oldest first also serves the newest-feasible first, as the
     batcher's hopeless rule does inside the queue (pipeline/batching/policies.py)."""
-    n = len(ages_ms)
-    for i, age in enumerate(ages_ms):
-        # Kept: records i..n-1, all decoded before any is queued. The oldest kept one
-        # is the tightest; if it makes it, every younger one does.
-        if age + (n - i) * per_record_ms <= horizon_ms:
+    return shed_prefix([horizon_ms - age for age in ages_ms], per_record_ms)
+
+
+def shed_prefix(slack_ms: Sequence[float], per_record_ms: float) -> int:
+    """How many records to route late from the front of a poll listed in shed order
+    (the first goes first): the fewest such that every kept record reaches the queue,
+    after the decode of all the kept ones, within its slack (its horizon minus its
+    age). With one horizon and the oldest first this is shed_count; with tenant
+    classes the records of classes over their share come first, with a shorter
+    horizon (pipeline/worker/admission.py), so a burster's backlog is shed before a
+    steady tenant's record of the same age."""
+    n = len(slack_ms)
+    tightest = [0.0] * n  # tightest[i]: the least slack among records i..n-1
+    least = float("inf")
+    for i in range(n - 1, -1, -1):
+        least = min(least, slack_ms[i])
+        tightest[i] = least
+    for i in range(n):
+        # Kept: records i..n-1, all decoded before any is queued.
+        if (n - i) * per_record_ms <= tightest[i]:
             return i
     return n

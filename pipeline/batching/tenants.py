@@ -170,6 +170,16 @@ class TenantGate:
         rate = self.classes[name].rate
         return self._rates[name].rate(now) / rate if rate > 0 else None
 
+    def over_share(self, tenant: str | None, now: float) -> bool:
+        """Whether a tenant's class has lately sent more than OVER_STEP over its share
+        (or has none): its records are the ones admission routes late first when a
+        poll's oldest must go before decoding (pipeline/worker/admission.py). Lately:
+        the rows that reached the gate, so a class whose excess admission sheds reads
+        lower here and keeps about 1 + OVER_STEP of its share; a tenant at its share
+        whose Poisson noise empties its bucket for a moment is not over."""
+        used = self.share_used(self.class_of(tenant), now)
+        return used is None or used > 1.0 + OVER_STEP
+
     def beyond(self, req: Request) -> str:
         return self.classes[req.tenant_class or DEFAULT_CLASS].beyond
 

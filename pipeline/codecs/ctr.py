@@ -86,6 +86,7 @@ from pipeline.codecs.ctr_fields import (
     read_request_id,
     type_name,
 )
+from pipeline.codecs.tenant_peek import peek_tenant
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +110,17 @@ class CtrCodec:
 
         factory = CtrRequestFactory(seed=seed)
         return lambda i: (*factory.make(i), [])
+
+    def tenant_of(self, value: bytes | None, headers: Mapping[str, bytes] | None = None) -> str | None:
+        """The request's tenant without decoding it, or None when unsure (the Codec
+        protocol's optional peek, base.py): admission sheds the records of tenant
+        classes over their share first (pipeline/codecs/tenant_peek.py)."""
+        if ctr_binary.is_binary(value):
+            try:
+                return peek_tenant(ctr_binary.header_bytes(value))
+            except Exception:  # a malformed header: the decode will say why
+                return None
+        return peek_tenant(value)
 
     # ------------------------------------------------------------------------ decode
     def decode(self, value: bytes | None, headers: Mapping[str, bytes] | None = None) -> Decoded:

@@ -5,7 +5,8 @@ In order, per poll:
 1. over the request size limit -> dead letter, before anything reads the value;
 2. expired whatever it contains, or too old to reach the queue with the reserve of its
    budget left after its poll's decode (route_late only; pipeline/batching/shed.py)
-   -> the late topic, before decoding;
+   -> the late topic, before decoding; with tenant classes, the records of classes over
+   their share go first and only they need the reserve;
 3. decode -> a DecodeError (or a codec bug) is the record's dead letter;
 4. a Request whose deadline is its Kafka timestamp plus its budget, on the batcher's
    clock (pipeline/clock.py ClockAnchor).
@@ -23,7 +24,7 @@ from typing import Protocol
 from consumers.dead_letter import record_bytes
 from consumers.records import SourceRecord
 from pipeline.batching.request import Request
-from pipeline.batching.shed import DEFAULT_RESERVE, AnswerTime, DecodeCost, reserve_ms, shed_count
+from pipeline.batching.shed import DEFAULT_RESERVE, AnswerTime, DecodeCost, reserve_ms, shed_prefix
 from pipeline.clock import ClockAnchor, wall_ms
 from pipeline.codecs.base import Codec, Decoded, DecodeError, decode_all
 
@@ -49,6 +50,15 @@ class AdmissionOutcomes(Protocol):
     def late(self, routed: Sequence[tuple[SourceRecord, float]], now_wall: int) -> None: ...
 
 
+class TenantStanding(Protocol):
+    """What admission asks of the tenant gate before decoding a poll
+    (pipeline/worker/tenant_standing.py is the worker's)."""
+
+    def over_share(self, tenants: Sequence[str | None], now: float) -> list[bool]: ...
+
+    def routed(self, tenants: Sequence[str | None]) -> None: ...
+
+
 class Admission:
     """Turns one poll's records into requests; see the module docstring for the order.
 
@@ -62,9 +72,13 @@ class Admission:
     tenant_budget_ms: the budget by (tenant, priority) where tenant classes have SLAs of
         their own (pipeline/tenants_config.py); None: budget_ms for every tenant.
     wall: wall-clock ms, read before and after a poll is decoded (a fake one in tests).
-    reserve: with route_expired_ms, the share of that budget a record must still have
-        when it reaches the queue, after its poll's decode (pipeline/batching/shed.py);
-        older records are routed late undecoded. 0: only records already expired.
+    reserve: with route_expired_ms, the most of that budget a record must still have
+        when it reaches the queue, after its poll's decode: the learned decode-to-answer
+        time below it (pipeline/batching/shed.py AnswerTime); older records are routed
+        late undecoded. 0: only records already expired.
+    tenants: with tenant classes, each record's class standing (from the codec's
+        `tenant_of` peek, pipeline/codecs/base.py); None, or a codec without the peek:
+        every record needs the reserve and the oldest go first, whatever its tenant.
     """
 
     def __init__(
@@ -77,6 +91,7 @@ class Admission:
         tenant_budget_ms: Callable[[str | None, int], float] | None = None,
         wall: Callable[[], int] = wall_ms,
         reserve: float = DEFAULT_RESERVE,
+        tenants: TenantStanding | None = None,
     ) -> None:
         if not 0.0 <= reserve < 1.0:
             raise ValueError("reserve must be in [0, 1)")
@@ -91,13 +106,14 @@ class Admission:
         self.reserve = reserve
         self.decode_cost = DecodeCost()
         self.answer_time = AnswerTime()  # fed by the publisher thread (worker/publisher.py)
+        self.tenants = tenants
 
     def admit(self, records: list[SourceRecord], now: float, now_wall: int) -> list[Request]:
         """The requests to queue from these records (`now` on the batcher's clock,
         `now_wall` in wall ms); every other record has had its outcome."""
         anchor = self.anchor.pair(now, now_wall)
         records = self.within_size_limit(records)
-        records = self.expired_before_decoding(records, now_wall)
+        records = self.expired_before_decoding(records, now_wall, now)
         requests: list[Request] = []
         started_wall = self.wall()
         outcomes = decode_all(self.codec, [(rec.value, rec.headers) for rec in records])
@@ -148,35 +164,54 @@ class Admission:
                 self.outcomes.dead_letter(rec, reason, "admit")
         return kept
 
-    def expired_before_decoding(self, records: list[SourceRecord], now_wall: int) -> list[SourceRecord]:
+    def expired_before_decoding(self, records: list[SourceRecord], now_wall: int, now: float = 0.0) -> list[SourceRecord]:
         """Route records that will be late whatever they contain, and return the
         others. A request's own deadline_ms can only tighten the budget of its
         priority, so Kafka timestamp + the largest budget is its loosest deadline.
         Routed: records already past it, and the oldest records that would reach the
-        queue, after the decode of the poll's records kept, with less than `reserve`
-        of that budget left (pipeline/batching/shed.py: shedding only the expired
+        queue, after the decode of the poll's records kept, with less than the reserve
+        (`reserve_ms`) left (pipeline/batching/shed.py: shedding only the expired
         ones lets a burst's Kafka backlog age to a whole budget, and every decoded
         request is then late). Decoding is the worker's most expensive step (the model
         runs on the other core): under a backlog, decoding answers nobody waits for any
-        more would starve the fresh requests behind them."""
+        more would starve the fresh requests behind them.
+
+        With tenant classes (`tenants` and the codec's peek), only records of classes
+        over their share need the reserve, and they go first: the reserve stands for
+        the wait in the queue, and a class within its share is queued green, ahead of
+        every other class's excess (pipeline/batching/tenants.py), so its record only
+        has to reach the queue before its deadline; the batcher's hopeless rule still
+        routes it if the model cannot make that. Without this a burster's excess and a
+        steady tenant's record of the same age were shed alike, before the gate could
+        tell them apart (docs/BATCHING.md, "Tenants on the real pipeline")."""
         if self.route_expired_ms is None:
             return records
         max_budget = self.route_expired_ms
-        timed = sorted((r for r in records if r.timestamp_ms is not None), key=lambda r: r.timestamp_ms)  # type: ignore[arg-type, return-value]
-        # Untimed records are never routed (their age is unknown) but are decoded with
-        # the rest: they count as the youngest.
-        ages = [now_wall - r.timestamp_ms for r in timed] + [0.0] * (len(records) - len(timed))  # type: ignore[operator]
-        horizon = max_budget - reserve_ms(max_budget, self.reserve, self.answer_time.ms)
-        shed = min(shed_count(ages, self.decode_cost.per_record_ms, horizon), len(timed))
+        tight = max_budget - reserve_ms(max_budget, self.reserve, self.answer_time.ms)
+        timed = [r for r in records if r.timestamp_ms is not None]
+        peek = getattr(self.codec, "tenant_of", None) if self.tenants is not None else None
+        tenants = [peek(r.value, r.headers) for r in timed] if peek is not None else None
+        over = self.tenants.over_share(tenants, now) if self.tenants is not None and tenants is not None else None
+        # Shed order: over-share classes first, then the rest; the oldest first in each.
+        order = sorted(range(len(timed)), key=lambda i: (over is not None and not over[i], timed[i].timestamp_ms))
+        ages = {i: now_wall - timed[i].timestamp_ms for i in order}  # type: ignore[operator]
         # Past the loosest deadline: late whatever the decode cost (also before any
         # poll was timed).
-        shed = max(shed, sum(1 for a in ages[: len(timed)] if a > max_budget))
-        if not shed:
+        gone = [i for i in order if ages[i] > max_budget]
+        rest = [i for i in order if ages[i] <= max_budget]
+        slack = [(max_budget if over is not None and not over[i] else tight) - ages[i] for i in rest]
+        # Untimed records are never routed (their age is unknown) but are decoded with
+        # the rest: they count as the youngest, kept last.
+        slack += [tight] * (len(records) - len(timed))
+        gone += rest[: min(shed_prefix(slack, self.decode_cost.per_record_ms), len(rest))]
+        if not gone:
             return records
-        expired = timed[:shed]
-        self.outcomes.late([(r, r.timestamp_ms + max_budget) for r in expired], now_wall)  # type: ignore[operator]
-        gone = {id(r) for r in expired}
-        return [r for r in records if id(r) not in gone]
+        gone.sort(key=lambda i: timed[i].timestamp_ms)  # type: ignore[arg-type, return-value]
+        self.outcomes.late([(timed[i], timed[i].timestamp_ms + max_budget) for i in gone], now_wall)  # type: ignore[operator]
+        if self.tenants is not None and tenants is not None:
+            self.tenants.routed([tenants[i] for i in gone])
+        ids = {id(timed[i]) for i in gone}
+        return [r for r in records if id(r) not in ids]
 
 
 def drop_traceback(exc: BaseException) -> None:

@@ -49,6 +49,7 @@ from pipeline.worker.late_routing import route_late
 from pipeline.worker.partitions import Partitions
 from pipeline.worker.publisher import Publisher
 from pipeline.worker.stats import WorkerStats
+from pipeline.worker.tenant_standing import gate_standing
 from pipeline.worker.topic_limits import described_limits, worker_limits
 from pipeline.worker.transactions import Transactions
 
@@ -149,15 +150,14 @@ class Worker:
             transactions=self.transactions,
             carry_headers=cfg.result_headers, origin=Origin(self.group_id, member_id(cfg.instance_id()), class_path(self.step.codec)),
         )
-        # Route already-expired records before decoding them (admission.py): only where
-        # the configured outcome of expiry is "routed late" anyway.
-        route_expired_ms = None
-        if self.policy.separates_late and b.expiry_action == "route_late":
-            route_expired_ms = max_budget_ms(cfg.tenants, b)
+        # Route records before decoding them (admission.py): only where the configured
+        # outcome of expiry is "routed late" anyway; tenant classes over their share first.
+        routes = self.policy.separates_late and b.expiry_action == "route_late"
         self.admission = Admission(
             self.step.codec, lambda priority: cfg.slo_seconds(priority) * 1000.0, self.outcomes,
-            lambda: self.outcomes.limits.request_bytes, route_expired_ms,
+            lambda: self.outcomes.limits.request_bytes, max_budget_ms(cfg.tenants, b) if routes else None,
             tenant_budget_ms(cfg.tenants, b, self.queue.batcher.tenants), reserve=b.shed_reserve,
+            tenants=gate_standing(self.queue, self.metrics.tenants),
         )
         self.publisher = Publisher(
             self.step.hooks, self.outcomes, self.tracker, self.sinks, self.metrics, cfg.pipeline, b.policy,
