@@ -1,16 +1,25 @@
-"""Burst, overload and steady rows of bench/policies.py for a few policies, repeated
-and interleaved, optionally against a baseline checkout (issue 26, item 4), in one run
-on one broker:
+"""Steady, burst, overload and priority rows of bench/policies.py for a few policies,
+repeated and interleaved, optionally against a baseline checkout, in one run on one
+broker (issue 26, items 4 and 5):
 
-    .venv/bin/python bench/burst.py --capacity 700 --policies greedy,adaptive \\
-        --scenarios burst,overload --repeat 1 [--baseline /tmp/tidebatch-before]
+    .venv/bin/python bench/burst.py --policies greedy,adaptive --repeat 3 \\
+        --scenarios steady:0.1,steady:0.5,steady:0.9,burst,overload,priorities [--broker tansu]
+    .venv/bin/python bench/burst.py --capacity 700 --scenarios burst --baseline /tmp/tidebatch-before
 
---capacity is 100 % load in req/s (the live capacity of bench/policies.py; this bench
-does not measure it, so that each invocation fits a few minutes). --baseline DIR runs
-the same rows with workers started from DIR (a checkout of another commit), each row
-right after this tree's, so the two are compared under the same machine load. Every
-row prints the cores of the generator (this process), the worker, the broker and the
-rest of the machine meanwhile. Appends each row to out/bench/burst.jsonl.
+Without --capacity, 100 % load is the live capacity measured first in the same run
+(bench/policies.py's measure_capacity: a drained backlog, then greedy probes with the
+generator running and the broker in the loop); --capacity R skips that. --baseline DIR
+runs the same rows with workers started from DIR (a checkout of another commit), each
+row right after this tree's, so the two are compared under the same machine load.
+Every row prints the cores of the generator (this process), the worker, the broker and
+the rest of the machine meanwhile, and is appended to out/bench/burst.jsonl.
+
+At the end, per scenario, the medians over the repeats: adaptive against greedy (item
+4: p99 at most 1.05x, goodput at least 0.95x), and the simulator's prediction of every
+row against the measurement (item 5, bench/calibration.py): the row's recorded
+arrivals replayed on the cost curve fitted to this run's batches, with the Kafka hop of
+its lowest-load rows and the codec's decode cost. Traces, the curve and the report go
+to out/bench/burst-BROKER/.
 """
 
 from __future__ import annotations
@@ -24,12 +33,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import harness  # noqa: E402
+import numpy as np  # noqa: E402
+
+from bench import calibration, harness  # noqa: E402
 from bench.harness import OUT, RequestPool, cpu_text, local_broker, stages_text  # noqa: E402
-from bench.policies import run_scenario, window_goodput  # noqa: E402
+from bench.policies import SLO_MS, measure_capacity, run_scenario, window_goodput  # noqa: E402
 
 PRE, BURST, POST = 3.0, 6.0, 6.0
 STEADY_SECONDS = 6.0
+HIGH_SHARE = 0.2  # priorities: 20 % high, 80 % low at 110 % (bench/policies.py's)
 
 
 @contextmanager
@@ -46,23 +58,37 @@ def workers_from(repo: Path | None):
         harness.REPO = saved
 
 
-def row(bs: str, pool: RequestPool, policy: str, scenario: str, capacity: float, repo: Path | None) -> dict:
+def high_priority(i: int) -> int:
+    """bench/policies.py's split: about one request in five is high priority (0)."""
+    return 0 if (i * 7919) % 10 < 2 else 1
+
+
+def row(bs: str, pool: RequestPool, policy: str, scenario: str, capacity: float, repo: Path | None,
+        trace: list | None = None) -> dict:
     env = {"PYTHONPATH": str(repo)} if repo is not None else {}
     with workers_from(repo):
         if scenario == "burst":
             def rate(t: float) -> float:
                 return (1.5 if PRE <= t < PRE + BURST else 0.5) * capacity
 
-            r = run_scenario(bs, pool, policy, rate, PRE + BURST + POST, extra_env=env, machine=True)
+            r = run_scenario(bs, pool, policy, rate, PRE + BURST + POST, extra_env=env, machine=True, trace=trace)
             r["goodput_x_capacity"] = window_goodput(r, PRE, PRE + BURST) / capacity
         elif scenario == "overload":
-            r = run_scenario(bs, pool, policy, 1.2 * capacity, STEADY_SECONDS, extra_env=env, machine=True)
+            r = run_scenario(bs, pool, policy, 1.2 * capacity, STEADY_SECONDS, extra_env=env, machine=True,
+                             trace=trace)
             r["goodput_x_capacity"] = window_goodput(r, 2.0, STEADY_SECONDS) / capacity
+        elif scenario == "priorities":
+            r = run_scenario(bs, pool, policy, 1.1 * capacity, STEADY_SECONDS, extra_env=env, machine=True,
+                             priority_fn=high_priority, trace=trace)
+            r["goodput_x_capacity"] = window_goodput(r, 2.0, STEADY_SECONDS) / capacity
+            hi = r["_prio"] == 0
+            r["high_p99_ms"] = float(np.percentile(r["_lat"][hi], 99)) if hi.any() else float("nan")
         else:  # steady:FRACTION
             load = float(scenario.split(":", 1)[1])
-            r = run_scenario(bs, pool, policy, load * capacity, STEADY_SECONDS, extra_env=env, machine=True)
+            r = run_scenario(bs, pool, policy, load * capacity, STEADY_SECONDS, extra_env=env, machine=True,
+                             trace=trace)
             r["goodput_x_capacity"] = window_goodput(r, 0.0, STEADY_SECONDS) / capacity
-    return {k: v for k, v in r.items() if not k.startswith("_")}
+    return {k: v for k, v in r.items() if not k.startswith("_") or k == "_batches"}
 
 
 def summary(path: Path, since: float = 0.0) -> str:
@@ -87,11 +113,115 @@ def summary(path: Path, since: float = 0.0) -> str:
                           "generator cores", "other cores"], rows)
 
 
+def decode_us(pool: RequestPool, poll: int = 1000) -> float:
+    """The CTR codec's thread-CPU microseconds per request, decoding the pool's
+    requests a poll at a time as the worker's source thread does (best of 5)."""
+    from pipeline.codecs.ctr import CtrCodec
+
+    codec = CtrCodec()
+    msgs = [(pool.get(i, "calibrate")[1], None) for i in range(len(pool.rows))]
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.thread_time()
+        for at in range(0, len(msgs), poll):
+            codec.decode_many(msgs[at : at + poll])
+        best = min(best, time.thread_time() - t0)
+    return best / len(msgs) * 1e6
+
+
+def medians(rows: list[dict]) -> dict:
+    """One scenario and policy over its repeats: medians of p50, p99, goodput (x
+    capacity) and in-SLO share, with the ranges of p99 and goodput."""
+    def med(key: str) -> float:
+        return float(np.median([r[key] for r in rows]))
+
+    return {"runs": len(rows), "p50_ms": med("p50_ms"), "p99_ms": med("p99_ms"), "goodput": med("goodput_x_capacity"),
+            "in_slo_share": float(np.median([r["scored_in_slo"] / max(r["sent"], 1) for r in rows])),
+            "p99_range": (min(r["p99_ms"] for r in rows), max(r["p99_ms"] for r in rows)),
+            "goodput_range": (min(r["goodput_x_capacity"] for r in rows), max(r["goodput_x_capacity"] for r in rows))}
+
+
+def report_tables(kept: list[dict], capacity: float, out_dir: Path, broker: str) -> dict:
+    """Item 4 (adaptive against greedy, per scenario) and item 5 (the simulator's
+    prediction of every row), printed and returned."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in kept:
+        if r["tree"] == "this":
+            groups.setdefault((r["scenario"], r["policy"]), []).append(r)
+    med = {k: medians(v) for k, v in groups.items()}
+    scenarios = list(dict.fromkeys(s for s, _ in groups))
+    lines, verdicts = [], {}
+    for sc in scenarios:
+        g, a = med.get((sc, "greedy")), med.get((sc, "adaptive"))
+        if g is None or a is None:
+            continue
+        ok, why = calibration.verdict(g, a)
+        verdicts[sc] = {"ok": ok, "why": why}
+        lines.append([sc, f"{g['runs']}", f"{g['p99_ms']:.0f} ({g['p99_range'][0]:.0f}-{g['p99_range'][1]:.0f})",
+                      f"{a['p99_ms']:.0f} ({a['p99_range'][0]:.0f}-{a['p99_range'][1]:.0f})",
+                      f"{g['goodput']:.2f} ({g['goodput_range'][0]:.2f}-{g['goodput_range'][1]:.2f})",
+                      f"{a['goodput']:.2f} ({a['goodput_range'][0]:.2f}-{a['goodput_range'][1]:.2f})",
+                      why, "yes" if ok else "NO"])
+    print(f"\n[{broker}] adaptive against greedy, medians over the repeats (range); goodput x capacity "
+          f"({capacity:.0f} req/s)")
+    print(harness.table(["scenario", "runs", "greedy p99 ms", "adaptive p99 ms", "greedy goodput",
+                         "adaptive goodput", "adaptive", "holds"], lines))
+    # Item 5: the simulator on each row's own arrivals.
+    curve = calibration.fit_curve([tuple(b) for r in kept for b in r["_batches"]], SLO_MS)
+    (out_dir / "curve.json").write_text(json.dumps(curve, indent=1))
+    steady = sorted((r for r in kept if r["scenario"].startswith("steady:")), key=lambda r: r["scenario"])
+    low = [r for r in steady if r["scenario"] == steady[0]["scenario"]] if steady else kept
+    hop = calibration.hop_of([r["stages"] for r in low])
+    dec = decode_us(RequestPool())
+    print(f"\n[{broker}] simulator against the pipeline: curve fitted to {curve['source']}; Kafka hop "
+          f"p50/p99 {hop[0]:.1f}/{hop[1]:.1f} ms (to_worker of {low[0]['scenario'] if low else '-'} rows); "
+          f"decode {dec:.0f} us/request")
+    pred: dict[tuple[str, str], list[dict]] = {}
+    for r in kept:
+        if r["tree"] != "this":
+            continue
+        trace = [(d["time"], d["rows"], d["priority"]) for d in map(json.loads, Path(r["trace"]).read_text().splitlines())]
+        p = calibration.predict(trace, curve, r["policy"], hop_ms=hop, decode_us=dec, seed=r["rep"] + 1)
+        pred.setdefault((r["scenario"], r["policy"]), []).append(p)
+    lines, calib = [], {}
+    for (sc, pol), ps in pred.items():
+        m = med[(sc, pol)]
+        pm = {k: float(np.median([p[k] for p in ps])) for k in ("p50_ms", "p99_ms", "in_slo_share")}
+        checks = [calibration.within(pm[k], m[k]) for k in ("p50_ms", "p99_ms", "in_slo_share")]
+        calib[f"{sc} {pol}"] = {"measured": {k: m[k] for k in ("p50_ms", "p99_ms", "in_slo_share")}, "predicted": pm,
+                                "within_30pct": checks}
+        lines.append([sc, pol, f"{m['p50_ms']:.0f} / {pm['p50_ms']:.0f}", f"{m['p99_ms']:.0f} / {pm['p99_ms']:.0f}",
+                      f"{m['in_slo_share']:.3f} / {pm['in_slo_share']:.3f}",
+                      " ".join("ok" if c else "off" for c in checks)])
+    print(harness.table(["scenario", "policy", "p50 ms measured / predicted", "p99 ms", "in-SLO share",
+                         "within 30 %: p50 p99 share"], lines))
+    order = {}
+    for sc in scenarios:
+        if (sc, "greedy") in pred and (sc, "adaptive") in pred:
+            real = med[(sc, "adaptive")]["goodput"] >= med[(sc, "greedy")]["goodput"]
+            sim = (np.median([p["in_slo_share"] for p in pred[(sc, "adaptive")]])
+                   >= np.median([p["in_slo_share"] for p in pred[(sc, "greedy")]]))
+            order[sc] = {"measured_adaptive_ahead": bool(real), "predicted_adaptive_ahead": bool(sim)}
+    print("policy order by goodput, measured / predicted (adaptive >= greedy): " + ", ".join(
+        f"{sc} {'yes' if o['measured_adaptive_ahead'] else 'no'}/{'yes' if o['predicted_adaptive_ahead'] else 'no'}"
+        for sc, o in order.items()))
+    first = next((r for r in kept if r["tree"] == "this"), None)
+    if first is not None:
+        print(f"one row by hand: tidebatch simulate --scenario trace:{first['trace']} --curve {out_dir / 'curve.json'} "
+              f"--hop-ms {hop[0]:.1f}:{hop[1]:.1f} --decode-us {dec:.0f} --policies {first['policy']} --json")
+    return {"verdicts": verdicts, "medians": {f"{k[0]} {k[1]}": v for k, v in med.items()}, "calibration": calib,
+            "order": order, "curve": curve, "hop_ms": hop, "decode_us": dec}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--capacity", type=float, default=0.0, help="100 %% load, req/s (required but with --summary)")
+    ap.add_argument("--capacity", type=float, default=0.0,
+                    help="100 %% load, req/s (default: the live capacity, measured first in the same run)")
+    ap.add_argument("--backlog", type=int, default=10_000, help="requests preloaded for the drained capacity")
+    ap.add_argument("--probes", type=int, default=4, help="live-capacity probes (bisection)")
     ap.add_argument("--policies", default="greedy,adaptive")
-    ap.add_argument("--scenarios", default="burst", help="burst, overload, steady:0.5, ... (comma-separated)")
+    ap.add_argument("--scenarios", default="burst",
+                    help="steady:0.5, burst, overload, priorities, ... (comma-separated)")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--broker", choices=harness.BROKERS, default="kafka")
     ap.add_argument("--baseline", type=Path, help="a checkout whose workers run each row again, for comparison")
@@ -104,17 +234,25 @@ def main() -> int:
     if args.summary is not None:
         print(summary(OUT / "burst.jsonl", args.summary))
         return 0
-    if args.capacity <= 0:
-        ap.error("--capacity must be > 0")
     pool = RequestPool()
     trees = [("this", None)] + ([("baseline", args.baseline.resolve())] if args.baseline else [])
     again = set((args.baseline_policies or args.policies).split(","))
-    OUT.mkdir(parents=True, exist_ok=True)
+    out_dir = OUT / f"burst-{args.broker}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    report: dict = {"broker": args.broker, "started": started, "argv": sys.argv[1:], "slo_ms": SLO_MS}
+    kept: list[dict] = []
     with local_broker(args.broker) as broker, open(OUT / "burst.jsonl", "a") as log:
+        capacity = args.capacity
+        if capacity <= 0:
+            report.update(measure_capacity(broker.bootstrap_servers, pool, args.backlog, STEADY_SECONDS, args.probes,
+                                           args.broker))
+            capacity = report["live_capacity_req_s"]
+        report["capacity_req_s"] = capacity
         # The first row on a fresh broker ran with it still warming up: its to_worker p99
         # was twice the next row's and it routed 10-40x as many requests (whichever tree
         # ran it, issue 26): a row not kept, first.
-        warm = row(broker.bootstrap_servers, pool, args.policies.split(",")[0], "steady:0.5", args.capacity, None)
+        warm = row(broker.bootstrap_servers, pool, args.policies.split(",")[0], "steady:0.5", capacity, None)
         print(f"warm-up row (not kept): in-slo {warm['scored_in_slo']}/{warm['sent']}", flush=True)
         for rep in range(args.repeat):
             for scenario in args.scenarios.split(","):
@@ -123,15 +261,24 @@ def main() -> int:
                     for tree, repo in (trees if rep % 2 == 0 else trees[::-1]):
                         if tree == "baseline" and policy not in again:
                             continue
-                        r = row(broker.bootstrap_servers, pool, policy, scenario, args.capacity, repo)
+                        trace: list = []
+                        r = row(broker.bootstrap_servers, pool, policy, scenario, capacity, repo, trace)
+                        path = out_dir / f"trace-{scenario.replace(':', '')}-{policy}-{tree}-{rep}.jsonl"
+                        calibration.write_trace(path, trace)
                         print(f"{scenario:10s} {policy:9s} {tree:8s} goodput {r['goodput_x_capacity']:.2f}x "
                               f"in-slo {r['scored_in_slo']}/{r['sent']} late {r['scored_late']} routed "
                               f"{r['routed_late']} p50 {r['p50_ms']:.0f} p99 {r['p99_ms']:.0f} ms; "
                               f"{cpu_text(r['cpu_cores'])}; {stages_text(r['stages'])}", flush=True)
-                        log.write(json.dumps({"at": time.time(), "rep": rep, "scenario": scenario, "policy": policy,
-                                              "tree": tree, "capacity": args.capacity, "broker": args.broker, **r},
-                                             default=float) + "\n")
+                        entry = {"at": time.time(), "rep": rep, "scenario": scenario, "policy": policy, "tree": tree,
+                                 "capacity": capacity, "broker": args.broker, "trace": str(path), **r}
+                        kept.append(entry)
+                        log.write(json.dumps({k: v for k, v in entry.items() if k != "_batches"}, default=float) + "\n")
                         log.flush()
+    print("\n" + summary(OUT / "burst.jsonl", started))
+    report.update(report_tables(kept, capacity, out_dir, args.broker))
+    report["rows"] = [{k: v for k, v in r.items() if k != "_batches"} for r in kept]
+    (out_dir / "report.json").write_text(json.dumps(report, indent=1, default=float))
+    print(f"\nreport: {out_dir / 'report.json'}")
     return 0
 
 

@@ -185,9 +185,12 @@ def open_loop(
     bootstrap: str, topic: str, pool: RequestPool, rate_fn: Callable[[float], float] | float,
     duration: float, run: str, seed: int = 3, priority_fn: Callable[[int], int] | None = None,
     producer_overrides: dict | None = None, tenant_fn: Callable[[int], str] | None = None,
+    trace: list[tuple[float, int, int]] | None = None,
 ) -> int:
     """Produce for `duration` s at `rate_fn(t)` req/s (Poisson; a time-varying rate is
-    realised by thinning). tenant_fn(i): request i's tenant (request_id RUN-TENANT-i)."""
+    realised by thinning). tenant_fn(i): request i's tenant (request_id RUN-TENANT-i).
+    trace: gets (wall-clock s of the produce call, rows, priority) per request, the
+    arrival trace `tidebatch simulate --scenario trace:FILE` replays (bench/burst.py)."""
     producer = make_producer(bootstrap, topic, producer_overrides)
     if callable(rate_fn):
         peak = max(rate_fn(t) for t in np.linspace(0, duration, 200))
@@ -200,6 +203,8 @@ def open_loop(
     def send(i: int) -> None:
         priority = priority_fn(i) if priority_fn else None
         tenant = tenant_fn(i) if tenant_fn else None
+        if trace is not None:
+            trace.append((time.time(), pool.rows[i % len(pool.rows)], priority or 0))
         produce_now(producer, topic, *pool.get(i, f"{run}-{tenant}" if tenant else run, priority, tenant))
         producer.poll(0)
 

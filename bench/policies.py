@@ -78,7 +78,11 @@ def policy_env(name: str, tuned: dict[str, str] | None = None) -> tuple[str, dic
 
 
 def run_scenario(bs: str, pool: RequestPool, name: str, rate_fn, seconds: float, tuned=None,
-                 priority_fn=None, extra_env: dict[str, str] | None = None, machine: bool = False) -> dict:
+                 priority_fn=None, extra_env: dict[str, str] | None = None, machine: bool = False,
+                 trace: list | None = None) -> dict:
+    """One row: a fresh worker of policy `name` under the load rate_fn(t) for `seconds`.
+    trace: gets the arrivals (harness.open_loop); the result's `_batches` holds the
+    distinct (rows, model ms) of its batches, the points of its measured cost curve."""
     policy, env = policy_env(name, tuned)
     env = {**env, **(extra_env or {})}
     inp, out = fresh_topics(bs, f"bench-{name}")
@@ -86,7 +90,7 @@ def run_scenario(bs: str, pool: RequestPool, name: str, rate_fn, seconds: float,
     with worker_process(bs, inp, out, policy, extra_env=env, log_name=f"policies-{name}") as proc:
         t0_ms = time.time() * 1000.0
         with cpu_shares(bs, proc.pid, machine=machine) as cores:
-            sent = open_loop(bs, inp, pool, rate_fn, seconds, run, priority_fn=priority_fn)
+            sent = open_loop(bs, inp, pool, rate_fn, seconds, run, priority_fn=priority_fn, trace=trace)
         deadline = time.monotonic() + 120
         results = read_results(bs, out, sent, timeout=10, run=run)
         routed = read_request_ids(bs, f"{inp}.late", run, idle_timeout=1.0)
@@ -94,7 +98,9 @@ def run_scenario(bs: str, pool: RequestPool, name: str, rate_fn, seconds: float,
             results = read_results(bs, out, sent - len(routed), timeout=10, run=run)
             routed = read_request_ids(bs, f"{inp}.late", run, idle_timeout=1.0)
         breakdown = stages(proc)
-    return {**summarise(results, routed, sent, t0_ms, seconds), "cpu_cores": cores, "stages": breakdown}
+    batches = sorted({(d["batch_rows"], d["inference_ms"]) for d in results.docs if "inference_ms" in d})
+    return {**summarise(results, routed, sent, t0_ms, seconds), "cpu_cores": cores, "stages": breakdown,
+            "_batches": batches}
 
 
 def summarise(results, routed: set[str], sent: int, t0_ms: float, seconds: float) -> dict:
@@ -188,6 +194,26 @@ def live_capacity(bs: str, pool: RequestPool, drained: float, seconds: float, pr
     return (lo if lo > 0 else hi / 2), trials
 
 
+def measure_capacity(bs: str, pool: RequestPool, backlog: int, seconds: float, probes: int, engine: str) -> dict:
+    """Both capacities on this broker: a drained backlog's (no generator, an upper
+    bound) and the live one (live_capacity), printed as they are found."""
+    inp, out = fresh_topics(bs, "bench-capacity")
+    preload(bs, inp, pool, backlog, "cap")
+    # A preloaded backlog is older than any SLO: lift it, or adaptive would rightly
+    # route the whole backlog late instead of scoring it.
+    env = {"TIDEBATCH_BATCHING__SLO_MS": "3600000"}
+    with worker_process(bs, inp, out, "adaptive", extra_env=env, log_name="policies-capacity") as proc:
+        wait_outcomes(proc, backlog)
+        cap_res = read_results(bs, out, backlog, timeout=600, run="cap")
+    drained, drained_rows = drain_throughput(cap_res)
+    print(f"[{engine}] drained capacity (backlog, no generator): {drained:.0f} req/s ({drained_rows:.0f} rows/s)", flush=True)
+    live, trials = live_capacity(bs, pool, drained, seconds, probes)
+    print(f"[{engine}] live capacity (generator running, broker in the loop): {live:.0f} req/s, "
+          f"{100 * live / drained:.0f} % of the drained one", flush=True)
+    return {"drained_capacity_req_s": drained, "drained_capacity_rows_s": drained_rows,
+            "live_capacity_req_s": live, "live_capacity_probes": trials}
+
+
 STEADY_POLICIES = ["none", "static-64", "static-tuned", "greedy", "adaptive"]
 OVER_POLICIES = ["greedy", "static-64", "adaptive", "adaptive-score"]
 LOADS = [0.1, 0.5, 0.9]
@@ -199,26 +225,13 @@ def run_report(engine: str, args: argparse.Namespace, pool: RequestPool) -> dict
     report: dict = {"broker": engine, "slo_ms": SLO_MS, "mean_rows_per_request": pool.mean_rows}
     with local_broker(engine) as broker:
         bs = broker.bootstrap_servers
-        inp, out = fresh_topics(bs, "bench-capacity")
-        preload(bs, inp, pool, args.backlog, "cap")
-        # A preloaded backlog is older than any SLO: lift it, or adaptive would rightly
-        # route the whole backlog late instead of scoring it.
-        env = {"TIDEBATCH_BATCHING__SLO_MS": "3600000"}
-        with worker_process(bs, inp, out, "adaptive", extra_env=env, log_name="policies-capacity") as proc:
-            wait_outcomes(proc, args.backlog)
-            cap_res = read_results(bs, out, args.backlog, timeout=600, run="cap")
-        drained, drained_rows = drain_throughput(cap_res)
-        report["drained_capacity_req_s"], report["drained_capacity_rows_s"] = drained, drained_rows
-        print(f"[{engine}] drained capacity (backlog, no generator): {drained:.0f} req/s ({drained_rows:.0f} rows/s)", flush=True)
-        live, report["live_capacity_probes"] = live_capacity(bs, pool, drained, seconds, 3 if args.quick else 5)
-        report["live_capacity_req_s"] = live
-        print(f"[{engine}] live capacity (generator running, broker in the loop): {live:.0f} req/s, "
-              f"{100 * live / drained:.0f} % of the drained one", flush=True)
+        report.update(measure_capacity(bs, pool, args.backlog, seconds, 3 if args.quick else 5, engine))
+        drained, live = report["drained_capacity_req_s"], report["live_capacity_req_s"]
         # Loads (10/50/90 %, bursts, overload) are fractions of this capacity.
         capacity = live if args.load_basis == "live" else drained
         report["load_basis"] = args.load_basis
         report["capacity_req_s"] = capacity
-        report["capacity_rows_s"] = capacity * drained_rows / drained
+        report["capacity_rows_s"] = capacity * report["drained_capacity_rows_s"] / drained
 
         if args.quick or args.overload_only:
             tuned = {"TIDEBATCH_BATCHING__MAX_BATCH_ROWS": "64", "TIDEBATCH_BATCHING__MAX_QUEUE_DELAY_MS": "2"}

@@ -19,6 +19,10 @@ Model of one worker:
 - Every request gets exactly one outcome: scored in time, scored late (after its
   deadline), or routed late (published unscored to the late topic). Latency is from
   produce to that outcome.
+- Produce is arrival unless the Kafka hop is modelled (`hop_ms`, `--hop-ms`): then each
+  request reaches the worker a lognormal delay after it was produced, and its deadline,
+  age and latency still count from its produce time, as the worker's count from the
+  record's Kafka timestamp (docs/OPERATIONS.md, "Where the time goes": `to_worker`).
 - Load is relative to the curve's capacity: max_batch_rows / t(max_batch_rows) rows/s.
 - Decoding is free unless SimConfig.decode_s (`--decode-us`) says what a request costs
   the source thread. Then a single source takes up to `poll_records` from the backlog at
@@ -245,6 +249,29 @@ class Arrival:
     priority: int = 0
     deadline: float | None = None  # absolute, may only tighten produce + SLO
     tenant: str | None = None  # scenario tenants (pipeline/simulate_tenants.py)
+    sent: float | None = None  # produce time when t is the arrival at the worker (with_hops)
+
+    @property
+    def origin(self) -> float:
+        """Produce time: what deadlines, ages and latencies count from."""
+        return self.t if self.sent is None else self.sent
+
+
+def with_hops(arrivals: Sequence[Arrival], p50_ms: float, p99_ms: float, seed: int = 1) -> list[Arrival]:
+    """The arrivals as the worker receives them after the Kafka hop (produce, append,
+    fetch): each delayed by a lognormal draw with this median and 99th percentile
+    (a run's `to_worker` stage at low load, where it is transport, not backlog), in
+    order of arrival at the worker."""
+    if p50_ms <= 0 or p99_ms < p50_ms:
+        raise UserError(f"hop: need 0 < p50 <= p99 ms, got {p50_ms:g}:{p99_ms:g}")
+    rng = random.Random(seed + 65537)
+    mu, sigma = math.log(p50_ms / 1e3), math.log(p99_ms / p50_ms) / 2.3263  # z of the 99th percentile
+    out = [
+        Arrival(a.origin + rng.lognormvariate(mu, sigma), a.rows, a.priority, a.deadline, a.tenant, a.origin)
+        for a in arrivals
+    ]
+    out.sort(key=lambda a: a.t)
+    return out
 
 
 @dataclass
@@ -340,8 +367,10 @@ def make_workload(
     duration: float = 20.0,
     rows: RowsDist | str = DEFAULT_ROWS,
     seed: int = 1,
+    hop_ms: tuple[float, float] | None = None,
 ) -> Workload:
-    """Arrivals for a named scenario (load applies to poisson, onoff and diurnal)."""
+    """Arrivals for a named scenario (load applies to poisson, onoff and diurnal);
+    hop_ms (p50, p99): the Kafka hop before the worker (with_hops)."""
     if isinstance(rows, str):
         rows = RowsDist.parse(rows)
     if scenario.startswith("trace:"):
@@ -349,12 +378,17 @@ def make_workload(
         if not arrivals:
             raise UserError(f"{scenario}: the trace has no records")
         # The span of production (at least 1 ms, so rates stay finite).
-        return Workload(scenario, arrivals, duration=max(arrivals[-1].t, 1e-3))
+        duration = max(arrivals[-1].t, 1e-3)
+        if hop_ms is not None:
+            arrivals = with_hops(arrivals, *hop_ms, seed=seed)
+        return Workload(scenario, arrivals, duration=duration)
     if duration <= 0:
         raise UserError("--duration must be > 0")
     segments, burst = _scenario_segments(scenario, load, duration)
     high_share = PRIORITIES_HIGH_SHARE if scenario == "priorities" else None
     arrivals = poisson_arrivals(segments, rows, curve.capacity, seed, high_share)
+    if hop_ms is not None:
+        arrivals = with_hops(arrivals, *hop_ms, seed=seed)
     steady = load if is_steady(scenario) else None
     return Workload(scenario, arrivals, duration, steady, burst, list(segments))
 
@@ -489,6 +523,8 @@ class RunResult:
     p50_ms: float
     p99_ms: float
     p999_ms: float
+    scored_p50_ms: float  # latency of the requests scored (in time or late): a pipeline's results
+    scored_p99_ms: float
     throughput_rows_s: float  # rows scored (in time or late) per second of the run
     goodput_rows_s: float  # rows answered within SLO per second of the run
     goodput_req_s: float
@@ -634,7 +670,7 @@ class _Sim:
             return
         poll = [self.backlog.popleft() for _ in range(min(self.cfg.poll_records, len(self.backlog)))]
         if self.sheds:
-            ages_ms = [(now - self.w.arrivals[i].t) * 1000.0 for i in poll]  # FIFO: oldest first
+            ages_ms = [(now - self.w.arrivals[i].origin) * 1000.0 for i in poll]  # FIFO: oldest first
             budget_ms = self.loosest * 1000.0
             horizon_ms = budget_ms - reserve_ms(budget_ms, self.cfg.shed_reserve, self.answer_time.ms)
             shed = shed_count(ages_ms, self.cfg.decode_s * 1000.0, horizon_ms)
@@ -677,7 +713,7 @@ class _Sim:
                 self.clock.set(now)
                 a = arrivals[i]
                 slo = self.cfg.tenant_slo
-                budget = now + (slo[a.tenant] if slo and a.tenant in slo else curve.budget(a.priority))
+                budget = a.origin + (slo[a.tenant] if slo and a.tenant in slo else curve.budget(a.priority))
                 self.deadline[i] = budget if a.deadline is None else min(budget, a.deadline)
                 if self.cfg.decode_s > 0:
                     self.backlog.append(i)
@@ -705,7 +741,10 @@ class _Sim:
         n = len(arrivals)
         if any(o == 0 for o in self.outcome):
             raise AssertionError("a request ended the run without an outcome")
-        lat = sorted(self.finish[i] - arrivals[i].t for i in range(n))
+        lat = sorted(self.finish[i] - arrivals[i].origin for i in range(n))
+        # What a pipeline's results give: the latency of the requests scored (in time or
+        # late), routed ones apart (bench/burst.py compares the two).
+        scored = sorted(self.finish[i] - arrivals[i].origin for i in range(n) if self.outcome[i] != ROUTED)
         counts = {name: 0 for name in OUTCOME_NAMES.values()}
         for o in self.outcome:
             counts[OUTCOME_NAMES[o]] += 1
@@ -717,7 +756,7 @@ class _Sim:
         )
         by_prio: dict[int, list[float]] = {}
         for i in range(n):
-            by_prio.setdefault(arrivals[i].priority, []).append(self.finish[i] - arrivals[i].t)
+            by_prio.setdefault(arrivals[i].priority, []).append(self.finish[i] - arrivals[i].origin)
         res = RunResult(
             policy=self.spec.label,
             settings=self.spec.describe(),
@@ -729,6 +768,8 @@ class _Sim:
             p50_ms=_percentile(lat, 0.5) * 1e3,
             p99_ms=_percentile(lat, 0.99) * 1e3,
             p999_ms=_percentile(lat, 0.999) * 1e3,
+            scored_p50_ms=_percentile(scored, 0.5) * 1e3,
+            scored_p99_ms=_percentile(scored, 0.99) * 1e3,
             throughput_rows_s=scored_rows / D,
             goodput_rows_s=good_rows / D,
             goodput_req_s=good_req / D,
@@ -757,7 +798,7 @@ class _Sim:
         rows: dict[str, list[int]] = {}  # offered, in time, routed
         for i, a in enumerate(arrivals):
             name = a.tenant or "default"
-            lat.setdefault(name, []).append(self.finish[i] - a.t)
+            lat.setdefault(name, []).append(self.finish[i] - a.origin)
             r = rows.setdefault(name, [0, 0, 0])
             r[0] += a.rows
             r[1] += a.rows if self.outcome[i] == IN_TIME else 0
@@ -776,7 +817,7 @@ class _Sim:
     def _burst_metrics(self, res: RunResult, b0: float, b1: float) -> None:
         arrivals = self.w.arrivals
         good = sum(
-            a.rows for i, a in enumerate(arrivals) if b0 <= a.t < b1 and self.outcome[i] == IN_TIME
+            a.rows for i, a in enumerate(arrivals) if b0 <= a.origin < b1 and self.outcome[i] == IN_TIME
         )
         res.burst_goodput_rows_s = good / (b1 - b0)
         # Recovery: from the end of the burst until every later window of produce time
@@ -784,8 +825,8 @@ class _Sim:
         nwin = max(1, math.ceil((self.w.duration - b1) / RECOVERY_WINDOW))
         tot, ok = [0] * nwin, [0] * nwin
         for i, a in enumerate(arrivals):
-            if a.t >= b1:
-                k = min(int((a.t - b1) / RECOVERY_WINDOW), nwin - 1)
+            if a.origin >= b1:
+                k = min(int((a.origin - b1) / RECOVERY_WINDOW), nwin - 1)
                 tot[k] += 1
                 ok[k] += self.outcome[i] == IN_TIME
         last_bad = -1
@@ -934,14 +975,16 @@ def compare(
     seed: int = 1,
     cfg: SimConfig | None = None,
     tune_duration: float | None = None,
+    hop_ms: tuple[float, float] | None = None,
 ) -> Comparison:
-    """Run each policy on the same arrivals (per load) and collect the results."""
+    """Run each policy on the same arrivals (per load) and collect the results;
+    hop_ms (p50, p99): the Kafka hop before the worker (with_hops)."""
     cfg = cfg or SimConfig(seed=seed)
     steady = is_steady(scenario)
     dur = duration if duration is not None else default_duration(scenario)
     # Arrivals first: a bad scenario or duration fails before the grid search runs.
     workloads = [
-        make_workload(scenario, curve, load=load or 0.0, duration=dur, rows=rows, seed=seed)
+        make_workload(scenario, curve, load=load or 0.0, duration=dur, rows=rows, seed=seed, hop_ms=hop_ms)
         for load in (loads if steady else (None,))
     ]
     tuned, table = None, []

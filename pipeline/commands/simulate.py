@@ -95,6 +95,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                         help="with --decode-us, adaptive's admission reserve: the share of the budget a record "
                              "must have left when queued, or it is routed late undecoded (default 0.5, the "
                              "worker's; 0: route only the expired, as the worker did before)")
+    parser.add_argument("--hop-ms", default=None, metavar="P50:P99",
+                        help="the Kafka hop before the worker: each request arrives a lognormal delay with this "
+                             "median and 99th percentile after it was produced; deadlines and latencies still "
+                             "count from produce (a run's to_worker stage at low load; default: none)")
     parser.add_argument("--high-watermark", type=int, default=20_000,
                         help="rows in the in-time queue that pause consumption (default: 20000)")
     parser.add_argument("--low-watermark", type=int, default=None,
@@ -154,6 +158,7 @@ def run(args: argparse.Namespace) -> int:
         rows=args.rows or DEFAULT_ROWS,
         seed=args.seed,
         cfg=cfg,
+        hop_ms=_hop(args.hop_ms),
     )
     if args.json:
         print(json.dumps(comp.to_dict(), indent=2))
@@ -171,6 +176,18 @@ def run(args: argparse.Namespace) -> int:
     print("latency = produce -> outcome (scored, or late-topic record); thru/good = scored/"
           "in-SLO rows per s over capacity; miss% = not answered in SLO")
     return 0
+
+
+def _hop(text: str | None) -> tuple[float, float] | None:
+    from pipeline.errors import UserError
+
+    if text is None:
+        return None
+    try:
+        p50, p99 = (float(x) for x in text.split(":"))
+    except ValueError:
+        raise UserError(f"--hop-ms: expected P50:P99 in ms, got {text!r}") from None
+    return p50, p99
 
 
 def run_generate(args: argparse.Namespace) -> int:

@@ -256,6 +256,36 @@ def test_a_trace_deadline_only_tightens_the_slo():
     assert r.outcomes["routed_late"] == 1
 
 
+def test_the_kafka_hop_delays_arrival_but_deadlines_and_latency_count_from_produce():
+    from pipeline.simulate import Workload, with_hops
+
+    c = curve("ab:1:1:64:100")  # t(n) = 1 ms + 1 ms/row, SLO 100 ms
+    produced = [Arrival(0.01 * k, 1) for k in range(2000)]
+    hopped = with_hops(produced, 20.0, 60.0, seed=3)
+    delays = sorted(a.t - a.sent for a in hopped)
+    assert [a.t for a in hopped] == sorted(a.t for a in hopped)  # in order of arrival at the worker
+    assert delays[len(delays) // 2] == pytest.approx(0.020, rel=0.1)
+    assert delays[int(0.99 * len(delays))] == pytest.approx(0.060, rel=0.2)
+    base = simulate(Workload("t", produced, 20.0), c, "greedy")
+    late = simulate(Workload("t", hopped, 20.0), c, "greedy")
+    # Same service, one hop more: the latency from produce grows by the hop.
+    assert late.scored_p50_ms - base.scored_p50_ms == pytest.approx(20.0, abs=3.0)
+    # A hop that eats the budget makes requests late: deadlines count from produce.
+    slow = with_hops(produced[:50], 150.0, 200.0)
+    assert simulate(Workload("t", slow, 1.0), c, "greedy").outcomes["scored_late"] == 50
+    with pytest.raises(UserError, match="hop"):
+        with_hops(produced, 30.0, 10.0)
+
+
+def test_scored_latency_leaves_out_routed_requests():
+    from pipeline.simulate import Workload
+
+    c = curve("ab:1:1:64:100")
+    tight = [Arrival(0.0, 5, 0, 0.004), Arrival(0.001, 1)]  # the first cannot make its 4 ms
+    r = simulate(Workload("t", tight, 1.0), c, "adaptive")
+    assert r.outcomes["routed_late"] == 1 and r.scored_p99_ms == pytest.approx(2.0, abs=0.6)
+
+
 def test_static_tuned_grid_search_picks_the_lowest_p99():
     c = curve("ctr")
     (rows, delay), table = tune_static(c, duration=1.0, grid_rows=(16, 64), grid_delays_ms=(1.0, 10.0))
@@ -285,6 +315,13 @@ def test_compare_and_the_cli(capsys):
         ("greedy", 0.1), ("adaptive", 0.1), ("static:32:2", 0.1),
         ("greedy", 0.3), ("adaptive", 0.3), ("static:32:2", 0.3),
     ]
+    args = parser.parse_args(["simulate", "--load", "0.1", "--duration", "0.5", "--policies", "greedy",
+                              "--hop-ms", "8:20", "--json"])
+    assert args.func(args) == 0
+    assert json.loads(capsys.readouterr().out)["results"][0]["scored_p50_ms"] > 8.0
+    args = parser.parse_args(["simulate", "--hop-ms", "8"])
+    with pytest.raises(UserError, match="P50:P99"):
+        args.func(args)
     args = parser.parse_args(["simulate", "--scenario", "overload", "--duration", "0.5", "--policies", "greedy,adaptive"])
     assert args.func(args) == 0
     text = capsys.readouterr().out

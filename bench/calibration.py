@@ -1,0 +1,103 @@
+"""Simulator against the real pipeline (issue 26, item 5): the pure parts of
+bench/burst.py's calibration.
+
+A real row records what it offered (harness.open_loop's trace: produce time, rows,
+priority per request) and what it measured (p50/p99 of the requests scored, the share
+answered within the SLO, the batches' rows and model times, the worker's stage
+breakdown). The simulator replays the same arrivals on the cost curve fitted to the
+run's own batches, with the Kafka hop before the worker (the `to_worker` stage of the
+run's lowest-load rows, where it is transport and not backlog) and the source thread's
+decode cost, and predicts the same three figures for the same policy.
+
+`tidebatch simulate --scenario trace:FILE --curve FILE --hop-ms P50:P99 --decode-us US`
+replays one row by hand: bench/burst.py writes the trace and curve files and prints
+the command.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from pipeline.simulate import (
+    Arrival,
+    SimConfig,
+    Workload,
+    curve_from_dict,
+    policy_spec,
+    simulate,
+    with_hops,
+)
+
+MAX_BATCH_ROWS = 512  # the CTR pipeline's (pipeline/pipelines.py), which bench workers run with
+
+
+def write_trace(path: Path, trace: Sequence[tuple[float, int, int]]) -> None:
+    """JSONL, one request per line: time (s, the generator's clock), rows, priority:
+    what pipeline/simulate.py's read_trace reads."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        for t, rows, prio in trace:
+            fh.write(json.dumps({"time": round(t, 6), "rows": rows, "priority": prio}) + "\n")
+
+
+def arrivals(trace: Sequence[tuple[float, int, int]]) -> list[Arrival]:
+    """The trace as the simulator's arrivals, from time 0."""
+    if not trace:
+        return []
+    t0 = min(t for t, _, _ in trace)
+    return sorted((Arrival(t - t0, rows, prio) for t, rows, prio in trace), key=lambda a: a.t)
+
+
+def fit_curve(points: Iterable[tuple[int, float]], slo_ms: float) -> dict:
+    """A curve file's dict over measured (batch rows, model ms) points, one point per
+    batch size (its median), so the many small batches of a quiet row do not drown the
+    few large ones a burst makes; the simulator fits t(n) = a + b·n through them by
+    least squares (pipeline/simulate.py, curve_from_dict)."""
+    by_rows: dict[int, list[float]] = {}
+    for rows, ms in points:
+        by_rows.setdefault(int(rows), []).append(float(ms))
+    return {"name": "measured", "source": f"{sum(map(len, by_rows.values()))} batches of {len(by_rows)} sizes",
+            "points": [[n, statistics.median(ms)] for n, ms in sorted(by_rows.items())],
+            "max_batch_rows": MAX_BATCH_ROWS, "slo_ms": {"0": slo_ms, "1": slo_ms}}
+
+
+def hop_of(stage_rows: Sequence[dict]) -> tuple[float, float]:
+    """The Kafka hop (p50, p99 ms): medians of the `to_worker` stage over rows."""
+    p50 = [r["to_worker"]["p50_ms"] for r in stage_rows if r.get("to_worker", {}).get("p50_ms")]
+    p99 = [r["to_worker"]["p99_ms"] for r in stage_rows if r.get("to_worker", {}).get("p99_ms")]
+    if not p50 or not p99:
+        raise ValueError("no to_worker stage in the rows given")
+    lo, hi = statistics.median(p50), statistics.median(p99)
+    return lo, max(lo, hi)
+
+
+def predict(trace: Sequence[tuple[float, int, int]], curve: dict, policy: str, *, hop_ms: tuple[float, float],
+            decode_us: float, seed: int = 1) -> dict:
+    """The simulator's p50/p99 of the requests scored and share answered within the
+    SLO, for `policy` (greedy, adaptive: route_late, as bench/policies.py runs them) on
+    these arrivals."""
+    c = curve_from_dict(curve)
+    arr = with_hops(arrivals(trace), *hop_ms, seed=seed)
+    span = max(a.origin for a in arr) if arr else 0.0
+    res = simulate(Workload("trace", arr, max(span, 1e-3)), c, policy_spec(policy, c),
+                   SimConfig(seed=seed, decode_s=decode_us / 1e6))
+    return {"p50_ms": res.scored_p50_ms, "p99_ms": res.scored_p99_ms,
+            "in_slo_share": res.outcomes["in_time"] / max(res.produced, 1),
+            "routed_late": res.outcomes["routed_late"]}
+
+
+def within(predicted: float, measured: float, tolerance: float = 0.30) -> bool:
+    """|predicted - measured| <= tolerance x measured."""
+    return abs(predicted - measured) <= tolerance * abs(measured)
+
+
+def verdict(greedy: dict, adaptive: dict, tolerance: float = 0.05) -> tuple[bool, str]:
+    """Issue 26, item 4, for one scenario's medians: adaptive's p99 at most
+    (1 + tolerance) x greedy's and its goodput at least (1 - tolerance) x greedy's."""
+    p99 = adaptive["p99_ms"] / greedy["p99_ms"] if greedy["p99_ms"] > 0 else float("inf")
+    good = adaptive["goodput"] / greedy["goodput"] if greedy["goodput"] > 0 else float("inf")
+    ok = p99 <= 1 + tolerance and good >= 1 - tolerance
+    return ok, f"p99 {p99:.2f}x, goodput {good:.2f}x greedy's"

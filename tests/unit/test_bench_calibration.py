@@ -1,0 +1,55 @@
+"""bench/calibration.py: the simulator's side of issue 26's calibration (item 5)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from bench import calibration
+from pipeline.simulate import curve_from_dict, read_trace
+
+
+def test_a_trace_written_is_the_trace_the_simulator_reads(tmp_path):
+    trace = [(1700000000.25, 20, 1), (1700000000.0, 5, 0)]
+    path = tmp_path / "t.jsonl"
+    calibration.write_trace(path, trace)
+    arr = read_trace(str(path))
+    assert [(a.t, a.rows, a.priority) for a in arr] == [(0.0, 5, 0), (pytest.approx(0.25), 20, 1)]
+    assert [(a.t, a.rows) for a in calibration.arrivals(trace)] == [(0.0, 5), (pytest.approx(0.25), 20)]
+
+
+def test_the_curve_is_fitted_to_one_median_per_batch_size():
+    rng = random.Random(4)
+    # Many small batches with a noisy tail, few large ones: 0.2 ms + 0.01 ms/row.
+    points = [(n, 0.2 + 0.01 * n + (rng.random() * 5 if k == 0 else 0.0)) for n in (5, 10, 20) for k in range(50)]
+    points += [(300, 3.2), (500, 5.2)]
+    curve = curve_from_dict(calibration.fit_curve(points, 100.0))
+    assert curve.a * 1e3 == pytest.approx(0.2, abs=0.01) and curve.b * 1e3 == pytest.approx(0.01, rel=0.02)
+    assert curve.max_batch_rows == 512 and curve.slo == {0: 0.1, 1: 0.1}
+
+
+def test_the_hop_is_the_median_of_the_rows_to_worker_stage():
+    rows = [{"to_worker": {"p50_ms": p50, "p99_ms": p99}} for p50, p99 in ((8, 20), (10, 30), (9, 25))]
+    assert calibration.hop_of(rows) == (9, 25)
+    with pytest.raises(ValueError):
+        calibration.hop_of([{"decode": {"p50_ms": 1}}])
+
+
+def test_the_prediction_adds_the_hop_and_routes_only_with_adaptive():
+    curve = {"a_ms": 0.2, "b_ms_per_row": 0.01, "max_batch_rows": 512, "slo_ms": {"0": 100, "1": 100}}
+    quiet = [(0.005 * k, 20, 0) for k in range(400)]  # 200 req/s, far below capacity
+    p = calibration.predict(quiet, curve, "greedy", hop_ms=(8.0, 20.0), decode_us=50.0)
+    assert p["in_slo_share"] == 1.0 and 8.0 < p["p50_ms"] < 12.0 and p["p99_ms"] < 40.0
+    # A hop longer than the budget: greedy scores everything late, adaptive routes it.
+    assert calibration.predict(quiet, curve, "greedy", hop_ms=(150.0, 200.0), decode_us=50.0)["in_slo_share"] == 0.0
+    slow = calibration.predict(quiet, curve, "adaptive", hop_ms=(150.0, 200.0), decode_us=50.0)
+    assert slow["routed_late"] == 400
+
+
+def test_the_verdict_allows_five_percent_either_way():
+    greedy = {"p99_ms": 100.0, "goodput": 0.50}
+    assert calibration.verdict(greedy, {"p99_ms": 104.0, "goodput": 0.48})[0]
+    assert not calibration.verdict(greedy, {"p99_ms": 106.0, "goodput": 0.60})[0]
+    assert not calibration.verdict(greedy, {"p99_ms": 50.0, "goodput": 0.47})[0]
+    assert calibration.within(12.9, 10.0) and not calibration.within(13.1, 10.0)
