@@ -53,3 +53,12 @@ def test_the_verdict_allows_five_percent_either_way():
     assert not calibration.verdict(greedy, {"p99_ms": 106.0, "goodput": 0.60})[0]
     assert not calibration.verdict(greedy, {"p99_ms": 50.0, "goodput": 0.47})[0]
     assert calibration.within(12.9, 10.0) and not calibration.within(13.1, 10.0)
+
+
+def test_the_noise_of_the_model_times_is_matched_at_their_tail():
+    rng = random.Random(9)
+    points = [(n, (0.2 + 0.01 * n) * rng.lognormvariate(0.0, 0.5)) for n in (10, 50, 200, 500) for _ in range(2000)]
+    curve = calibration.fit_curve(points, 100.0)
+    assert curve["noise_sigma"] == pytest.approx(0.5, rel=0.1)
+    steady = calibration.fit_curve([(n, 0.2 + 0.01 * n) for n in (10, 50, 200)], 100.0)
+    assert steady["noise_sigma"] == pytest.approx(0.0, abs=1e-9)
