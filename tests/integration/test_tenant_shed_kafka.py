@@ -11,15 +11,16 @@ an hour, the reserve before anything was answered is half of it (pipeline/batchi
 shed.py `reserve_ms`, learned only from answered batches) and the decode cost is not
 yet known (`DecodeCost`: 0 until a poll was timed), so in the first poll a record of a
 class over its share is shed when older than 30 min, one of a class within its share
-only when past the whole hour. The backlog (~200 small records) fits one fetch, and
-the over-share class's records come first in the partition, so even a poll that split
-it would hold them in the first. The over-share class has a share of 0 (best effort):
+only when past the whole hour. The backlog (190 requests of ~5 items, ~0.3 MB) is well
+under one fetch's 1 MiB a partition and one poll's records (worker/compose.py
+POLL_RECORDS), and the over-share class's records come first in the partition, so even
+a fetch that split it would hand them all to the first poll. The over-share class has a share of 0 (best effort):
 a class with a share is over it only once its records reached the gate lately
 (TenantGate.over_share: the recent rate, an empty estimate when the worker starts),
 which would make the outcome hang on which poll saw what.
 
 Before the fix (admission tenant-blind, the oldest first) every record past 30 min was
-routed, gold's and silver's first; and admission's routes were not counted per class in
+routed, whatever its class; and admission's routes were not counted per class in
 tidebatch_tenant_requests_total."""
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def _produce_backlog(bootstrap: str, profile: str, topic: str) -> list[str]:
     now_ms = int(time.time() * 1000)
     classes: list[str] = []
     for seed, (tenant, name, count, age_ms) in enumerate(BACKLOG):
-        factory = CtrRequestFactory(seed=seed + 1, tenant=tenant)
+        factory = CtrRequestFactory(seed=seed + 1, mean_items=5, tenant=tenant)
         for i in range(count):
             key, value = factory.make(i)
             producer.produce(topic, key=key, value=value, timestamp=now_ms - age_ms)
