@@ -13,10 +13,16 @@ broker, one after the other:
 - tenants: a `tenants:` section with the simulator's classes (share of the stated
   capacity, no ceiling, buckets one SLO deep).
 
-100 % load is the pipeline's capacity: --capacity REQ_S, or a drained backlog's times
---live-fraction (the live capacity bench/policies.py finds by bisection, with the
-generator running and the broker in the loop, was 0.63 of the drained one on Apache
-Kafka here: 1058 of 1692 req/s). The prediction: the simulator on the CTR model's curve
+100 % load is the pipeline's capacity: --capacity REQ_S, or measured in the same run
+on the same broker: a drained backlog (no generator, no live fetches: an upper bound),
+then the live capacity, the highest rate a greedy worker keeps up with while this
+process generates the load and the broker is in the loop (bench/policies.py
+live_capacity: bisection between 0 and the drained figure, --probes runs of
+--probe-seconds). Loads are fractions of the live one. Before, 100 % was a hand-given
+figure or a fixed fraction (0.63) of the drained one, from another run and another
+machine load: 771 req/s was used while a backlog drained at 1224, and the gated worker
+answered 99 % of everything, burster included, so "110 % load" never saturated it
+(docs/BATCHING.md, "Figures after the fix"). The prediction: the simulator on the CTR model's curve
 (pipeline/curves/ctr.json, t(n) = 0.095 ms + 0.035 ms·n) scaled so that its full-batch
 capacity is that capacity, with the same SLO, loads and seed per repeat. Scaled, not
 replaced by a fixed a and the b that gives the capacity: that curve (b ≫ a) is one
@@ -28,7 +34,7 @@ the moment they are routed), and per run the mean batch and the cores the genera
 the worker and the broker used.
 
     flock /tmp/heavy.lock .venv/bin/python bench/tenants.py [--broker kafka] [--repeat 3]
-        [--seconds 8] [--factor 2] [--steady 0.3] [--capacity REQ_S]
+        [--seconds 8] [--factor 2] [--steady 0.3] [--capacity REQ_S | --probes 5 --probe-seconds 6]
 
 Timings on this 2-core machine are noisy: compare the rows of one run, not runs.
 """
@@ -50,6 +56,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import harness as H  # noqa: E402
+from bench.policies import live_capacity  # noqa: E402
 from pipeline.simulate import curve_from_dict, load_curve  # noqa: E402
 from pipeline.simulate_tenants import BURSTER, SHARES, STEADY, compare_tenants, offered  # noqa: E402
 
@@ -218,9 +225,11 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=8.0, help="length of each run's load")
     ap.add_argument("--factor", type=float, default=2.0, help="the burster's load over its 10 %% share")
     ap.add_argument("--steady", type=float, default=0.3, help="each steady tenant's load, of capacity")
-    ap.add_argument("--capacity", type=float, default=None, help="100 %% load in req/s (default: measured)")
-    ap.add_argument("--live-fraction", type=float, default=0.63, help="live over drained capacity")
-    ap.add_argument("--backlog", type=int, default=8000, help="requests drained to measure capacity")
+    ap.add_argument("--capacity", type=float, default=None,
+                    help="100 %% load in req/s (default: the live capacity, measured in this run)")
+    ap.add_argument("--backlog", type=int, default=8000, help="requests drained for the drained capacity")
+    ap.add_argument("--probes", type=int, default=5, help="bisection steps of the live capacity")
+    ap.add_argument("--probe-seconds", type=float, default=6.0, help="length of each live-capacity probe's load")
     ap.add_argument("--shed-reserve", type=float, default=None,
                     help="batching.shed_reserve of both workers (default: the config's); 0 routes only expired records")
     args = ap.parse_args()
@@ -235,8 +244,11 @@ def main() -> int:
         bs = broker.bootstrap_servers
         if args.capacity is None:
             drained = measure_capacity(bs, pool, args.backlog)
-            capacity = drained * args.live_fraction
-            print(f"drained capacity {drained:.0f} req/s; 100 % = {args.live_fraction:g} of it = {capacity:.0f} req/s", flush=True)
+            print(f"drained capacity (backlog, no generator): {drained:.0f} req/s", flush=True)
+            capacity, report["live_capacity_probes"] = live_capacity(bs, pool, drained, args.probe_seconds, args.probes)
+            report.update(drained_capacity_req_s=drained, live_capacity_req_s=capacity)
+            print(f"live capacity (generator running, broker in the loop): {capacity:.0f} req/s, "
+                  f"{capacity / drained:.2f} of the drained {drained:.0f} req/s; 100 % = the live one", flush=True)
         else:
             capacity = args.capacity
         cap_rows = float(capacity * pool.mean_rows)  # numpy float: yaml.safe_dump refuses it
@@ -289,7 +301,9 @@ def format_report(report: dict) -> str:
                              f"{t['p99_ms']:.0f}", f"{p['p99_ms']:.0f}",
                              f"{real['batch_rows']:.0f} / {sim['batch_rows']:.0f}", f"{100 * real['mixed']:.0f}",
                              f"{real['cores']['generator']:.2f} / {real['cores']['worker']:.2f} / {real['cores']['broker']:.2f}"])
-    head = (f"capacity {report['capacity_req_s']:.0f} req/s ({report['capacity_rows_s']:.0f} rows/s), SLO "
+    measured = (f" (live; drained {report['drained_capacity_req_s']:.0f})" if "drained_capacity_req_s" in report
+                else " (given)")
+    head = (f"capacity {report['capacity_req_s']:.0f} req/s{measured} ({report['capacity_rows_s']:.0f} rows/s), SLO "
             f"{report['slo_ms']:g} ms, burster at {report['factor']:g}x its share, steady tenants at "
             f"{report['steady']:g} of capacity each; broker {report['broker']}"
             + (f"; shed_reserve {report['shed_reserve']:g}" if report.get("shed_reserve") is not None else ""))
