@@ -216,6 +216,26 @@ def test_adaptive_early_drop_under_overload_but_not_at_low_load():
     assert not slack_request_goes_late(rate=2_000.0)
 
 
+def test_adaptive_early_drop_when_a_full_batch_has_waited_whatever_the_rate_says():
+    """The rate is measured against the model's curve; in the real pipeline per-batch
+    work outside the model holds throughput below it, and a queue that has held a
+    full batch for longer than one takes is the evidence of falling behind: a request
+    that needs a small batch to make it goes late instead of capping everyone's batch
+    at its deadline (bench/burst.py, 120 % of the live capacity)."""
+    def goes_late(waited: float) -> bool:
+        b = make(AdaptivePolicy(max_batch_rows=512), cost=GPU)
+        now = _overload(b, 1.0, 2_000.0)  # the rate says: far below capacity
+        at = now - waited
+        b.add(req(rows=20, at=at, deadline=now + 0.003, item="x"), now)  # fits alone, not in a full batch
+        for i in range(40):  # 800 rows: more than a full batch
+            b.add(req(rows=20, at=at, deadline=now + 1.0, item=i), now)
+        first = b.next_batch(now)
+        return "x" not in items(first) and b.late_rows == 20
+
+    assert goes_late(waited=0.020)  # they waited 20 ms, a full batch takes ~7.3
+    assert not goes_late(waited=0.0)  # a burst that has just arrived: x rides a small batch
+
+
 def test_adaptive_early_drop_uses_the_load_of_its_own_level_and_above():
     b = make(AdaptivePolicy(max_batch_rows=512), cost=GPU)
     t = 0.0

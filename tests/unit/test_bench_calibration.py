@@ -47,11 +47,22 @@ def test_the_prediction_adds_the_hop_and_routes_only_with_adaptive():
     assert slow["routed_late"] == 400
 
 
-def test_the_verdict_allows_five_percent_either_way():
-    greedy = {"p99_ms": 100.0, "goodput": 0.50}
-    assert calibration.verdict(greedy, {"p99_ms": 104.0, "goodput": 0.48})[0]
-    assert not calibration.verdict(greedy, {"p99_ms": 106.0, "goodput": 0.60})[0]
-    assert not calibration.verdict(greedy, {"p99_ms": 50.0, "goodput": 0.47})[0]
+def test_the_verdict_pairs_the_repeats_and_allows_five_percent_either_way():
+    def rows(*figures):
+        return [{"rep": k, "p99_ms": p99, "goodput_x_capacity": good} for k, (p99, good) in enumerate(figures)]
+
+    # The machine got faster between repeats: each repeat's pair is what compares.
+    greedy = rows((100.0, 0.50), (60.0, 0.80), (200.0, 0.20))
+    adaptive = rows((104.0, 0.48), (57.0, 0.84), (150.0, 0.40))
+    ratios = calibration.paired(greedy, adaptive)
+    assert ratios["pairs"] == 3 and ratios["p99"] == pytest.approx(0.95) and ratios["goodput"] == pytest.approx(1.05)
+    assert calibration.verdict(ratios)[0]
+    assert not calibration.verdict({**ratios, "p99": 1.06})[0]
+    assert not calibration.verdict({**ratios, "goodput": 0.94})[0]
+    # Neither answered anything in time: a tie, not a loss.
+    assert calibration.paired(rows((500.0, 0.0)), rows((110.0, 0.0)))["goodput"] == 1.0
+    with pytest.raises(ValueError):
+        calibration.paired(greedy, [])
     assert calibration.within(12.9, 10.0) and not calibration.within(13.1, 10.0)
 
 
