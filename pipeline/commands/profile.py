@@ -174,10 +174,12 @@ def run_generate(args: argparse.Namespace) -> int:
         print(json.dumps({**doc, "curve_file": str(curve_path)}, indent=2))
         return 0
     print(f"decoding steps {profile.decoding}; {profile.steps} steps in {profile.rounds} rounds, "
-          f"{profile.seconds:.1f} s; ms per whole step (scheduler, runner, chunks) per cell:")
-    print(f"{'sequences':>9}  {'context':>7}  {'prefilled':>9}  {'ms':>8}  {'fitted':>8}")
-    for pt in doc["fit"]["points"]:
-        print(f"{pt['decoded']:>9}  {pt['context']:>7}  {pt['prefilled']:>9}  {pt['ms']:>8.3f}  {pt['fitted_ms']:>8.3f}")
+          f"{profile.seconds:.1f} s; per cell, its steps' ms (each step's median over the rounds), measured and "
+          f"fitted:")
+    print(f"{'policy':<10}  {'sequences':>9}  {'prompt':>6}  {'steps':>5}  {'ms':>8}  {'fitted':>8}")
+    for c in doc["fit"]["cells"]:
+        print(f"{c['policy']:<10}  {c['sequences']:>9}  {c['prompt_tokens']:>6}  {c['steps']:>5}  {c['ms']:>8.2f}  "
+              f"{c['fitted_ms']:>8.2f}")
     held = f" (held at 0: {', '.join(profile.fit.dropped)})" if profile.fit.dropped else ""
     print(f"t(step) = {doc['step_ms']:.3f} ms + {doc['ms_per_sequence']:.4f} ms/sequence + "
           f"{doc['ms_per_context_token']:.6f} ms/context token + {doc['prefill_ms_per_token']:.4f} ms/prefill token"

@@ -9,16 +9,19 @@ KV slots when open_in_place builds the in-place decoder for the provider and thr
 the gathered fallback when it does not (the same call pipeline/generation/serve.py
 makes), planned by the GenerationScheduler and with each token pushed into its
 stream's chunks: whole steps, as bench/generation_steps.py --curve timed them for the
-shipped curve pipeline/curves/generation-decoder-tiny-cpu.json. Per cell of a small
-grid (sequences × prompt tokens), n requests of L prompt tokens are admitted together
-(static policy): one prefill step of n·L tokens, then `steps` decoding steps of n
-sequences at context L+1.. . Each cell's point is the median of its steps over the
-rounds (a shared machine's preemptions and GC pauses are outliers a least-squares fit
-over single steps would follow); the fit is least squares over the cells' points.
+shipped curve pipeline/curves/generation-decoder-tiny-cpu.json. Per sequence count
+and prompt length of a small grid, two cells (run_cell): a static one, which tells
+the terms apart, and a continuous one, whose steps are what continuous batching runs
+(prefill beside decoding, rows of different lengths). Every round runs the same steps
+(greedy decoding, a deterministic scheduler), so each step's time is its median over
+the rounds (a shared machine's preemptions and GC pauses are outliers a least-squares
+fit over single steps would follow); the fit is least squares of the relative error
+over those steps (fit_step_cost).
 
-Static, equal-length cells do not show what the gathered fallback pays for rows of
-different lengths in one call (every row attends over the longest): its curve is a
-lower bound for continuous batching's steps (docs/GENERATION.md).
+What the four terms cannot hold: the gathered fallback's decoding call costs rows ×
+the longest row, and nothing where the rows stay the same from one step to the next,
+so its curve holds for static batching and is far too cheap for continuous batching's
+steps (docs/GENERATION.md, "Profiling the decoder").
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ import numpy as np
 from pipeline.errors import UserError
 
 CHUNK_TOKENS, FLUSH_S = 16, 0.1  # the generate worker's defaults (pipeline/generation/service.py)
+POLICIES = ("static", "continuous")  # the cells' kinds (run_cell)
+MAX_NEW_SPREAD = 3  # a continuous cell's requests ask for up to this many times `steps` tokens
 PROMPT_TEXT = "Kafka records in, token chunks out: the scheduler admits, decodes and retires every step. "
 
 
@@ -88,14 +93,17 @@ def fit_step_cost(points: Sequence[StepPoint]) -> StepFit:
     return StepFit(full[0], full[1], full[2], full[3], tuple(TERMS[i] for i in range(len(TERMS)) if i not in keep))
 
 
-def cell_points(steps: Sequence[StepPoint]) -> list[StepPoint]:
-    """One point per step shape within a cell (its decoding steps of n sequences, its
-    prefill steps of k tokens): the median seconds and median context of those steps."""
-    groups: dict[tuple[int, int], list[StepPoint]] = {}
-    for s in steps:
-        groups.setdefault((s.decoded, s.prefilled), []).append(s)
-    return [StepPoint(n, int(statistics.median(s.context for s in g)), k,
-                      statistics.median(s.seconds for s in g)) for (n, k), g in sorted(groups.items())]
+def median_steps(rounds: Sequence[Sequence[StepPoint]]) -> list[StepPoint]:
+    """A cell's rounds, step by step: each step's median seconds over the rounds that
+    had a step of its shape there. Greedy decoding and the scheduler are deterministic,
+    so every round of a cell runs the same steps; the median drops a round's outlier
+    (a preemption, a GC pause) that a least-squares fit over single steps would follow."""
+    out = []
+    for i, first in enumerate(rounds[0]):
+        times = [r[i].seconds for r in rounds if i < len(r) and (r[i].decoded, r[i].context, r[i].prefilled)
+                 == (first.decoded, first.context, first.prefilled)]
+        out.append(StepPoint(first.decoded, first.context, first.prefilled, statistics.median(times)))
+    return out
 
 
 @dataclass(frozen=True)
@@ -109,18 +117,27 @@ class Grid:
         batches = tuple(sorted({min(b, slots) for b in self.batches}))
         if self.steps < 1 or min(batches) < 1 or min(self.prompts) < 1:
             raise UserError("the grid's sequences, prompt tokens and decoding steps must be >= 1")
-        if max(self.prompts) + self.steps + 1 > context:
-            raise UserError(f"prompt tokens + decoding steps must fit the decoder's {context}-token context "
-                            f"(largest prompt {max(self.prompts)}, {self.steps} steps)")
+        if max(self.prompts) + MAX_NEW_SPREAD * self.steps + 1 > context:
+            raise UserError(f"prompt tokens + {MAX_NEW_SPREAD} x decoding steps must fit the decoder's "
+                            f"{context}-token context (largest prompt {max(self.prompts)}, {self.steps} steps)")
         if len(batches) < 2 or len(set(self.prompts)) < 2:
             raise UserError("the grid needs >= 2 sequence counts and >= 2 prompt lengths to tell the terms apart")
         return Grid(batches, tuple(sorted(set(self.prompts))), self.steps)
 
 
-def run_cell(runner, slots: int, context: int, n: int, prompt_tokens: int, steps: int,
+def run_cell(runner, slots: int, context: int, policy: str, n: int, prompt_tokens: int, steps: int,
              clock: Callable[[], float]) -> list[StepPoint]:  # runner: pipeline.generation.runner.DecoderRunner
-    """n requests of `prompt_tokens` tokens admitted together, run to the end: each
-    step's size and its whole time (plan, run, complete, chunks)."""
+    """One cell of the grid, run to the end: each step's size and its whole time (plan,
+    run, complete, chunks).
+
+    static: n requests of `prompt_tokens` tokens admitted together, `steps` + 1 tokens
+    each: one prefill step of n prompts, then `steps` decoding steps of n sequences,
+    which tell the terms apart. continuous: 2n requests through n KV slots, prompts of
+    1/2 to all of `prompt_tokens` and between 1/2 and 2 1/2 × `steps` tokens, so
+    sequences retire at different steps and the waiting ones are admitted into their
+    slots: steps that prefill while others decode, rows of different lengths in one
+    call (what the gathered fallback pays most for), free slots in the in-place range,
+    as continuous batching runs them."""
     from models.decoder import tokenizer
     from pipeline.generation.budget import KvBudget
     from pipeline.generation.policies import make_generation_policy
@@ -129,10 +146,15 @@ def run_cell(runner, slots: int, context: int, n: int, prompt_tokens: int, steps
     from pipeline.generation.stream import Generation
 
     text = tokenizer.encode(PROMPT_TEXT * (1 + prompt_tokens // len(PROMPT_TEXT)))
-    sched = GenerationScheduler(make_generation_policy("static"), KvBudget(slots, slots * context))
-    for i in range(n):
-        prompt = text[i % len(PROMPT_TEXT):][:prompt_tokens]  # rows differ, so their tokens do
-        refused = sched.submit(gen_request(Generation(f"p{i}", prompt, steps + 1), 0.0, float("inf")))
+    held = n if policy == "continuous" else slots
+    sched = GenerationScheduler(make_generation_policy(policy), KvBudget(held, held * context))
+    for i in range(2 * n if policy == "continuous" else n):
+        length, new = prompt_tokens, steps + 1
+        if policy == "continuous":
+            length = max(1, prompt_tokens - (i % n) * prompt_tokens // (2 * n))
+            new = steps // 2 + 1 + (i * steps) // n
+        prompt = text[i % len(PROMPT_TEXT):][:length]  # rows differ, so their tokens do
+        refused = sched.submit(gen_request(Generation(f"p{i}", prompt, new), 0.0, float("inf")))
         if refused is not None:
             raise UserError(f"the profile's request was refused: {refused.reason}")
     out: list[StepPoint] = []
@@ -149,9 +171,17 @@ def run_cell(runner, slots: int, context: int, n: int, prompt_tokens: int, steps
 
 
 @dataclass(frozen=True)
+class Cell:
+    policy: str  # static or continuous (run_cell)
+    sequences: int
+    prompt_tokens: int
+    steps: list[StepPoint]  # each its median over the rounds
+
+
+@dataclass(frozen=True)
 class GenerationProfile:
     fit: StepFit
-    points: list[StepPoint]  # the cells' medians the fit is over
+    cells: list[Cell]  # their steps are what the fit is over
     steps: int  # steps timed
     rounds: int
     decoding: str  # "in place" or "gathered"
@@ -161,22 +191,25 @@ class GenerationProfile:
 
 def measure(runner, slots: int, context: int, grid: Grid, *, seconds: float, min_rounds: int,
             clock: Callable[[], float] = time.perf_counter) -> GenerationProfile:
-    """Rounds over the grid's cells (a warm-up cell first, not kept) until `seconds`
-    have passed and at least `min_rounds` are done; the fit over the cells' medians."""
+    """Rounds over the grid's cells, static and continuous (a warm-up cell first, not
+    kept), until `seconds` have passed and at least `min_rounds` are done; the fit over
+    the cells' steps, each step its median over the rounds."""
     grid = grid.check(slots, context)
-    run_cell(runner, slots, context, max(grid.batches), max(grid.prompts), 2, clock)  # first calls allocate
-    cells: dict[tuple[int, int], list[StepPoint]] = {}
+    run_cell(runner, slots, context, "continuous", max(grid.batches), max(grid.prompts), 2, clock)  # first calls allocate
+    cells: dict[tuple[str, int, int], list[list[StepPoint]]] = {}
     t0, rounds = clock(), 0
     while rounds < min_rounds or clock() - t0 < seconds:
-        for n in grid.batches:
-            for length in grid.prompts:
-                cells.setdefault((n, length), []).extend(run_cell(runner, slots, context, n, length, grid.steps,
-                                                                  clock))
+        for policy in POLICIES:
+            for n in grid.batches:
+                for length in grid.prompts:
+                    cells.setdefault((policy, n, length), []).append(
+                        run_cell(runner, slots, context, policy, n, length, grid.steps, clock))
         rounds += 1
-    points = [q for cell in cells.values() for q in cell_points(cell)]
-    steps = sum(len(cell) for cell in cells.values())
+    measured = [Cell(policy, n, length, median_steps(r)) for (policy, n, length), r in cells.items()]
+    fit = fit_step_cost([q for c in measured for q in c.steps])
+    steps = sum(len(r) for cell in cells.values() for r in cell)
     decoding = "gathered" if getattr(runner, "in_place", None) is None else "in place"
-    return GenerationProfile(fit_step_cost(points), points, steps, rounds, decoding, clock() - t0, grid)
+    return GenerationProfile(fit, measured, steps, rounds, decoding, clock() - t0, grid)
 
 
 def curve_document(profile: GenerationProfile, *, name: str, model: str, provider: str, slots: int,
@@ -188,17 +221,19 @@ def curve_document(profile: GenerationProfile, *, name: str, model: str, provide
         "kind": "generation", "name": name, "assumed": False,
         "description": f"{model} (models/decoder/), provider {provider}, decoding steps {profile.decoding}",
         "source": f"measured by tidebatch profile generate: {profile.steps} steps in {profile.rounds} rounds "
-                  f"over {len(grid.batches)}x{len(grid.prompts)} cells (static batches of "
-                  f"{','.join(map(str, grid.batches))} sequences, prompts of {','.join(map(str, grid.prompts))} "
-                  f"tokens, {grid.steps} decoding steps), whole steps (scheduler, runner, chunks; no Kafka), "
-                  f"least squares over the cells' medians, {time.strftime('%Y-%m-%d')}",
+                  f"over static and continuous cells of {','.join(map(str, grid.batches))} sequences x "
+                  f"prompts of {','.join(map(str, grid.prompts))} tokens, {grid.steps} decoding steps a cell "
+                  f"(pipeline/generation/profile.py run_cell), whole steps (scheduler, runner, chunks; no "
+                  f"Kafka), each step's median over the rounds, least squares of the relative error, "
+                  f"{time.strftime('%Y-%m-%d')}",
         "step_ms": f.a * 1e3, "ms_per_sequence": f.b * 1e3, "ms_per_context_token": f.c * 1e3,
         "prefill_ms_per_token": f.p * 1e3, "max_slots": slots, "max_tokens": slots * context,
         "slo_ms": {"0": deadline_ms},
         "fit": {"held_at_zero": list(f.dropped),
-                "points": [{"decoded": p.decoded, "context": p.context, "prefilled": p.prefilled,
-                            "ms": round(p.seconds * 1e3, 6), "fitted_ms": round(f.predict(p) * 1e3, 6)}
-                           for p in profile.points]},
+                "cells": [{"policy": c.policy, "sequences": c.sequences, "prompt_tokens": c.prompt_tokens,
+                           "steps": len(c.steps), "ms": round(sum(q.seconds for q in c.steps) * 1e3, 4),
+                           "fitted_ms": round(sum(f.predict(q) for q in c.steps) * 1e3, 4)}
+                          for c in profile.cells]},
     }
 
 

@@ -14,7 +14,7 @@ import pytest
 from pipeline.cli import main
 from pipeline.errors import UserError
 from pipeline.generation.cost import load_step_cost
-from pipeline.generation.profile import Grid, StepPoint, cell_points, fit_step_cost
+from pipeline.generation.profile import Grid, StepPoint, fit_step_cost, median_steps
 
 A, B, C, P = 2e-4, 3e-5, 4e-7, 2e-5  # seconds: step, sequence, context token, prefill token
 
@@ -80,15 +80,17 @@ def test_the_fit_refuses_too_few_or_bad_points() -> None:
         fit_step_cost([*_grid_points()[:5], StepPoint(1, 10, 0, 0.0)])
 
 
-def test_a_cells_point_is_the_median_of_its_steps_of_one_shape() -> None:
-    steps = [StepPoint(0, 0, 64, 5.0), *(StepPoint(4, 68 + i * 4, 0, t) for i, t in enumerate([1.0, 9.0, 2.0]))]
-    assert cell_points(steps) == [StepPoint(0, 0, 64, 5.0), StepPoint(4, 72, 0, 2.0)]
+def test_a_cells_step_is_its_median_over_the_rounds_that_ran_it() -> None:
+    rounds = [[StepPoint(0, 0, 64, 5.0), StepPoint(4, 68, 0, 1.0)],
+              [StepPoint(0, 0, 64, 9.0), StepPoint(4, 68, 0, 3.0)],
+              [StepPoint(0, 0, 64, 6.0), StepPoint(3, 51, 0, 99.0)]]  # another shape: not this step's time
+    assert median_steps(rounds) == [StepPoint(0, 0, 64, 6.0), StepPoint(4, 68, 0, 2.0)]
 
 
 def test_the_grid_is_held_to_the_slots_and_the_context() -> None:
     assert Grid((1, 4, 16), (16, 96), 8).check(slots=8, context=256).batches == (1, 4, 8)
     with pytest.raises(UserError, match="context"):
-        Grid((1, 4), (16, 250), 8).check(slots=16, context=256)
+        Grid((1, 4), (16, 240), 8).check(slots=16, context=256)  # continuous cells ask for up to 3 x 8 tokens
     with pytest.raises(UserError, match=">= 2 sequence counts"):
         Grid((16, 32), (16, 96), 8).check(slots=16, context=256)  # both capped to 16
     with pytest.raises(UserError, match=">= 1"):
@@ -115,8 +117,10 @@ def test_a_real_profile_of_the_shipped_decoder_writes_a_curve_the_simulator_runs
     doc = json.loads((out / "curve.json").read_text())
     assert doc["kind"] == "generation" and doc["assumed"] is False
     assert ("gathered" if gathered else "in place") in doc["description"]
-    shapes = {(q["decoded"], q["prefilled"]) for q in doc["fit"]["points"]}
-    assert shapes == {(1, 0), (3, 0), (0, 8), (0, 24), (0, 3 * 8), (0, 3 * 24)}
+    cells = {(c["policy"], c["sequences"], c["prompt_tokens"]): c for c in doc["fit"]["cells"]}
+    assert set(cells) == {(p, n, k) for p in ("static", "continuous") for n in (1, 3) for k in (8, 24)}
+    assert all(c["steps"] == 3 + 1 for (p, _, _), c in cells.items() if p == "static")  # a prefill, 3 decodes
+    assert all(c["steps"] > 3 + 1 for (p, _, _), c in cells.items() if p == "continuous")  # 2n requests
     cost = load_step_cost(str(out / "curve.json"))
     terms = (cost.a, cost.b, cost.c, cost.p)
     assert all(math.isfinite(t) and t >= 0.0 for t in terms), terms
