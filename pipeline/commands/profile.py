@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 QUICK_SECONDS = 2.0
 GENERATE_SECONDS = 5.0  # profile generate: the grid's rounds fit in a few seconds
 GENERATE_QUICK_SECONDS = 1.0
+GENERATE_FLAGS = ("max_slots", "provider", "gathered", "sequences", "prompt_tokens", "decode_steps")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -71,9 +72,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--calibration-requests", type=int, default=20_000,
                    help="requests the calibration drains (default: 20000)")
     gen = p.add_argument_group("PIPELINE generate (the decoder of `tidebatch generate`)")
-    gen.add_argument("--max-slots", type=int, default=16, metavar="N",
+    gen.add_argument("--max-slots", type=int, default=None, metavar="N",
                      help="the worker's KV slots: the most sequences a step decodes (default: 16)")
-    gen.add_argument("--provider", default="cpu",
+    gen.add_argument("--provider", default=None,
                      help="ONNX Runtime provider, as `tidebatch generate --provider` (default: cpu)")
     gen.add_argument("--gathered", action="store_true",
                      help="measure the gathered fallback's decoding steps even where in-place decoding is available")
@@ -96,6 +97,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.pipeline == "generate":
         return run_generate(args)
+    given = [f for f in GENERATE_FLAGS if getattr(args, f) not in (None, False)]
+    if given:
+        raise UserError(f"--{given[0].replace('_', '-')} is for `tidebatch profile generate` only")
     cfg = load_config(args.config, {"pipeline": args.pipeline}) if args.config else WorkerConfig(pipeline=args.pipeline)
     spec = get_pipeline(args.pipeline, cfg.pipelines)
     executors = args.executors or list(EXECUTORS)
@@ -145,8 +149,10 @@ def run_generate(args: argparse.Namespace) -> int:
             or args.executors:
         raise UserError("profile generate measures the decoder's steps alone: leave out -c, --policy, --threads, "
                         "--executors and the calibration broker")
-    if args.max_slots < 1:
-        raise UserError("--max-slots must be >= 1")
+    slots = 16 if args.max_slots is None else args.max_slots
+    provider = args.provider or "cpu"
+    if slots < 1 or (args.decode_steps is not None and args.decode_steps < 1):
+        raise UserError("--max-slots and --decode-steps must be >= 1")
     seconds = args.seconds if args.seconds is not None else (
         GENERATE_QUICK_SECONDS if args.quick else GENERATE_SECONDS)
     if seconds <= 0:
@@ -161,9 +167,9 @@ def run_generate(args: argparse.Namespace) -> int:
     grid = Grid(ints["--sequences"], ints["--prompt-tokens"],
                 default.steps if args.decode_steps is None else args.decode_steps)
     say = (lambda line: None) if args.json else (lambda line: print(line, flush=True))
-    say(f"profiling the generate worker's decoder: {args.max_slots} KV slots, provider {args.provider}, "
+    say(f"profiling the generate worker's decoder: {slots} KV slots, provider {provider}, "
         f"about {seconds:g} s")
-    profile, doc = profile_decoder(provider=args.provider, slots=args.max_slots, gathered=args.gathered, grid=grid,
+    profile, doc = profile_decoder(provider=provider, slots=slots, gathered=args.gathered, grid=grid,
                                    seconds=seconds, min_rounds=1 if args.quick else 3,
                                    deadline_ms=GenerateSettings().deadline_ms)
     out = Path(args.out or Path("out") / "profile" / "generate")

@@ -131,3 +131,10 @@ def test_a_real_profile_of_the_shipped_decoder_writes_a_curve_the_simulator_runs
     sim = json.loads(capsys.readouterr().out)
     assert sim["curve"]["name"] == doc["name"]
     assert sim["results"][0]["finished"] > 0
+
+
+def test_the_generate_flags_are_refused_for_a_batch_pipeline(capsys) -> None:
+    assert main(["profile", "ctr", "--gathered"]) == 2
+    assert "--gathered is for `tidebatch profile generate` only" in capsys.readouterr().err
+    assert main(["profile", "generate", "--max-slots", "0"]) == 2
+    assert ">= 1" in capsys.readouterr().err
