@@ -4,8 +4,11 @@ curve file for `tidebatch simulate --curve FILE` and a recommended worker config
 
     tidebatch profile ctr --quick
     tidebatch profile my-ranker -c my-ranker.yaml --seconds 60 --load 0.1,0.5,0.9
+    tidebatch profile generate [--max-slots 16] [--provider cpu] [--gathered]
 
 pipeline/profiling/ does the work; docs/OWN_MODEL.md, "Profiling", reads its output.
+`profile generate` is the generate worker's decoder instead: its per-step cost curve
+(pipeline/generation/profile.py; docs/GENERATION.md, "Profiling the decoder").
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ if TYPE_CHECKING:
     from pipeline.profiling.measure import Calibration
 
 QUICK_SECONDS = 2.0
+GENERATE_SECONDS = 5.0  # profile generate: the grid's rounds fit in a few seconds
+GENERATE_QUICK_SECONDS = 1.0
+GENERATE_FLAGS = ("max_slots", "provider", "gathered", "sequences", "prompt_tokens", "decode_steps")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -37,9 +43,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             "simulate --curve FILE`) and a worker config; predict capacity and latency."
         ),
     )
-    p.add_argument("pipeline", metavar="PIPELINE", help="ctr, camera, text, or one under the --config's `pipelines:`")
+    p.add_argument("pipeline", metavar="PIPELINE",
+                   help="ctr, camera, text, or one under the --config's `pipelines:`; generate: the generate "
+                        "worker's decoder (its per-step cost curve)")
     p.add_argument("-c", "--config", help="worker config: its `pipelines:`, `batching` (SLO) and `runtime.providers`")
-    p.add_argument("--seconds", type=float, default=30.0, help="measuring time for all configurations (default: 30)")
+    p.add_argument("--seconds", type=float, default=None,
+                   help=f"measuring time for all configurations (default: 30; generate: {GENERATE_SECONDS:g})")
     p.add_argument("--quick", action="store_true",
                    help=f"a rough profile in a few seconds: {QUICK_SECONDS:g} s, one intra-op thread, fewer repeats")
     p.add_argument("--threads", type=_floats, default=None,
@@ -62,6 +71,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "shares the cores)")
     p.add_argument("--calibration-requests", type=int, default=20_000,
                    help="requests the calibration drains (default: 20000)")
+    gen = p.add_argument_group("PIPELINE generate (the decoder of `tidebatch generate`)")
+    gen.add_argument("--max-slots", type=int, default=None, metavar="N",
+                     help="the worker's KV slots: the most sequences a step decodes (default: 16)")
+    gen.add_argument("--provider", default=None,
+                     help="ONNX Runtime provider, as `tidebatch generate --provider` (default: cpu)")
+    gen.add_argument("--gathered", action="store_true",
+                     help="measure the gathered fallback's decoding steps even where in-place decoding is available")
+    gen.add_argument("--sequences", type=_floats, default=None,
+                     help="sequences per measured step, comma-separated (default: 1,4,16, capped at --max-slots)")
+    gen.add_argument("--prompt-tokens", type=_floats, default=None,
+                     help="prompt tokens per sequence, comma-separated (default: 16,96,192)")
+    gen.add_argument("--decode-steps", type=int, default=None,
+                     help="decoding steps per grid cell (default: 8)")
     p.set_defaults(func=run)
 
 
@@ -73,6 +95,11 @@ def run(args: argparse.Namespace) -> int:
     from pipeline.profiling.report import report_dict, report_text, write_outputs
     from pipeline.profiling.sweep import EXECUTORS
 
+    if args.pipeline == "generate":
+        return run_generate(args)
+    given = [f for f in GENERATE_FLAGS if getattr(args, f) not in (None, False)]
+    if given:
+        raise UserError(f"--{given[0].replace('_', '-')} is for `tidebatch profile generate` only")
     cfg = load_config(args.config, {"pipeline": args.pipeline}) if args.config else WorkerConfig(pipeline=args.pipeline)
     spec = get_pipeline(args.pipeline, cfg.pipelines)
     executors = args.executors or list(EXECUTORS)
@@ -82,6 +109,8 @@ def run(args: argparse.Namespace) -> int:
     threads = args.threads or ([1] if args.quick else None)
     if threads and any(t < 1 or t != int(t) for t in threads):
         raise UserError("--threads must be whole numbers >= 1")
+    if args.seconds is None:
+        args.seconds = 30.0
     if args.seconds <= 0 or any(x <= 0 for x in args.load):
         raise UserError("--seconds and --load values must be > 0")
     if args.policy:
@@ -106,6 +135,62 @@ def run(args: argparse.Namespace) -> int:
                           "config_file": str(config_path)}, indent=2))
     else:
         print(report_text(profile, curve_path, config_path, cfg))
+    return 0
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    """`tidebatch profile generate`: the decoder's per-step cost curve, written as a
+    "kind": "generation" curve file for `tidebatch simulate --workload generate`."""
+    from pipeline.errors import UserError
+    from pipeline.generation.profile import Grid, profile_decoder
+    from pipeline.generation.service import GenerateSettings
+
+    if args.config or args.bootstrap_servers or args.embedded_broker or args.policy or args.threads \
+            or args.executors:
+        raise UserError("profile generate measures the decoder's steps alone: leave out -c, --policy, --threads, "
+                        "--executors and the calibration broker")
+    slots = 16 if args.max_slots is None else args.max_slots
+    provider = args.provider or "cpu"
+    if slots < 1 or (args.decode_steps is not None and args.decode_steps < 1):
+        raise UserError("--max-slots and --decode-steps must be >= 1")
+    seconds = args.seconds if args.seconds is not None else (
+        GENERATE_QUICK_SECONDS if args.quick else GENERATE_SECONDS)
+    if seconds <= 0:
+        raise UserError("--seconds must be > 0")
+    default = Grid()
+    ints = {}
+    for flag, given, fallback in (("--sequences", args.sequences, default.batches),
+                                  ("--prompt-tokens", args.prompt_tokens, default.prompts)):
+        if given is not None and any(x != int(x) for x in given):
+            raise UserError(f"{flag} must be whole numbers")
+        ints[flag] = tuple(int(x) for x in given) if given else fallback
+    grid = Grid(ints["--sequences"], ints["--prompt-tokens"],
+                default.steps if args.decode_steps is None else args.decode_steps)
+    say = (lambda line: None) if args.json else (lambda line: print(line, flush=True))
+    say(f"profiling the generate worker's decoder: {slots} KV slots, provider {provider}, "
+        f"about {seconds:g} s")
+    profile, doc = profile_decoder(provider=provider, slots=slots, gathered=args.gathered, grid=grid,
+                                   seconds=seconds, min_rounds=1 if args.quick else 3,
+                                   deadline_ms=GenerateSettings().deadline_ms)
+    out = Path(args.out or Path("out") / "profile" / "generate")
+    out.mkdir(parents=True, exist_ok=True)
+    curve_path = out / "curve.json"
+    curve_path.write_text(json.dumps(doc, indent=2) + "\n")
+    if args.json:
+        print(json.dumps({**doc, "curve_file": str(curve_path)}, indent=2))
+        return 0
+    print(f"decoding steps {profile.decoding}; {profile.steps} steps in {profile.rounds} rounds, "
+          f"{profile.seconds:.1f} s; per cell, its steps' ms (each step's median over the rounds), measured and "
+          f"fitted:")
+    print(f"{'policy':<10}  {'sequences':>9}  {'prompt':>6}  {'steps':>5}  {'ms':>8}  {'fitted':>8}")
+    for c in doc["fit"]["cells"]:
+        print(f"{c['policy']:<10}  {c['sequences']:>9}  {c['prompt_tokens']:>6}  {c['steps']:>5}  {c['ms']:>8.2f}  "
+              f"{c['fitted_ms']:>8.2f}")
+    held = f" (held at 0: {', '.join(profile.fit.dropped)})" if profile.fit.dropped else ""
+    print(f"t(step) = {doc['step_ms']:.3f} ms + {doc['ms_per_sequence']:.4f} ms/sequence + "
+          f"{doc['ms_per_context_token']:.6f} ms/context token + {doc['prefill_ms_per_token']:.4f} ms/prefill token"
+          f"{held}")
+    print(f"curve: {curve_path}  (tidebatch simulate --workload generate --curve {curve_path})")
     return 0
 
 

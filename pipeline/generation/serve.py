@@ -62,8 +62,8 @@ def serve_generate(svc: GenerateService) -> int:
     if svc.create_topics:
         _prepare_topics(svc, topics)
     session, shape = open_decoder(svc.provider, svc.intra_op_threads)
-    # decoding steps in place on the KV slots (CPU GroupQueryAttention; None: gathered)
-    in_place = open_in_place(str(session.path), shape, svc.intra_op_threads) if svc.provider == "cpu" else None
+    # decoding steps in place on the KV slots (CPU GroupQueryAttention; None, with a warning: gathered)
+    in_place = open_in_place(str(session.path), shape, svc.intra_op_threads, svc.provider)
     budget = KvBudget(svc.max_slots, svc.max_slots * shape.context)
     scheduler = GenerationScheduler(make_generation_policy(svc.policy), budget, prefill_chunk=svc.prefill_chunk)
     producer = ConfluentProducer(producer_config(svc.broker_profile, svc.bootstrap_servers, dict(svc.kafka)))

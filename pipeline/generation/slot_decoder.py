@@ -26,9 +26,12 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
+from models.decoder.numpy_model import Config, Params
 from pipeline.extras import onnxruntime
 from pipeline.generation.runner import DecoderShape
 
@@ -106,21 +109,36 @@ class InPlaceDecoder:
         return io
 
 
-def open_in_place(onnx_path: str, shape: DecoderShape, intra_op_threads: int = 1) -> InPlaceDecoder | None:
-    """The in-place decoder on the weights of the decoder file, or None (one warning
-    line: the runner then decodes with the shipped graph) where this ONNX Runtime build
-    has no CPU GroupQueryAttention."""
-    from models.decoder.export import build_graph, read_params
-    from models.decoder.numpy_model import Config
+def in_place_graph(params: Params, cfg: Config):  # -> onnx.ModelProto
+    """The decoding-step variant of the decoder on its own weights (models/decoder/export.py)."""
+    from models.decoder.export import build_graph
 
+    return build_graph(params, cfg, in_place=True)
+
+
+def open_in_place(onnx_path: str, shape: DecoderShape, intra_op_threads: int = 1, provider: str = "cpu",
+                  build: Callable[[Params, Config], Any] = in_place_graph) -> InPlaceDecoder | None:
+    """The in-place decoder on the weights of the decoder file, or None with one warning
+    line, and the runner then decodes with the shipped graph by gathering the KV cache
+    (pipeline/generation/runner.py): where the provider is not cpu (the GroupQueryAttention
+    kernel this binds is CPU float32; CUDA's takes float16 caches), or where building the
+    graph or ORT's session on it fails (an ORT build without CPU GroupQueryAttention
+    refuses the graph: "com.microsoft:GroupQueryAttention(-1) is not a registered
+    function/op"). build: the graph from the weights, a parameter so a test can hand ORT
+    a graph it refuses (tests/unit/test_generation_fallback.py)."""
+    from models.decoder.export import read_params
+
+    if provider != "cpu":
+        log.warning("in-place decoding runs on the cpu provider only (provider %s); decoding steps gather "
+                    "the KV cache", provider)
+        return None
     params = read_params(onnx_path)
     vocab = int(params["tok_emb"].shape[0])
     cfg = Config(vocab=vocab, d_model=shape.heads * shape.head_dim, heads=shape.heads, layers=shape.layers,
                  context=shape.context, mlp=int(params["l0.fc1.w"].shape[1]))
     try:
-        return InPlaceDecoder(build_graph(params, cfg, in_place=True).SerializeToString(), shape.layers, vocab,
-                              intra_op_threads)
+        return InPlaceDecoder(build(params, cfg).SerializeToString(), shape.layers, vocab, intra_op_threads)
     except Exception as exc:  # ORT raises its own exception types per failure
         log.warning("in-place decoding unavailable (%s); decoding steps gather the KV cache",
-                    str(exc).splitlines()[0])
+                    (str(exc).splitlines() or [type(exc).__name__])[0])
         return None
