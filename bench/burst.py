@@ -207,11 +207,12 @@ def report_tables(kept: list[dict], capacity: float, curve: dict, broker: str) -
     order = {}
     for sc in scenarios:
         if (sc, "greedy") in pred and (sc, "adaptive") in pred:
-            real = med[(sc, "adaptive")]["goodput"] >= med[(sc, "greedy")]["goodput"]
+            # Ahead or tied within 1 %: at 10 % load both answer all but a request or two.
+            real = med[(sc, "adaptive")]["goodput"] >= 0.99 * med[(sc, "greedy")]["goodput"]
             sim = (np.median([p["in_slo_share"] for p in pred[(sc, "adaptive")]])
-                   >= np.median([p["in_slo_share"] for p in pred[(sc, "greedy")]]))
+                   >= 0.99 * np.median([p["in_slo_share"] for p in pred[(sc, "greedy")]]))
             order[sc] = {"measured_adaptive_ahead": bool(real), "predicted_adaptive_ahead": bool(sim)}
-    print("policy order by goodput, measured / predicted (adaptive >= greedy): " + ", ".join(
+    print("policy order by goodput, measured / predicted (adaptive >= 0.99 x greedy): " + ", ".join(
         f"{sc} {'yes' if o['measured_adaptive_ahead'] else 'no'}/{'yes' if o['predicted_adaptive_ahead'] else 'no'}"
         for sc, o in order.items()))
     first = next((r for r in kept if r["tree"] == "this"), None)

@@ -70,6 +70,8 @@ def policy_env(name: str, tuned: dict[str, str] | None = None) -> tuple[str, dic
         return "static", {**base, **(tuned or {})}
     if name == "greedy":
         return "greedy", base
+    if name == "greedy-route":  # greedy with admission's shedding and the late producer: what route_late adds
+        return "greedy", {**base, "TIDEBATCH_BATCHING__EXPIRY_ACTION": "route_late"}
     if name == "adaptive":
         return "adaptive", {**base, "TIDEBATCH_BATCHING__EXPIRY_ACTION": "route_late"}
     if name == "adaptive-score":
