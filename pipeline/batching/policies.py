@@ -137,7 +137,8 @@ class AdaptivePolicy(Policy):
     is one request, so only truly hopeless requests go; under overload it is the max
     batch, so the executor never spends its time on small batches of nearly-expired
     requests (EDF's known collapse under overload) and runs full batches of requests
-    that will make it.
+    that will make it. A full batch that has waited longer than one takes counts as
+    overload too, whatever the rate says (see `hopeless`).
 
     Batch cap (batch_cap): the max where batching pays, as greedy; one request at a
     time where it does not (t(n) ≈ b·n), since there a bigger batch buys no throughput
