@@ -17,9 +17,10 @@ the rest of the machine meanwhile, and is appended to out/bench/burst.jsonl.
 At the end, per scenario, the medians over the repeats: adaptive against greedy (item
 4: p99 at most 1.05x, goodput at least 0.95x), and the simulator's prediction of every
 row against the measurement (item 5, bench/calibration.py): the row's recorded
-arrivals replayed on the cost curve fitted to this run's batches, with the Kafka hop of
-its lowest-load rows and the codec's decode cost. Traces, the curve and the report go
-to out/bench/burst-BROKER/.
+arrivals replayed on the cost curve and noise fitted to this run's batches, with the
+Kafka hop of the row (a steady one) or of the lowest-load rows, and a source thread
+costing 1 / capacity a request. Traces, the curve and the report go to
+out/bench/burst-BROKER/.
 """
 
 from __future__ import annotations
@@ -36,13 +37,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 from bench import calibration, harness  # noqa: E402
+from bench.ctr_codec import best_of  # noqa: E402
 from bench.harness import OUT, RequestPool, cpu_text, local_broker, stages_text  # noqa: E402
-from bench.policies import SLO_MS, measure_capacity, run_scenario, window_goodput  # noqa: E402
+from bench.policies import SLO_MS, high_priority, measure_capacity, run_scenario, window_goodput  # noqa: E402
+from pipeline.simulate import read_trace  # noqa: E402
 
 PRE, BURST, POST = 3.0, 6.0, 6.0
 STEADY_SECONDS = 6.0
-HOP_PER_ROW = True
-HIGH_SHARE = 0.2  # priorities: 20 % high, 80 % low at 110 % (bench/policies.py's)
 
 
 @contextmanager
@@ -57,11 +58,6 @@ def workers_from(repo: Path | None):
         yield
     finally:
         harness.REPO = saved
-
-
-def high_priority(i: int) -> int:
-    """bench/policies.py's split: about one request in five is high priority (0)."""
-    return 0 if (i * 7919) % 10 < 2 else 1
 
 
 def row(bs: str, pool: RequestPool, policy: str, scenario: str, capacity: float, repo: Path | None,
@@ -121,13 +117,12 @@ def decode_us(pool: RequestPool, poll: int = 1000) -> float:
 
     codec = CtrCodec()
     msgs = [(pool.get(i, "calibrate")[1], None) for i in range(len(pool.rows))]
-    best = float("inf")
-    for _ in range(5):
-        t0 = time.thread_time()
+
+    def decode_all() -> None:
         for at in range(0, len(msgs), poll):
             codec.decode_many(msgs[at : at + poll])
-        best = min(best, time.thread_time() - t0)
-    return best / len(msgs) * 1e6
+
+    return best_of(decode_all, clock=time.thread_time) / len(msgs) * 1e6
 
 
 def medians(rows: list[dict]) -> dict:
@@ -185,12 +180,12 @@ def report_tables(kept: list[dict], capacity: float, curve: dict, broker: str) -
     for r in kept:
         if r["tree"] != "this":
             continue
-        trace = [(d["time"], d["rows"], d["priority"]) for d in map(json.loads, Path(r["trace"]).read_text().splitlines())]
         # A steady row's own to_worker is its hop: on two shared cores the broker's and
         # the consumer's delay grows with the load (p99 12 ms at 10 %, 22-46 at 50 %),
         # and below capacity no backlog the simulator would model twice is in it.
-        own = calibration.hop_of([r["stages"]]) if r["scenario"].startswith("steady:") and HOP_PER_ROW else hop
-        p = calibration.predict(trace, curve, r["policy"], hop_ms=own, decode_us=dec, seed=r["rep"] + 1)
+        own = calibration.hop_of([r["stages"]]) if r["scenario"].startswith("steady:") else hop
+        p = calibration.predict(read_trace(r["trace"]), curve, r["policy"], hop_ms=own, decode_us=dec,
+                                seed=r["rep"] + 1)
         pred.setdefault((r["scenario"], r["policy"]), []).append(p)
     lines, calib = [], {}
     for (sc, pol), ps in pred.items():

@@ -4,10 +4,11 @@ bench/burst.py's calibration.
 A real row records what it offered (harness.open_loop's trace: produce time, rows,
 priority per request) and what it measured (p50/p99 of the requests scored, the share
 answered within the SLO, the batches' rows and model times, the worker's stage
-breakdown). The simulator replays the same arrivals on the cost curve fitted to the
-run's own batches, with the Kafka hop before the worker (the `to_worker` stage of the
-run's lowest-load rows, where it is transport and not backlog) and the source thread's
-decode cost, and predicts the same three figures for the same policy.
+breakdown). The simulator replays the same arrivals (pipeline/simulate.py read_trace)
+on the cost curve and noise fitted to the run's own batches, with the Kafka hop before
+the worker (a `to_worker` stage measured where it is transport and not backlog) and the
+source thread's cost per request, and predicts the same three figures for the same
+policy.
 
 `tidebatch simulate --scenario trace:FILE --curve FILE --hop-ms P50:P99 --decode-us US --noise S`
 replays one row by hand: bench/burst.py writes the trace and curve files and prints
@@ -22,6 +23,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from pipeline.pipelines import get_pipeline
 from pipeline.simulate import (
     Arrival,
     Curve,
@@ -33,8 +35,6 @@ from pipeline.simulate import (
     with_hops,
 )
 
-MAX_BATCH_ROWS = 512  # the CTR pipeline's (pipeline/pipelines.py), which bench workers run with
-
 
 def write_trace(path: Path, trace: Sequence[tuple[float, int, int]]) -> None:
     """JSONL, one request per line: time (s, the generator's clock), rows, priority:
@@ -43,14 +43,6 @@ def write_trace(path: Path, trace: Sequence[tuple[float, int, int]]) -> None:
     with open(path, "w") as fh:
         for t, rows, prio in trace:
             fh.write(json.dumps({"time": round(t, 6), "rows": rows, "priority": prio}) + "\n")
-
-
-def arrivals(trace: Sequence[tuple[float, int, int]]) -> list[Arrival]:
-    """The trace as the simulator's arrivals, from time 0."""
-    if not trace:
-        return []
-    t0 = min(t for t, _, _ in trace)
-    return sorted((Arrival(t - t0, rows, prio) for t, rows, prio in trace), key=lambda a: a.t)
 
 
 def fit_curve(points: Iterable[tuple[int, float]], slo_ms: float) -> dict:
@@ -63,7 +55,7 @@ def fit_curve(points: Iterable[tuple[int, float]], slo_ms: float) -> dict:
         by_rows.setdefault(int(rows), []).append(float(ms))
     curve = {"name": "measured", "source": f"{sum(map(len, by_rows.values()))} batches of {len(by_rows)} sizes",
              "points": [[n, statistics.median(ms)] for n, ms in sorted(by_rows.items())],
-             "max_batch_rows": MAX_BATCH_ROWS, "slo_ms": {"0": slo_ms, "1": slo_ms}}
+             "max_batch_rows": get_pipeline("ctr").max_batch_rows, "slo_ms": {"0": slo_ms, "1": slo_ms}}
     curve["noise_sigma"] = noise_sigma(by_rows, curve_from_dict(curve))
     return curve
 
@@ -88,13 +80,13 @@ def hop_of(stage_rows: Sequence[dict]) -> tuple[float, float]:
     return lo, max(lo, hi)
 
 
-def predict(trace: Sequence[tuple[float, int, int]], curve: dict, policy: str, *, hop_ms: tuple[float, float],
+def predict(produced: Sequence[Arrival], curve: dict, policy: str, *, hop_ms: tuple[float, float],
             decode_us: float, seed: int = 1) -> dict:
     """The simulator's p50/p99 of the requests scored and share answered within the
     SLO, for `policy` (greedy, adaptive: route_late, as bench/policies.py runs them) on
-    these arrivals."""
+    these arrivals (as produced: the hop is added here)."""
     c = curve_from_dict(curve)
-    arr = with_hops(arrivals(trace), *hop_ms, seed=seed)
+    arr = with_hops(produced, *hop_ms, seed=seed)
     span = max(a.origin for a in arr) if arr else 0.0
     res = simulate(Workload("trace", arr, max(span, 1e-3)), c, policy_spec(policy, c),
                    SimConfig(seed=seed, decode_s=decode_us / 1e6, noise=curve.get("noise_sigma", 0.1)))

@@ -17,7 +17,7 @@ broker, one after the other:
 on the same broker: a drained backlog (no generator, no live fetches: an upper bound),
 then the live capacity, the highest rate a greedy worker keeps up with while this
 process generates the load and the broker is in the loop (bench/policies.py
-live_capacity: bisection between 0 and the drained figure, --probes runs of
+measure_capacity: bisection between 0 and the drained figure, --probes runs of
 --probe-seconds). Loads are fractions of the live one. Before, 100 % was a hand-given
 figure or a fixed fraction (0.63) of the drained one, from another run and another
 machine load: 771 req/s was used while a backlog drained at 1224, and the gated worker
@@ -56,7 +56,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import harness as H  # noqa: E402
-from bench.policies import live_capacity  # noqa: E402
+from bench.policies import measure_capacity  # noqa: E402
 from pipeline.simulate import curve_from_dict, load_curve  # noqa: E402
 from pipeline.simulate_tenants import BURSTER, SHARES, STEADY, compare_tenants, offered  # noqa: E402
 
@@ -207,17 +207,6 @@ def predict(capacity_rows: float, factor: float, steady: float, seconds: float, 
             for run, r in comp.runs.items() if run != "single"}
 
 
-def measure_capacity(bs: str, pool: H.RequestPool, backlog: int) -> float:
-    inp, out = H.fresh_topics(bs, "bench-tenants-capacity")
-    H.preload(bs, inp, pool, backlog, "cap")
-    # A preloaded backlog is older than any SLO: lift it, or adaptive would route it late.
-    with H.worker_process(bs, inp, out, "adaptive", extra_env={"TIDEBATCH_BATCHING__SLO_MS": "3600000"},
-                        log_name="tenants-capacity") as proc:
-        H.wait_outcomes(proc, backlog)
-        res = H.read_results(bs, out, backlog, timeout=120, run="cap")
-    return H.drain_throughput(res)[0]
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--broker", choices=H.BROKERS, default="kafka")
@@ -243,12 +232,8 @@ def main() -> int:
     with H.local_broker(args.broker) as broker:
         bs = broker.bootstrap_servers
         if args.capacity is None:
-            drained = measure_capacity(bs, pool, args.backlog)
-            print(f"drained capacity (backlog, no generator): {drained:.0f} req/s", flush=True)
-            capacity, report["live_capacity_probes"] = live_capacity(bs, pool, drained, args.probe_seconds, args.probes)
-            report.update(drained_capacity_req_s=drained, live_capacity_req_s=capacity)
-            print(f"live capacity (generator running, broker in the loop): {capacity:.0f} req/s, "
-                  f"{capacity / drained:.2f} of the drained {drained:.0f} req/s; 100 % = the live one", flush=True)
+            report.update(measure_capacity(bs, pool, args.backlog, args.probe_seconds, args.probes, args.broker))
+            capacity = report["live_capacity_req_s"]
         else:
             capacity = args.capacity
         cap_rows = float(capacity * pool.mean_rows)  # numpy float: yaml.safe_dump refuses it

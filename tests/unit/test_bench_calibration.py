@@ -7,7 +7,7 @@ import random
 import pytest
 
 from bench import calibration
-from pipeline.simulate import curve_from_dict, read_trace
+from pipeline.simulate import Arrival, curve_from_dict, read_trace
 
 
 def test_a_trace_written_is_the_trace_the_simulator_reads(tmp_path):
@@ -16,7 +16,6 @@ def test_a_trace_written_is_the_trace_the_simulator_reads(tmp_path):
     calibration.write_trace(path, trace)
     arr = read_trace(str(path))
     assert [(a.t, a.rows, a.priority) for a in arr] == [(0.0, 5, 0), (pytest.approx(0.25), 20, 1)]
-    assert [(a.t, a.rows) for a in calibration.arrivals(trace)] == [(0.0, 5), (pytest.approx(0.25), 20)]
 
 
 def test_the_curve_is_fitted_to_one_median_per_batch_size():
@@ -38,7 +37,7 @@ def test_the_hop_is_the_median_of_the_rows_to_worker_stage():
 
 def test_the_prediction_adds_the_hop_and_routes_only_with_adaptive():
     curve = {"a_ms": 0.2, "b_ms_per_row": 0.01, "max_batch_rows": 512, "slo_ms": {"0": 100, "1": 100}}
-    quiet = [(0.005 * k, 20, 0) for k in range(400)]  # 200 req/s, far below capacity
+    quiet = [Arrival(0.005 * k, 20) for k in range(400)]  # 200 req/s, far below capacity
     p = calibration.predict(quiet, curve, "greedy", hop_ms=(8.0, 20.0), decode_us=50.0)
     assert p["in_slo_share"] == 1.0 and 8.0 < p["p50_ms"] < 12.0 and p["p99_ms"] < 40.0
     # A hop longer than the budget: greedy scores everything late, adaptive routes it.
