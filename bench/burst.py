@@ -19,7 +19,8 @@ At the end, per scenario, the medians over the repeats: adaptive against greedy 
 row against the measurement (item 5, bench/calibration.py): the row's recorded
 arrivals replayed on the cost curve and noise fitted to this run's batches, with the
 Kafka hop of the row (a steady one) or of the lowest-load rows, and a source thread
-costing 1 / capacity a request. Traces, the curve and the report go to
+costing 1 / the throughput capacity a request (the highest probed rate whose backlog
+stayed within 5 SLOs; with --capacity, 1 / capacity). Traces, the curve and the report go to
 out/bench/burst-BROKER/.
 """
 
@@ -137,13 +138,14 @@ def medians(rows: list[dict]) -> dict:
             "goodput_range": (min(r["goodput_x_capacity"] for r in rows), max(r["goodput_x_capacity"] for r in rows))}
 
 
-def report_tables(kept: list[dict], capacity: float, curve: dict, broker: str) -> dict:
+def report_tables(kept: list[dict], capacity: float, curve: dict, broker: str, source_capacity: float = 0.0) -> dict:
     """Item 4 (adaptive against greedy, per scenario) and item 5 (the simulator's
     prediction of every row), printed and returned. The simulator's source thread
-    costs 1 / capacity per request: the one figure fitted, to the live capacity (where
-    the worker's source thread, sharing two cores with the broker and the generator,
-    is what saturates, docs/BATCHING.md); the codec's own decode cost is printed
-    beside it."""
+    costs 1 / source_capacity per request (default: capacity): the one figure fitted,
+    to the rate the pipeline processes at all (bench/policies.py throughput_capacity;
+    the worker's source thread, sharing two cores with the broker and the generator, is
+    what saturates, docs/BATCHING.md); the codec's own decode cost is printed beside
+    it."""
     groups: dict[tuple[str, str], list[dict]] = {}
     for r in kept:
         if r["tree"] == "this":
@@ -171,11 +173,11 @@ def report_tables(kept: list[dict], capacity: float, curve: dict, broker: str) -
     steady = sorted((r for r in kept if r["scenario"].startswith("steady:")), key=lambda r: r["scenario"])
     low = [r for r in steady if r["scenario"] == steady[0]["scenario"]] if steady else kept
     hop = calibration.hop_of([r["stages"] for r in low])
-    dec = 1e6 / capacity
+    dec = 1e6 / (source_capacity or capacity)
     print(f"\n[{broker}] simulator against the pipeline: curve fitted to {curve['source']} (noise sigma "
           f"{curve.get('noise_sigma', 0.1):.2f}); Kafka hop "
           f"p50/p99 {hop[0]:.1f}/{hop[1]:.1f} ms (to_worker of {low[0]['scenario'] if low else '-'} rows); "
-          f"source {dec:.0f} us/request (1 / capacity; the codec alone: {decode_us(RequestPool()):.0f})")
+          f"source {dec:.0f} us/request (1 / {source_capacity or capacity:.0f} req/s; the codec alone: {decode_us(RequestPool()):.0f})")
     pred: dict[tuple[str, str], list[dict]] = {}
     for r in kept:
         if r["tree"] != "this":
@@ -244,7 +246,8 @@ def main() -> int:
         return 0
     if args.from_report is not None:
         old = json.loads(args.from_report.read_text())
-        report_tables(old["rows"], old["capacity_req_s"], old["curve"], old["broker"])
+        report_tables(old["rows"], old["capacity_req_s"], old["curve"], old["broker"],
+                      old.get("throughput_capacity_req_s", 0.0))
         return 0
     pool = RequestPool()
     trees = [("this", None)] + ([("baseline", args.baseline.resolve())] if args.baseline else [])
@@ -293,7 +296,7 @@ def main() -> int:
     curve = calibration.fit_curve([tuple(b) for r in kept for b in r["_batches"]], SLO_MS)
     curve["path"] = str(out_dir / "curve.json")
     Path(curve["path"]).write_text(json.dumps(curve, indent=1))
-    report.update(report_tables(kept, capacity, curve, args.broker))
+    report.update(report_tables(kept, capacity, curve, args.broker, report.get("throughput_capacity_req_s", 0.0)))
     report["rows"] = [{k: v for k, v in r.items() if k != "_batches"} for r in kept]
     (out_dir / "report.json").write_text(json.dumps(report, indent=1, default=float))
     print(f"\nreport: {out_dir / 'report.json'}")

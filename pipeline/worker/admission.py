@@ -8,8 +8,10 @@ In order, per poll:
    -> the late topic, before decoding; with tenant classes, the records of classes over
    their share go first and only they need the reserve;
 3. decode -> a DecodeError (or a codec bug) is the record's dead letter;
-4. a Request whose deadline is its Kafka timestamp plus its budget, on the batcher's
-   clock (pipeline/clock.py ClockAnchor).
+4. a Request whose deadline is its Kafka timestamp plus its budget less the learned
+   answer tail (the time results take to leave after the model, pipeline/batching/
+   tail.py), on the batcher's clock (pipeline/clock.py ClockAnchor); its InFlight keeps
+   the deadline itself, which its result document and late record report.
 
 Pure but for the outcomes it is handed: the clock readings come in as arguments, so
 unit tests drive it with fixed times and a fake outcomes object.
@@ -25,6 +27,7 @@ from consumers.dead_letter import record_bytes
 from consumers.records import SourceRecord
 from pipeline.batching.request import Request
 from pipeline.batching.shed import DEFAULT_RESERVE, AnswerTime, DecodeCost, reserve_ms, shed_prefix
+from pipeline.batching.tail import AnswerTail
 from pipeline.clock import ClockAnchor, wall_ms
 from pipeline.codecs.base import Codec, Decoded, DecodeError, decode_all
 
@@ -106,7 +109,14 @@ class Admission:
         self.reserve = reserve
         self.decode_cost = DecodeCost()
         self.answer_time = AnswerTime()  # fed by the publisher thread (worker/publisher.py)
+        self.answer_tail = AnswerTail()  # likewise
         self.tenants = tenants
+
+    def observe_answers(self, from_decode_ms: list[float], after_model_ms: float) -> None:
+        """A batch was answered (the publisher thread calls this): each request's ms
+        from its decode, and the ms from the model's end to its last result."""
+        self.answer_time.observe(from_decode_ms)
+        self.answer_tail.observe(after_model_ms)
 
     def admit(self, records: list[SourceRecord], now: float, now_wall: int) -> list[Request]:
         """The requests to queue from these records (`now` on the batcher's clock,
@@ -136,11 +146,13 @@ class Admission:
                 budget = min(budget, float(decoded.deadline_ms))  # may only tighten
             ts = rec.timestamp_ms if rec.timestamp_ms is not None else now_wall
             deadline_wall = ts + budget
+            # The batcher's deadline is when the model must be done with it.
+            model_by_wall = deadline_wall - self.answer_tail.for_budget(budget)
             requests.append(
                 Request(
                     rows=decoded.rows,
                     arrival=now,
-                    deadline=ClockAnchor.to_clock(anchor, deadline_wall),
+                    deadline=ClockAnchor.to_clock(anchor, model_by_wall),
                     priority=decoded.priority,
                     bucket=decoded.bucket,
                     item=InFlight(rec, decoded, deadline_wall, now_wall, decoded_wall),

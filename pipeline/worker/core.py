@@ -161,7 +161,7 @@ class Worker:
         )
         self.publisher = Publisher(
             self.step.hooks, self.outcomes, self.tracker, self.sinks, self.metrics, cfg.pipeline, b.policy,
-            self.stats, lambda: self._drain_deadline, self.fail, self.tracer, self.admission.answer_time.observe,
+            self.stats, lambda: self._drain_deadline, self.fail, self.tracer, self.admission.observe_answers,
         )
         self._executor_pool = Executors(self.queue, self.slot, self.publisher.hand_over, self.outcomes.dead_letter)
         self.source: Source | None = None  # created in run(): joining the group is the last step

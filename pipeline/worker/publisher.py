@@ -60,7 +60,9 @@ class Publisher:
     drain_deadline: the monotonic time shutdown must end by, or None while running.
     fail: stops the worker with an error (a sink that failed).
     answered: gets each batch's ms from decode to answer (admission's shed reserve,
-        pipeline/batching/shed.py AnswerTime).
+        pipeline/batching/shed.py AnswerTime) and from the model's end to its last
+        result (the answer tail taken off the batcher's deadlines, pipeline/batching/
+        tail.py).
     """
 
     def __init__(
@@ -76,7 +78,7 @@ class Publisher:
         drain_deadline: Callable[[], float | None],
         fail: Callable[[str], None],
         tracer: BatchTracer | None = None,
-        answered: Callable[[list[float]], None] = lambda ms: None,
+        answered: Callable[[list[float], float], None] = lambda ms, tail: None,
     ) -> None:
         self.hooks = list(hooks)
         self._by_version: dict[str, Any] = {}  # model version -> its requests counter
@@ -235,7 +237,7 @@ class Publisher:
         observe_many(self._stage["decode"], decode)
         observe_many(self._stage["queue"], queued)
         handed = wall_ms()  # every result of the batch is with the producer now
-        self.answered([handed - (inf.decoded_wall_ms or inf.consumed_wall_ms) for inf in infs])
+        self.answered([handed - (inf.decoded_wall_ms or inf.consumed_wall_ms) for inf in infs], handed - model_end)
         observe_many(self._stage["model"], [timing.seconds] * len(queue_waits))
         if rows:
             try:

@@ -164,6 +164,26 @@ def test_admission_keeps_only_the_learned_answer_time_in_reserve() -> None:
     assert [r.item.rec.offset for r in requests] == [1, 2]
 
 
+def test_the_batcher_gets_each_deadline_less_the_learned_answer_tail() -> None:
+    """Results leave a while after the model ends (result documents and sends on the
+    publisher thread): the batcher must have the model done by then, or the answer is
+    late after all its work was paid for (at 120 % of capacity adaptive scored 5610
+    requests late for 6664 in time). Its result and late record still report the
+    deadline itself (pipeline/batching/tail.py)."""
+    outcomes, codec = FakeOutcomes(), ToyCodec()
+    adm = admission(outcomes, codec)
+    before = adm.admit([record(0, b"r0", ts=WALL - 20)], now=1.0, now_wall=WALL)[0]
+    assert before.deadline == pytest.approx(1.0 + 0.080)  # nothing answered yet: the deadline itself
+    adm.observe_answers([30.0], 12.0)
+    after = adm.admit([record(1, b"r1", ts=WALL - 20)], now=1.0, now_wall=WALL)[0]
+    assert after.deadline == pytest.approx(1.0 + 0.080 - 0.012)
+    assert after.item.deadline_wall_ms == before.item.deadline_wall_ms == WALL + 80
+    adm.observe_answers([30.0], 500.0)  # a stalled publisher takes at most half a budget
+    for _ in range(40):
+        adm.observe_answers([30.0], 500.0)
+    assert adm.admit([record(2, b"r2", ts=WALL - 20)], now=1.0, now_wall=WALL)[0].deadline == pytest.approx(1.0 + 0.030)
+
+
 def test_admission_with_no_reserve_routes_only_records_already_expired() -> None:
     outcomes, codec = FakeOutcomes(), ToyCodec()
     adm = Admission(codec, lambda priority: 100.0, outcomes, lambda: 1000, 100.0, reserve=0.0)
@@ -435,13 +455,19 @@ def test_requests_shed_over_a_ceiling_count_as_routed_late_for_their_class_alone
 
 def test_the_publisher_reports_each_batch_s_time_from_decode_to_hand_over() -> None:
     """Admission's shed reserve learns from these (pipeline/batching/shed.py AnswerTime):
-    one hand-over time for the whole batch, less each request's decode time."""
-    got: list[list[float]] = []
+    one hand-over time for the whole batch, less each request's decode time; and the
+    answer tail (pipeline/batching/tail.py) from the time since the model's end."""
+    got: list[tuple[list[float], float]] = []
     pub = Publisher([], FakeOutcomes(), OffsetTracker(), [], WorkerMetrics("toy", "adaptive"),  # type: ignore[arg-type]
-                    "toy", "adaptive", WorkerStats(), lambda: None, lambda reason: None, None, got.append)
+                    "toy", "adaptive", WorkerStats(), lambda: None, lambda reason: None, None,
+                    lambda ms, tail: got.append((ms, tail)))
     batch = make_batch([b"r0", b"r1"])
     now = wall_ms()
     batch.requests[0].item.decoded_wall_ms = now - 40
     batch.requests[1].item.decoded_wall_ms = now - 25
     pub.publish(batch.requests, [{"score": 0.0}, {"score": 1.0}], BatchTiming(2, 0.004, now - 10, now - 5), MODEL)
-    assert len(got) == 1 and got[0][0] - got[0][1] == 15 and got[0][1] >= 25
+    assert len(got) == 1
+    ms, tail = got[0]
+    assert ms[0] - ms[1] == 15 and ms[1] >= 25
+    assert tail >= 6  # the model ended at now - 10 + 4 ms; its results were handed over after now
+    assert tail == ms[0] - 40 + 10 - 4  # the same hand-over time, counted from the model's end
