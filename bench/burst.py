@@ -20,7 +20,8 @@ row against the measurement (item 5, bench/calibration.py): the row's recorded
 arrivals replayed on the cost curve and noise fitted to this run's batches, with the
 Kafka hop of the row (a steady one) or of the lowest-load rows, and a source thread
 costing 1 / the throughput capacity a request (the highest probed rate whose backlog
-stayed within 5 SLOs; with --capacity, 1 / capacity). Traces, the curve and the report go to
+stayed within 5 SLOs; with --capacity, 1 / capacity), and a publisher costing the
+run's median µs per result (bench/calibration.py publish_us). Traces, the curve and the report go to
 out/bench/burst-BROKER/.
 """
 
@@ -86,7 +87,7 @@ def row(bs: str, pool: RequestPool, policy: str, scenario: str, capacity: float,
             r = run_scenario(bs, pool, policy, load * capacity, STEADY_SECONDS, extra_env=env, machine=True,
                              trace=trace)
             r["goodput_x_capacity"] = window_goodput(r, 0.0, STEADY_SECONDS) / capacity
-    return {k: v for k, v in r.items() if not k.startswith("_") or k == "_batches"}
+    return {k: v for k, v in r.items() if not k.startswith("_") or k in ("_batches", "_publish")}
 
 
 def summary(path: Path, since: float = 0.0) -> str:
@@ -138,14 +139,16 @@ def medians(rows: list[dict]) -> dict:
             "goodput_range": (min(r["goodput_x_capacity"] for r in rows), max(r["goodput_x_capacity"] for r in rows))}
 
 
-def report_tables(kept: list[dict], capacity: float, curve: dict, broker: str, source_capacity: float = 0.0) -> dict:
+def report_tables(kept: list[dict], capacity: float, curve: dict, broker: str, source_capacity: float = 0.0,
+                  publish: float = 0.0) -> dict:
     """Item 4 (adaptive against greedy, per scenario) and item 5 (the simulator's
     prediction of every row), printed and returned. The simulator's source thread
     costs 1 / source_capacity per request (default: capacity): the one figure fitted,
     to the rate the pipeline processes at all (bench/policies.py throughput_capacity;
     the worker's source thread, sharing two cores with the broker and the generator, is
     what saturates, docs/BATCHING.md); the codec's own decode cost is printed beside
-    it."""
+    it. `publish`: the publisher's µs per result, fitted to the run's batches
+    (calibration.publish_us; 0: answered when the model ends)."""
     groups: dict[tuple[str, str], list[dict]] = {}
     for r in kept:
         if r["tree"] == "this":
@@ -177,7 +180,8 @@ def report_tables(kept: list[dict], capacity: float, curve: dict, broker: str, s
     print(f"\n[{broker}] simulator against the pipeline: curve fitted to {curve['source']} (noise sigma "
           f"{curve.get('noise_sigma', 0.1):.2f}); Kafka hop "
           f"p50/p99 {hop[0]:.1f}/{hop[1]:.1f} ms (to_worker of {low[0]['scenario'] if low else '-'} rows); "
-          f"source {dec:.0f} us/request (1 / {source_capacity or capacity:.0f} req/s; the codec alone: {decode_us(RequestPool()):.0f})")
+          f"source {dec:.0f} us/request (1 / {source_capacity or capacity:.0f} req/s; the codec alone: {decode_us(RequestPool()):.0f}); "
+          f"publisher {publish:.0f} us/result")
     pred: dict[tuple[str, str], list[dict]] = {}
     for r in kept:
         if r["tree"] != "this":
@@ -187,7 +191,7 @@ def report_tables(kept: list[dict], capacity: float, curve: dict, broker: str, s
         # and below capacity no backlog the simulator would model twice is in it.
         own = calibration.hop_of([r["stages"]]) if r["scenario"].startswith("steady:") else hop
         p = calibration.predict(read_trace(r["trace"]), curve, r["policy"], hop_ms=own, decode_us=dec,
-                                seed=r["rep"] + 1)
+                                seed=r["rep"] + 1, publish_us=publish)
         pred.setdefault((r["scenario"], r["policy"]), []).append(p)
     lines, calib = [], {}
     for (sc, pol), ps in pred.items():
@@ -215,10 +219,11 @@ def report_tables(kept: list[dict], capacity: float, curve: dict, broker: str, s
     first = next((r for r in kept if r["tree"] == "this"), None)
     if first is not None:
         print(f"one row by hand: tidebatch simulate --scenario trace:{first['trace']} --curve {curve.get('path', 'CURVE.json')} "
-              f"--hop-ms {hop[0]:.1f}:{hop[1]:.1f} --decode-us {dec:.0f} --noise {curve.get('noise_sigma', 0.1):.2f} "
+              f"--hop-ms {hop[0]:.1f}:{hop[1]:.1f} --decode-us {dec:.0f} --publish-us {publish:.0f} "
+              f"--noise {curve.get('noise_sigma', 0.1):.2f} "
               f"--policies {first['policy']} --json")
     return {"verdicts": verdicts, "medians": {f"{k[0]} {k[1]}": v for k, v in med.items()}, "calibration": calib,
-            "order": order, "curve": curve, "hop_ms": hop, "decode_us": dec}
+            "order": order, "curve": curve, "hop_ms": hop, "decode_us": dec, "publish_us": publish}
 
 
 def main() -> int:
@@ -247,7 +252,7 @@ def main() -> int:
     if args.from_report is not None:
         old = json.loads(args.from_report.read_text())
         report_tables(old["rows"], old["capacity_req_s"], old["curve"], old["broker"],
-                      old.get("throughput_capacity_req_s", 0.0))
+                      old.get("throughput_capacity_req_s", 0.0), old.get("publish_us", 0.0))
         return 0
     pool = RequestPool()
     trees = [("this", None)] + ([("baseline", args.baseline.resolve())] if args.baseline else [])
@@ -290,14 +295,17 @@ def main() -> int:
                         entry = {"at": time.time(), "rep": rep, "scenario": scenario, "policy": policy, "tree": tree,
                                  "capacity": capacity, "broker": args.broker, "trace": str(path), **r}
                         kept.append(entry)
-                        log.write(json.dumps({k: v for k, v in entry.items() if k != "_batches"}, default=float) + "\n")
+                        log.write(json.dumps({k: v for k, v in entry.items() if k not in ("_batches", "_publish")},
+                                             default=float) + "\n")
                         log.flush()
     print("\n" + summary(OUT / "burst.jsonl", started))
     curve = calibration.fit_curve([tuple(b) for r in kept for b in r["_batches"]], SLO_MS)
     curve["path"] = str(out_dir / "curve.json")
     Path(curve["path"]).write_text(json.dumps(curve, indent=1))
-    report.update(report_tables(kept, capacity, curve, args.broker, report.get("throughput_capacity_req_s", 0.0)))
-    report["rows"] = [{k: v for k, v in r.items() if k != "_batches"} for r in kept]
+    report["publish_us"] = calibration.publish_us([p for r in kept if r["tree"] == "this" for p in r["_publish"]])
+    report.update(report_tables(kept, capacity, curve, args.broker, report.get("throughput_capacity_req_s", 0.0),
+                                report["publish_us"]))
+    report["rows"] = [{k: v for k, v in r.items() if k not in ("_batches", "_publish")} for r in kept]
     (out_dir / "report.json").write_text(json.dumps(report, indent=1, default=float))
     print(f"\nreport: {out_dir / 'report.json'}")
     return 0

@@ -80,16 +80,27 @@ def hop_of(stage_rows: Sequence[dict]) -> tuple[float, float]:
     return lo, max(lo, hi)
 
 
+def publish_us(spans: Iterable[tuple[int, float]], min_results: int = 4) -> float:
+    """The publisher's cost per result, µs: the median over batches of at least
+    `min_results` results of (ms from the publisher taking the batch to its last
+    result's timestamp) / results (bench/policies.py publish_spans). Smaller batches
+    are left out: their span is a whole-millisecond clock reading or two. 0 with none."""
+    per = [ms * 1000.0 / n for n, ms in spans if n >= min_results]
+    return statistics.median(per) if per else 0.0
+
+
 def predict(produced: Sequence[Arrival], curve: dict, policy: str, *, hop_ms: tuple[float, float],
-            decode_us: float, seed: int = 1) -> dict:
+            decode_us: float, seed: int = 1, publish_us: float = 0.0) -> dict:
     """The simulator's p50/p99 of the requests scored and share answered within the
     SLO, for `policy` (greedy, adaptive: route_late, as bench/policies.py runs them) on
-    these arrivals (as produced: the hop is added here)."""
+    these arrivals (as produced: the hop is added here), with the publisher's cost per
+    result (`--publish-us`: answers after the model, and adaptive's answer tail)."""
     c = curve_from_dict(curve)
     arr = with_hops(produced, *hop_ms, seed=seed)
     span = max(a.origin for a in arr) if arr else 0.0
     res = simulate(Workload("trace", arr, max(span, 1e-3)), c, policy_spec(policy, c),
-                   SimConfig(seed=seed, decode_s=decode_us / 1e6, noise=curve.get("noise_sigma", 0.1)))
+                   SimConfig(seed=seed, decode_s=decode_us / 1e6, noise=curve.get("noise_sigma", 0.1),
+                             publish_s=publish_us / 1e6))
     return {"p50_ms": res.scored_p50_ms, "p99_ms": res.scored_p99_ms,
             "in_slo_share": res.outcomes["in_time"] / max(res.produced, 1),
             "routed_late": res.outcomes["routed_late"]}

@@ -89,7 +89,9 @@ def run_scenario(bs: str, pool: RequestPool, name: str, rate_fn, seconds: float,
                  trace: list | None = None) -> dict:
     """One row: a fresh worker of policy `name` under the load rate_fn(t) for `seconds`.
     trace: gets the arrivals (harness.open_loop); the result's `_batches` holds the
-    distinct (rows, model ms) of its batches, the points of its measured cost curve."""
+    distinct (rows, model ms) of its batches, the points of its measured cost curve,
+    and `_publish` each batch's (requests, ms from the publisher taking it to its last
+    result's timestamp), the points of the publisher's cost per result."""
     policy, env = policy_env(name, tuned)
     env = {**env, **(extra_env or {})}
     inp, out = fresh_topics(bs, f"bench-{name}")
@@ -107,7 +109,21 @@ def run_scenario(bs: str, pool: RequestPool, name: str, rate_fn, seconds: float,
         breakdown = stages(proc)
     batches = sorted({(d["batch_rows"], d["inference_ms"]) for d in results.docs if "inference_ms" in d})
     return {**summarise(results, routed, sent, t0_ms, seconds), "cpu_cores": cores, "stages": breakdown,
-            "_batches": batches}
+            "_batches": batches, "_publish": publish_spans(results)}
+
+
+def publish_spans(results) -> list[tuple[int, float]]:
+    """Per batch (its results share `scored_at_ms`, when the publisher took it, and its
+    rows and model time): its results and the ms from then to the last one's record
+    timestamp, when the publisher handed it to the producer."""
+    spans: dict[tuple, list] = {}
+    for d, ts in zip(results.docs, results.result_ts_ms, strict=True):
+        if "scored_at_ms" in d:
+            key = (d["scored_at_ms"], d["batch_rows"], d.get("inference_ms"))
+            n_last = spans.setdefault(key, [0, float(d["scored_at_ms"])])
+            n_last[0] += 1
+            n_last[1] = max(n_last[1], float(ts))
+    return [(n, last - key[0]) for key, (n, last) in spans.items()]
 
 
 def summarise(results, routed: set[str], sent: int, t0_ms: float, seconds: float) -> dict:

@@ -30,6 +30,12 @@ Model of one worker:
   adaptive + route_late it routes late undecoded the records the worker would
   (pipeline/batching/shed.py, pipeline/worker/admission.py). In the real CTR pipeline
   the source thread, not the model, is what a burst saturates (docs/BATCHING.md).
+- A request is answered when the model ends unless SimConfig.publish_s (`--publish-us`)
+  says what handing its result over costs: then a publisher, separate from the
+  executors, hands a batch's results over one after another once the model is done
+  (and once it has finished the batches before), and the batcher gets each deadline
+  less the answer tail it learns from that, as the worker's admission does
+  (pipeline/batching/tail.py).
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ from pipeline.batching.cost import AffineCost, CostModel
 from pipeline.batching.policies import make_policy
 from pipeline.batching.request import Batch, Request
 from pipeline.batching.shed import DEFAULT_RESERVE, AnswerTime, reserve_ms, shed_count
+from pipeline.batching.tail import AnswerTail
 from pipeline.batching.tenants import TenantClass, TenantGate
 from pipeline.clock import FakeClock
 from pipeline.errors import UserError
@@ -509,6 +516,7 @@ class SimConfig:
     # budget, whatever its priority, as a `tenants:` class's slo_ms gives it in the
     # worker (pipeline/tenants_config.py); absent tenants get the curve's budget.
     tenant_slo: dict[str, float] | None = None
+    publish_s: float = 0.0  # publisher-thread seconds per result; 0: answered at the model's end
 
 
 @dataclass
@@ -594,11 +602,16 @@ class _Sim:
         self.sheds = spec.policy == "adaptive" and spec.batcher.get("expiry_action", "route_late") == "route_late"
         self.answer_time = AnswerTime()  # decode to answer, as the worker's admission learns it
         self.loosest = max(curve.slo.values())
+        self.publisher_free = 0.0  # when the publisher has handed over every result so far (publish_s)
+        self.tail = AnswerTail()  # model end to a batch's last result, as the worker's admission learns it
 
     # -- requests in and out ----------------------------------------------------
     def _admit(self, i: int, now: float) -> None:
         a = self.w.arrivals[i]
-        self.batcher.add(Request(a.rows, now, self.deadline[i], a.priority, 0, i, tenant=a.tenant), now)
+        deadline = self.deadline[i]
+        if self.cfg.publish_s > 0:  # the model must be done before the answer tail
+            deadline -= self.tail.for_budget((deadline - a.origin) * 1000.0) / 1000.0
+        self.batcher.add(Request(a.rows, now, deadline, a.priority, 0, i, tenant=a.tenant), now)
         self._collect_routed(now)
         if not self.paused and self.batcher.backpressure_rows >= self.high:
             self.paused = True
@@ -614,12 +627,18 @@ class _Sim:
     def _complete(self, batch: Batch, service: float, now: float) -> None:
         self.free += 1
         self.batcher.observe(batch, service)
+        answered = [now] * len(batch.requests)
+        if self.cfg.publish_s > 0:
+            start = max(now, self.publisher_free)
+            answered = [start + (k + 1) * self.cfg.publish_s for k in range(len(batch.requests))]
+            self.publisher_free = answered[-1] if answered else start
+            self.tail.observe((self.publisher_free - now) * 1000.0)
         if self.sheds:
-            self.answer_time.observe([(now - req.arrival) * 1000.0 for req in batch.requests])
-        for req in batch.requests:
+            self.answer_time.observe([(t - req.arrival) * 1000.0 for t, req in zip(answered, batch.requests, strict=True)])
+        for t, req in zip(answered, batch.requests, strict=True):
             i = req.item
-            self.finish[i] = now
-            self.outcome[i] = IN_TIME if now <= self.deadline[i] else LATE
+            self.finish[i] = t
+            self.outcome[i] = IN_TIME if t <= self.deadline[i] else LATE
 
     # -- dispatch ------------------------------------------------------------------
     def _dispatch(self, now: float) -> None:

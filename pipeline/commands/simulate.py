@@ -95,6 +95,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                         help="with --decode-us, adaptive's admission reserve: the share of the budget a record "
                              "must have left when queued, or it is routed late undecoded (default 0.5, the "
                              "worker's; 0: route only the expired, as the worker did before)")
+    parser.add_argument("--publish-us", type=float, default=0.0,
+                        help="publisher-thread microseconds per result: a batch's results are handed over one "
+                             "after another once the model is done, and the batcher's deadlines leave room for "
+                             "that answer tail, as the worker's do (default 0: answered when the model ends)")
     parser.add_argument("--hop-ms", default=None, metavar="P50:P99",
                         help="the Kafka hop before the worker: each request arrives a lognormal delay with this "
                              "median and 99th percentile after it was produced; deadlines and latencies still "
@@ -141,8 +145,11 @@ def run(args: argparse.Namespace) -> int:
     curve = load_curve(args.curve or "ctr")
     if args.decode_us < 0:
         raise UserError("--decode-us must be >= 0")
+    if args.publish_us < 0:
+        raise UserError("--publish-us must be >= 0")
     cfg = SimConfig(executors=args.executors, noise=args.noise, seed=args.seed,
-                    high_watermark=args.high_watermark, low_watermark=low, decode_s=args.decode_us / 1e6)
+                    high_watermark=args.high_watermark, low_watermark=low, decode_s=args.decode_us / 1e6,
+                    publish_s=args.publish_us / 1e6)
     if args.shed_reserve is not None:
         if not 0.0 <= args.shed_reserve < 1.0:
             raise UserError("--shed-reserve must be in [0, 1)")

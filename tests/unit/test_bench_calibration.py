@@ -72,3 +72,28 @@ def test_the_noise_of_the_model_times_is_matched_at_their_tail():
     assert curve["noise_sigma"] == pytest.approx(0.5, rel=0.1)
     steady = calibration.fit_curve([(n, 0.2 + 0.01 * n) for n in (10, 50, 200)], 100.0)
     assert steady["noise_sigma"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_the_publisher_cost_is_the_median_per_result_of_batches_big_enough_to_time() -> None:
+    """bench/calibration.py publish_us: ms from the publisher taking a batch to its last
+    result, per result; batches of fewer than 4 results are a clock tick or two."""
+    spans = [(100, 3.0), (200, 5.0), (50, 2.0), (1, 1.0), (2, 0.0)]  # 30, 25, 40 us a result; two left out
+    assert calibration.publish_us(spans) == pytest.approx(30.0)
+    assert calibration.publish_us([(1, 1.0)]) == 0.0
+
+
+def test_publish_spans_group_results_by_batch_and_end_at_the_last_one_handed_over() -> None:
+    """bench/policies.py publish_spans: a batch's results share when the publisher took
+    it (scored_at_ms), its rows and its model time; its span ends at the latest result
+    record timestamp."""
+    import numpy as np
+
+    from bench.harness import Results
+    from bench.policies import publish_spans
+
+    docs = [{"scored_at_ms": 1000, "batch_rows": 40, "inference_ms": 2.5},
+            {"scored_at_ms": 1000, "batch_rows": 40, "inference_ms": 2.5},
+            {"scored_at_ms": 1003, "batch_rows": 20, "inference_ms": 1.5},
+            {"request_id": "no timing"}]
+    spans = publish_spans(Results(docs, np.array([1001.0, 1004.0, 1003.0, 1010.0])))
+    assert sorted(spans) == [(1, 0.0), (2, 4.0)]

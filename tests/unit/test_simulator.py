@@ -277,6 +277,35 @@ def test_the_kafka_hop_delays_arrival_but_deadlines_and_latency_count_from_produ
         with_hops(produced, 30.0, 10.0)
 
 
+def test_the_publisher_hands_a_batch_s_results_over_one_after_another_after_the_model():
+    """--publish-us: the worker's answer is its result handed to the producer, one result
+    after another on the publisher thread once the model is done; and the batcher's
+    deadlines leave room for that tail (pipeline/batching/tail.py), so adaptive routes a
+    request that the model would finish in time but whose answer would come late."""
+    from pipeline.simulate import Workload
+
+    c = curve("ab:1:1:64:100")  # t(n) = 1 ms + 1 ms/row, SLO 100 ms
+    # Four at once: the first runs alone (model 0-2 ms, answered at 4); the other three
+    # together (model 2-6 ms), answered at 8, 10 and 12 ms.
+    batch = [Arrival(0.0, 1) for _ in range(4)]
+    r = simulate(Workload("t", batch, 1.0), c, "greedy", SimConfig(noise=0.0, publish_s=0.002))
+    assert r.scored_p50_ms == pytest.approx(8.0, abs=0.01)
+    assert r.scored_p99_ms == pytest.approx(12.0, abs=0.01)
+    assert simulate(Workload("t", batch, 1.0), c, "greedy", SimConfig(noise=0.0)).scored_p99_ms == pytest.approx(6.0)
+    # A publisher still busy with the previous batch delays the next batch's answers.
+    two = [Arrival(0.0, 1), Arrival(0.0021, 1)]  # the 2nd's model ends at 4.1 ms, the publisher is free at 12
+    r = simulate(Workload("t", two, 1.0), c, "greedy", SimConfig(noise=0.0, publish_s=0.010))
+    assert r.scored_p99_ms == pytest.approx(22.0 - 2.1, abs=0.1)
+    # Adaptive learns the tail (10 ms a batch here) and routes what would be answered
+    # late: 12 rows with 20 ms of budget, whose model (13 ms) would end in time.
+    warm = [Arrival(0.1 * k, 1) for k in range(40)]
+    tight = warm + [Arrival(4.5, 12, 0, 4.52)]  # its deadline (absolute): 20 ms after it arrives
+    r = simulate(Workload("t", tight, 5.0), c, "adaptive", SimConfig(noise=0.0, publish_s=0.010))
+    assert r.outcomes["routed_late"] == 1 and r.outcomes["scored_late"] == 0
+    without = simulate(Workload("t", tight, 5.0), c, "adaptive", SimConfig(noise=0.0))
+    assert without.outcomes["in_time"] == 41  # answered at the model's end: all in time
+
+
 def test_scored_latency_leaves_out_routed_requests():
     from pipeline.simulate import Workload
 
