@@ -74,11 +74,14 @@ def test_the_noise_of_the_model_times_is_matched_at_their_tail():
     assert steady["noise_sigma"] == pytest.approx(0.0, abs=1e-9)
 
 
-def test_the_publisher_cost_is_the_median_per_result_of_batches_big_enough_to_time() -> None:
+def test_the_publisher_cost_per_result_averages_whole_millisecond_readings_out() -> None:
     """bench/calibration.py publish_us: ms from the publisher taking a batch to its last
-    result, per result; batches of fewer than 4 results are a clock tick or two."""
-    spans = [(100, 3.0), (200, 5.0), (50, 2.0), (1, 1.0), (2, 0.0)]  # 30, 25, 40 us a result; two left out
-    assert calibration.publish_us(spans) == pytest.approx(30.0)
+    result, per result, summed over batches of at least 4 results (fewer are a clock
+    tick or two). Batches of 10 at 50 us a result read 0 or 1 ms: the median of their
+    ratios was 0, the sum is right."""
+    spans = [(10, 0.0), (10, 1.0), (10, 0.0), (10, 1.0), (1, 1.0), (2, 0.0)]
+    assert calibration.publish_us(spans) == pytest.approx(50.0)
+    assert calibration.publish_us([(100, 3.0), (200, 5.0)]) == pytest.approx(8000.0 / 300)
     assert calibration.publish_us([(1, 1.0)]) == 0.0
 
 
