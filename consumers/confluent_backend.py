@@ -13,7 +13,13 @@ import logging
 from collections import deque
 from collections.abc import Callable, Mapping
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import (
+    TIMESTAMP_LOG_APPEND_TIME,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+)
 from confluent_kafka import TopicPartition as CkTopicPartition
 
 from consumers.client_logs import shared_log
@@ -98,6 +104,7 @@ class ConfluentSource:
                     value=m.value(),
                     headers=headers_to_dict(m.headers()),
                     timestamp_ms=ts if ts_type != 0 and ts >= 0 else None,
+                    log_append_time=ts_type == TIMESTAMP_LOG_APPEND_TIME,
                 )
             )
         return out

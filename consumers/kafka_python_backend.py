@@ -32,6 +32,10 @@ log = logging.getLogger(__name__)
 
 RebalanceCallback = Callable[[list[TopicPartition]], None]
 
+# ConsumerRecord.timestamp_type of a broker-set timestamp (topic config
+# message.timestamp.type=LogAppendTime); 0 is the producer's CreateTime. kafka-python
+# names it only on its record classes (DefaultRecordBase.LOG_APPEND_TIME).
+LOG_APPEND_TIME = 1
 # The longest one poll_batch() waits for a group join to finish (see _finish_join):
 # a join waits for every member to rejoin, seconds when they heartbeat every 3 s.
 _JOIN_WAIT_MS = 30_000
@@ -164,6 +168,7 @@ class KafkaPythonSource:
                         value=r.value,
                         headers=headers_to_dict(r.headers),
                         timestamp_ms=r.timestamp if r.timestamp is not None and r.timestamp >= 0 else None,
+                        log_append_time=r.timestamp_type == LOG_APPEND_TIME,
                     )
                 )
         return out

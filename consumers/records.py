@@ -36,10 +36,35 @@ class SourceRecord:
     value: bytes | None
     headers: dict[str, bytes]
     timestamp_ms: int | None  # CreateTime (or LogAppendTime) of the request
+    # timestamp_ms is the broker's append time (topic config message.timestamp.type=
+    # LogAppendTime), not the producer's: then the produce leg can be split off
+    # (docs/OPERATIONS.md, "Where the time goes"). Last, with a default: tests and
+    # pipeline/profiling/stages.py build records positionally.
+    log_append_time: bool = False
 
     @property
     def tp(self) -> TopicPartition:
         return (self.topic, self.partition)
+
+
+# A request header a producer may stamp: the wall-clock ms of its produce() call, as
+# ASCII digits. With a LogAppendTime input topic the worker then times the produce leg
+# (tidebatch_stage_seconds{stage="to_broker"}, pipeline/worker/publisher.py);
+# `tidebatch produce` stamps it (pipeline/commands/produce.py). The dead-letter headers
+# are in consumers/dead_letter.py; a DLQ replay drops every tidebatch.* header
+# (pipeline/dlq/letters.py), so a replayed request never carries a stale one.
+H_PRODUCED_MS = "tidebatch.produced_ms"
+_MAX_MS_DIGITS = 19  # int64; also keeps int() clear of Python's 4300-digit refusal
+
+
+def produced_ms(headers: Mapping[str, bytes]) -> int | None:
+    """The request's `tidebatch.produced_ms` header, or None when it is absent or not a
+    plain ASCII integer: the header is a measurement aid, and a bad one is ignored,
+    never an error."""
+    raw = headers.get(H_PRODUCED_MS)
+    if not isinstance(raw, bytes) or not 0 < len(raw) <= _MAX_MS_DIGITS or not raw.isdigit():
+        return None
+    return int(raw)
 
 
 def headers_to_dict(headers: list[tuple[str, bytes | None]] | None) -> dict[str, bytes]:

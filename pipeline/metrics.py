@@ -17,9 +17,15 @@ if TYPE_CHECKING:
     from pipeline.tenant_metrics import TenantOutcomes
 
 OUTCOMES = ("ok", "late", "dlq", "routed_late", "duplicate")
-# Where a scored request's time goes, in order; they add up to Kafka timestamp →
-# result acknowledged (docs/OPERATIONS.md, "Where the time goes").
-STAGES = ("to_worker", "decode", "queue", "model", "publish")
+# Where a scored request's time goes, in order; from to_worker on they add up to Kafka
+# timestamp → result acknowledged (docs/OPERATIONS.md, "Where the time goes").
+# to_broker (produce() → the broker's append) is observed only for requests on a
+# LogAppendTime topic that carry the producer's tidebatch.produced_ms header
+# (consumers/records.py); then the Kafka timestamp is the append and to_broker comes
+# before it.
+STAGES = ("to_broker", "to_worker", "decode", "queue", "model", "publish")
+# Stages that only some deployments observe: left out of a breakdown that has none.
+OPTIONAL_STAGES = frozenset({"to_broker"})
 
 # Rows per batch: powers of two up to the largest batch anyone configures.
 _ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
@@ -99,7 +105,9 @@ class BatchingMetrics:
         )
         self.stage = Histogram(
             "tidebatch_stage_seconds",
-            "A scored request's time by stage: to_worker (Kafka timestamp to consumed), "
+            "A scored request's time by stage: to_broker (the producer's produce() call to the broker's "
+            "append; only for LogAppendTime topics with a tidebatch.produced_ms header), "
+            "to_worker (Kafka timestamp to consumed), "
             "decode (consumed to its poll decoded), queue (decoded until its batch started), "
             "model (its batch's model time), publish (results ready to the result acknowledged)",
             ["pipeline", "stage"], buckets=_LATENCY_BUCKETS, registry=r,

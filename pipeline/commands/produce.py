@@ -15,6 +15,8 @@ from confluent_kafka import Producer
 from consumers.admin import ensure_topics
 from consumers.kafka_reachable import DEFAULT_TIMEOUT_S, require_kafka
 from consumers.profiles import producer_config
+from consumers.records import H_PRODUCED_MS
+from pipeline.clock import wall_ms
 from pipeline.commands.kafka_flags import add_x_flag, kafka_block
 from pipeline.commands.parser_tree import OpenSubcommands
 from pipeline.errors import UserError
@@ -176,9 +178,12 @@ def produce(
 
     def send(i: int) -> None:
         key, value, headers = make(i)
+        # When produce() was called, for a LogAppendTime input topic: the worker then
+        # splits the produce leg (to_broker) off to_worker (consumers/records.py).
+        stamped = [*(headers or ()), (H_PRODUCED_MS, str(wall_ms()).encode())]
         while True:
             try:
-                producer.produce(topic, value=value, key=key, headers=headers or None, on_delivery=on_delivery)
+                producer.produce(topic, value=value, key=key, headers=stamped, on_delivery=on_delivery)
                 break
             except BufferError:
                 producer.poll(0.05)

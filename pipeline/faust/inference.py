@@ -69,6 +69,10 @@ def source_record(event: Any) -> SourceRecord:
         value=m.value,
         headers=headers_to_dict(headers),
         timestamp_ms=int(round(ts * 1000.0)) if ts else None,
+        # log_append_time stays False: Faust's Message.timestamp_type is aiokafka's over
+        # Kafka, but its in-memory channel sets 1 for any timestamp a sender gave, so
+        # 1 does not reliably mean the broker's append; nothing on this path splits
+        # the produce leg off anyway (pipeline/worker/publisher.py does, for the worker).
     )
 
 

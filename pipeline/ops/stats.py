@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 
 from prometheus_client.registry import CollectorRegistry
 
-from pipeline.metrics import STAGES
+from pipeline.metrics import OPTIONAL_STAGES, STAGES
 
 Labels = tuple[tuple[str, str], ...]  # sorted (name, value) pairs
 Samples = dict[str, dict[Labels, float]]  # sample name -> labels -> value
@@ -190,13 +190,17 @@ def _bucket_deltas(
 def stage_breakdown(old: Samples | None, new: Samples, pipeline: str) -> dict[str, dict[str, float | None]]:
     """Where a scored request's time went between two snapshots (`old` None: since the
     worker started), by stage of tidebatch_stage_seconds in pipeline order: p50, p99
-    and mean in ms, and how many requests each covers."""
+    and mean in ms, and how many requests each covers. An optional stage (to_broker:
+    LogAppendTime topics only) is left out where it covers no request, so a CreateTime
+    deployment's breakdown does not list a stage it can never have."""
     out: dict[str, dict[str, float | None]] = {}
     for stage in STAGES:
         def this(labels: dict[str, str], stage: str = stage) -> bool:
             return labels.get("stage") == stage
 
         count = _delta(old, new, STAGE + "_count", pipeline, this)
+        if not count and stage in OPTIONAL_STAGES:
+            continue
         total = _delta(old, new, STAGE + "_sum", pipeline, this)
         buckets = _bucket_deltas(old, new, STAGE, pipeline, this)
         p50, p99 = histogram_quantile(0.50, buckets), histogram_quantile(0.99, buckets)

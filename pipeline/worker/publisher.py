@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from consumers.offsets import OffsetTracker
-from consumers.records import SourceRecord
+from consumers.records import SourceRecord, produced_ms
 from models.registry import ModelSpec
 from pipeline.batching.request import Batch, Request
 from pipeline.clock import wall_ms
@@ -96,7 +96,9 @@ class Publisher:
         # Per-request metrics, bound once: labels() costs a lock and a dict lookup.
         self._queue_wait_hist = metrics.queue_wait.labels(pipeline)
         self._e2e_hist = metrics.e2e.labels(pipeline)
-        self._stage = {name: metrics.stage.labels(pipeline, name) for name in ("to_worker", "decode", "queue", "model")}
+        self._stage = {
+            name: metrics.stage.labels(pipeline, name) for name in ("to_broker", "to_worker", "decode", "queue", "model")
+        }
         self._finished: queue.Queue[Done | None] = queue.Queue(maxsize=PUBLISH_BACKLOG)
         self.thread: threading.Thread | None = None
 
@@ -188,6 +190,7 @@ class Publisher:
         rows: list[ScoredRow] = []
         queue_waits: list[float] = []
         e2e: list[float] = []
+        to_broker: list[float] = []
         to_worker: list[float] = []
         decode: list[float] = []
         queued: list[float] = []
@@ -224,6 +227,14 @@ class Publisher:
             if rec.timestamp_ms is not None:
                 e2e.append(max(done_wall - rec.timestamp_ms, 0) / 1000.0)
                 to_worker.append(max(inf.consumed_wall_ms - rec.timestamp_ms, 0) / 1000.0)
+                # A LogAppendTime timestamp is the broker's append: with the producer's
+                # own produce() time in a header, the produce leg is known too, and
+                # to_worker above is append -> polled (docs/OPERATIONS.md, "Where the
+                # time goes"). With CreateTime the append time is unknown: no to_broker.
+                if rec.log_append_time:
+                    produced = produced_ms(rec.headers)
+                    if produced is not None:
+                        to_broker.append(max(rec.timestamp_ms - produced, 0) / 1000.0)
             if req.tenant_class is not None:
                 by_tenant.append((req.tenant_class, bool(doc["late"]), e2e[-1] if rec.timestamp_ms is not None else None))
         if traces:
@@ -233,6 +244,7 @@ class Publisher:
         if by_tenant and self.metrics.tenants is not None:
             self.metrics.tenants.observe(by_tenant)
         # Where the time went (docs/OPERATIONS.md, "Where the time goes").
+        observe_many(self._stage["to_broker"], to_broker)
         observe_many(self._stage["to_worker"], to_worker)
         observe_many(self._stage["decode"], decode)
         observe_many(self._stage["queue"], queued)

@@ -66,3 +66,25 @@ def test_a_missing_acl_stops_the_source_with_one_line(code: int, text: str, says
         _source(KafkaError(code, text)).poll_batch(10, 0.0)
     line = str(caught.value)
     assert says in line.lower() and "kafka.example:9093" in line and text in line
+
+
+def test_the_timestamp_type_reaches_the_record() -> None:
+    """LogAppendTime (topic config message.timestamp.type) is the broker's append time:
+    the worker splits the produce leg off only then (pipeline/worker/publisher.py).
+    Real confluent_kafka Messages, as librdkafka hands them over."""
+    from confluent_kafka import (
+        TIMESTAMP_CREATE_TIME,
+        TIMESTAMP_LOG_APPEND_TIME,
+        TIMESTAMP_NOT_AVAILABLE,
+        Message,
+    )
+
+    source = ConfluentSource.__new__(ConfluentSource)
+    source._consumer = _Consumer([
+        Message(topic="in", partition=0, offset=i, value=b"{}", headers=[("tidebatch.produced_ms", b"90")],
+                timestamp=(kind, 100))
+        for i, kind in enumerate((TIMESTAMP_LOG_APPEND_TIME, TIMESTAMP_CREATE_TIME, TIMESTAMP_NOT_AVAILABLE))
+    ])
+    got = source.poll_batch(10, 0.0)
+    assert [(r.log_append_time, r.timestamp_ms) for r in got] == [(True, 100), (False, 100), (False, None)]
+    assert got[0].headers == {"tidebatch.produced_ms": b"90"}

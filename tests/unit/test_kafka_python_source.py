@@ -14,9 +14,9 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
+from kafka.consumer.fetcher import ConsumerRecord
 from kafka.structs import TopicPartition as KpTopicPartition
 
 from consumers import kafka_python_backend as kp
@@ -86,8 +86,9 @@ class _FakeConsumer:
         return records
 
 
-def _record(offset: int) -> Any:
-    return SimpleNamespace(offset=offset, key=None, value=b"{}", headers=[], timestamp=1)
+def _record(offset: int, timestamp_type: int = 0, headers: list | None = None) -> ConsumerRecord:
+    """A record as kafka-python's fetcher hands it over (timestamp_type 0: CreateTime)."""
+    return ConsumerRecord("a", 0, -1, offset, 1, timestamp_type, None, b"{}", headers or [], None, -1, 2, -1)
 
 
 def _source(events: list[tuple[str, list]]) -> KafkaPythonSource:
@@ -203,3 +204,15 @@ def test_a_commit_refused_mid_rebalance_finishes_the_join_and_commits_again():
     consumer.commit = commit
     source.commit({("a", 0): 12})
     assert len(commits) == 2 and consumer._coordinator.polls == [kp._JOIN_WAIT_MS]
+
+
+def test_the_timestamp_type_reaches_the_record():
+    """timestamp_type 1 is LogAppendTime (the broker's append): the worker splits the
+    produce leg off only then (pipeline/worker/publisher.py)."""
+    source = _source([])
+    source._consumer.records = {
+        KpTopicPartition("a", 0): [_record(5, timestamp_type=1, headers=[("tidebatch.produced_ms", b"0")]), _record(6)]
+    }
+    got = source.poll_batch(100, 0.02)
+    assert [(r.offset, r.log_append_time, r.timestamp_ms) for r in got] == [(5, True, 1), (6, False, 1)]
+    assert got[0].headers == {"tidebatch.produced_ms": b"0"}

@@ -318,12 +318,27 @@ def test_stage_breakdown_gives_each_stage_its_quantiles_and_mean() -> None:
     before = from_registry(m.registry)
     m.stage.labels("ctr", "model").observe(0.002)
     got = stage_breakdown(None, from_registry(m.registry), "ctr")
-    assert list(got) == ["to_worker", "decode", "queue", "model", "publish"]
+    assert list(got) == ["to_worker", "decode", "queue", "model", "publish"]  # no to_broker: none observed
     assert got["queue"]["requests"] == 100 and got["queue"]["mean_ms"] == round((99 * 4 + 900) / 100, 2)
     assert 2.5 < got["queue"]["p50_ms"] <= 5.0 and got["queue"]["p99_ms"] <= 5.0  # bucket-interpolated
     assert got["to_worker"] == {"requests": 0, "p50_ms": None, "p99_ms": None, "mean_ms": None}
     # Between two snapshots: only what happened in between.
     assert stage_breakdown(before, from_registry(m.registry), "ctr")["model"]["requests"] == 1
+
+
+def test_the_produce_leg_is_listed_first_once_observed() -> None:
+    """to_broker (LogAppendTime topics with the producer's header only) comes before
+    to_worker in pipeline order, and only where it covers a request."""
+    from pipeline.metrics import WorkerMetrics
+    from pipeline.ops.stats import from_registry, stage_breakdown
+
+    m = WorkerMetrics("ctr", "adaptive")
+    m.stage.labels("ctr", "to_broker").observe(0.004)
+    before = from_registry(m.registry)
+    got = stage_breakdown(None, before, "ctr")
+    assert list(got) == ["to_broker", "to_worker", "decode", "queue", "model", "publish"]
+    assert got["to_broker"]["requests"] == 1 and got["to_broker"]["mean_ms"] == 4.0
+    assert "to_broker" not in stage_breakdown(before, from_registry(m.registry), "ctr")  # none in between
 
 
 def test_a_redis_that_rejects_the_worker_makes_it_unready_an_outage_does_not():

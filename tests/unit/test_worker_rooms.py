@@ -382,6 +382,55 @@ def test_the_publisher_observes_where_each_request_s_time_went() -> None:
     assert outcomes.ready == [WALL + 55, WALL + 55]
 
 
+def _stage(metrics: WorkerMetrics, name: str) -> tuple[float, float]:
+    """(count, sum) of one stage of tidebatch_stage_seconds; (0, 0) with no series."""
+    got = {s.name: s.value for fam in metrics.registry.collect() for s in fam.samples
+           if s.name.startswith("tidebatch_stage_seconds") and s.labels.get("stage") == name}
+    return got.get("tidebatch_stage_seconds_count", 0.0), round(got.get("tidebatch_stage_seconds_sum", 0.0), 6)
+
+
+def test_the_produce_leg_is_observed_only_for_log_append_records_with_the_produced_header() -> None:
+    """to_broker = the broker's append (a LogAppendTime timestamp) minus the producer's
+    tidebatch.produced_ms; to_worker stays timestamp → consumed. A CreateTime record,
+    one without the header and one whose header is not an integer give no to_broker
+    observation, and a producer clock ahead of the broker's gives 0, not a negative."""
+    from consumers.records import H_PRODUCED_MS
+
+    outcomes, metrics = FakeOutcomes(), WorkerMetrics("toy", "adaptive")
+    pub = publisher(outcomes, OffsetTracker(), [], WorkerStats(), metrics)
+    batch = make_batch([b"r0", b"r1", b"r2", b"r3", b"r4", b"r5"])  # timestamps WALL, consumed at WALL
+    stamps: list[tuple[bool, bytes | None]] = [
+        (True, str(WALL - 7).encode()),  # appended 7 ms after produce()
+        (True, str(WALL - 12).encode()),  # 12 ms
+        (False, str(WALL - 30).encode()),  # CreateTime: the append time is unknown
+        (True, None),  # no header
+        (True, b"soon"),  # not an integer: ignored
+        (True, str(WALL + 5).encode()),  # the producer's clock runs ahead: clamped to 0
+    ]
+    for req, (log_append, header) in zip(batch.requests, stamps, strict=True):
+        req.item.rec.log_append_time = log_append
+        if header is not None:
+            req.item.rec.headers[H_PRODUCED_MS] = header
+        req.item.consumed_wall_ms = WALL + 20
+    pub.publish(batch.requests, [{"score": float(i)} for i in range(6)], BatchTiming(6, 0.004, WALL + 30, WALL + 35), MODEL)
+    assert _stage(metrics, "to_broker") == (3, 0.019)  # 7 + 12 + 0 ms
+    assert _stage(metrics, "to_worker") == (6, 0.120)  # append → consumed, 20 ms each, as before
+    assert len(outcomes.results) == 6 and not outcomes.dead  # a bad header is never an error
+
+
+def test_create_time_records_give_no_produce_leg_even_with_the_header() -> None:
+    from consumers.records import H_PRODUCED_MS
+
+    metrics = WorkerMetrics("toy", "adaptive")
+    pub = publisher(FakeOutcomes(), OffsetTracker(), [], WorkerStats(), metrics)
+    batch = make_batch([b"r0", b"r1"])
+    for req in batch.requests:
+        req.item.rec.headers[H_PRODUCED_MS] = str(WALL - 3).encode()
+    pub.publish(batch.requests, [{"score": 0.0}, {"score": 1.0}], BatchTiming(2, 0.004, WALL + 5, WALL + 9), MODEL)
+    assert _stage(metrics, "to_broker") == (0, 0.0)
+    assert _stage(metrics, "to_worker")[0] == 2
+
+
 # ----------------------------------------------------------------------------- scoring
 def test_the_result_document_is_the_same_for_the_worker_and_faust() -> None:
     d = Decoded(request_id="r7", rows=3, payload=None, priority=1, tenant="acme")
