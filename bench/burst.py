@@ -63,29 +63,27 @@ def workers_from(repo: Path | None):
 
 
 def row(bs: str, pool: RequestPool, policy: str, scenario: str, capacity: float, repo: Path | None,
-        trace: list | None = None) -> dict:
+        trace: list | None = None, log_append: bool = False) -> dict:
     env = {"PYTHONPATH": str(repo)} if repo is not None else {}
+    common = {"extra_env": env, "machine": True, "trace": trace, "log_append": log_append}
     with workers_from(repo):
         if scenario == "burst":
             def rate(t: float) -> float:
                 return (1.5 if PRE <= t < PRE + BURST else 0.5) * capacity
 
-            r = run_scenario(bs, pool, policy, rate, PRE + BURST + POST, extra_env=env, machine=True, trace=trace)
+            r = run_scenario(bs, pool, policy, rate, PRE + BURST + POST, **common)
             r["goodput_x_capacity"] = window_goodput(r, PRE, PRE + BURST) / capacity
         elif scenario == "overload":
-            r = run_scenario(bs, pool, policy, 1.2 * capacity, STEADY_SECONDS, extra_env=env, machine=True,
-                             trace=trace)
+            r = run_scenario(bs, pool, policy, 1.2 * capacity, STEADY_SECONDS, **common)
             r["goodput_x_capacity"] = window_goodput(r, 2.0, STEADY_SECONDS) / capacity
         elif scenario == "priorities":
-            r = run_scenario(bs, pool, policy, 1.1 * capacity, STEADY_SECONDS, extra_env=env, machine=True,
-                             priority_fn=high_priority, trace=trace)
+            r = run_scenario(bs, pool, policy, 1.1 * capacity, STEADY_SECONDS, priority_fn=high_priority, **common)
             r["goodput_x_capacity"] = window_goodput(r, 2.0, STEADY_SECONDS) / capacity
             hi = r["_prio"] == 0
             r["high_p99_ms"] = float(np.percentile(r["_lat"][hi], 99)) if hi.any() else float("nan")
         else:  # steady:FRACTION
             load = float(scenario.split(":", 1)[1])
-            r = run_scenario(bs, pool, policy, load * capacity, STEADY_SECONDS, extra_env=env, machine=True,
-                             trace=trace)
+            r = run_scenario(bs, pool, policy, load * capacity, STEADY_SECONDS, **common)
             r["goodput_x_capacity"] = window_goodput(r, 0.0, STEADY_SECONDS) / capacity
     return {k: v for k, v in r.items() if not k.startswith("_") or k in ("_batches", "_publish")}
 
@@ -184,8 +182,8 @@ def report_tables(kept: list[dict], capacity: float, curve: dict, broker: str, s
           f"publisher {publish:.0f} us/result")
     pred: dict[tuple[str, str], list[dict]] = {}
     for r in kept:
-        if r["tree"] != "this":
-            continue
+        if r["tree"] != "this" or r["policy"] not in ("greedy", "adaptive"):
+            continue  # a baseline's row, or a variant the simulator has no model of (greedy-route)
         # A steady row's own to_worker is its hop: on two shared cores the broker's and
         # the consumer's delay grows with the load (p99 12 ms at 10 %, 22-46 at 50 %),
         # and below capacity no backlog the simulator would model twice is in it.
@@ -243,9 +241,14 @@ def main() -> int:
                          "need not run twice)")
     ap.add_argument("--summary", type=float, metavar="SINCE", default=None,
                     help="print the table of out/bench/burst.jsonl's rows since this Unix time and exit")
+    ap.add_argument("--log-append-time", action="store_true",
+                    help="input topics stamp the broker's append time (Apache Kafka only): the stage lines gain "
+                         "to_broker (produce call to append), and latency and deadlines count from the append")
     ap.add_argument("--from-report", type=Path, metavar="REPORT",
                     help="print the comparison and calibration tables again from a run's report.json and exit")
     args = ap.parse_args()
+    if args.log_append_time and args.broker == "tansu":
+        ap.error("--log-append-time needs Apache Kafka: Tansu stores the setting and keeps CreateTime (docs/BROKERS.md)")
     if args.summary is not None:
         print(summary(OUT / "burst.jsonl", args.summary))
         return 0
@@ -285,7 +288,8 @@ def main() -> int:
                         if tree == "baseline" and policy not in again:
                             continue
                         trace: list = []
-                        r = row(broker.bootstrap_servers, pool, policy, scenario, capacity, repo, trace)
+                        r = row(broker.bootstrap_servers, pool, policy, scenario, capacity, repo, trace,
+                                args.log_append_time)
                         path = out_dir / f"trace-{scenario.replace(':', '')}-{policy}-{tree}-{rep}.jsonl"
                         calibration.write_trace(path, trace)
                         print(f"{scenario:10s} {policy:9s} {tree:8s} goodput {r['goodput_x_capacity']:.2f}x "

@@ -28,6 +28,7 @@ from consumers.admin import ensure_topics
 from consumers.brokers.embedded import EmbeddedBroker, LocalBroker, free_port
 from consumers.brokers.kafka import KafkaBroker
 from consumers.profiles import consumer_config, producer_config
+from consumers.records import H_PRODUCED_MS
 from pipeline.commands.produce import warm_up_producer
 from pipeline.loadgen.pacing import poisson_schedule, run_open_loop
 from pipeline.profiling.calibration import machine_cpu_seconds
@@ -165,10 +166,11 @@ def make_producer(bootstrap: str, topic: str, overrides: dict | None = None) -> 
     return producer
 
 
-def produce_now(producer: Producer, topic: str, key: bytes | None, value: bytes) -> None:
+def produce_now(producer: Producer, topic: str, key: bytes | None, value: bytes,
+                headers: list[tuple[str, bytes]] | None = None) -> None:
     while True:
         try:
-            producer.produce(topic, key=key, value=value)
+            producer.produce(topic, key=key, value=value, headers=headers)
             return
         except BufferError:
             producer.poll(0.05)
@@ -203,9 +205,13 @@ def open_loop(
     def send(i: int) -> None:
         priority = priority_fn(i) if priority_fn else None
         tenant = tenant_fn(i) if tenant_fn else None
+        now = time.time()
         if trace is not None:
-            trace.append((time.time(), pool.rows[i % len(pool.rows)], priority or 0))
-        produce_now(producer, topic, *pool.get(i, f"{run}-{tenant}" if tenant else run, priority, tenant))
+            trace.append((now, pool.rows[i % len(pool.rows)], priority or 0))
+        # The produce call's own time: on a LogAppendTime input topic the worker splits
+        # the produce leg off to_worker with it (to_broker, consumers/records.py).
+        stamp = [(H_PRODUCED_MS, str(int(now * 1000)).encode())]
+        produce_now(producer, topic, *pool.get(i, f"{run}-{tenant}" if tenant else run, priority, tenant), stamp)
         producer.poll(0)
 
     sent, _ = run_open_loop(iter(times), send, idle=lambda s: producer.poll(s))
@@ -362,10 +368,16 @@ def wait_outcomes(proc: subprocess.Popen, n: int, timeout: float = 600.0, every:
     raise RuntimeError(f"worker reported fewer than {n} outcomes in {timeout} s")
 
 
-def fresh_topics(bootstrap: str, prefix: str, partitions: int = 2) -> tuple[str, str]:
+def fresh_topics(bootstrap: str, prefix: str, partitions: int = 2, log_append: bool = False) -> tuple[str, str]:
+    """A run's topics. log_append: the input topic stamps records with the broker's
+    append time (message.timestamp.type=LogAppendTime; Apache Kafka only, Tansu keeps
+    CreateTime, docs/BROKERS.md), so the worker's to_broker stage splits the produce
+    leg off to_worker; a request's latency and deadline then count from the append."""
     tag = uuid.uuid4().hex[:6]
     inp, out = f"{prefix}-{tag}.requests", f"{prefix}-{tag}.scores"
-    ensure_topics(bootstrap, {inp: partitions, out: partitions, f"{inp}.dlq": 1, f"{inp}.late": 1})
+    config = {"message.timestamp.type": "LogAppendTime"} if log_append else None
+    ensure_topics(bootstrap, {inp: partitions}, topic_config=config)
+    ensure_topics(bootstrap, {out: partitions, f"{inp}.dlq": 1, f"{inp}.late": 1})
     return inp, out
 
 

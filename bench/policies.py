@@ -86,15 +86,16 @@ def high_priority(i: int) -> int:
 
 def run_scenario(bs: str, pool: RequestPool, name: str, rate_fn, seconds: float, tuned=None,
                  priority_fn=None, extra_env: dict[str, str] | None = None, machine: bool = False,
-                 trace: list | None = None) -> dict:
+                 trace: list | None = None, log_append: bool = False) -> dict:
     """One row: a fresh worker of policy `name` under the load rate_fn(t) for `seconds`.
     trace: gets the arrivals (harness.open_loop); the result's `_batches` holds the
     distinct (rows, model ms) of its batches, the points of its measured cost curve,
     and `_publish` each batch's (requests, ms from the publisher taking it to its last
-    result's timestamp), the points of the publisher's cost per result."""
+    result's timestamp), the points of the publisher's cost per result. log_append: a
+    LogAppendTime input topic (harness.fresh_topics), for the to_broker stage."""
     policy, env = policy_env(name, tuned)
     env = {**env, **(extra_env or {})}
-    inp, out = fresh_topics(bs, f"bench-{name}")
+    inp, out = fresh_topics(bs, f"bench-{name}", log_append=log_append)
     run = f"r{uuid.uuid4().hex[:6]}"
     with worker_process(bs, inp, out, policy, extra_env=env, log_name=f"policies-{name}") as proc:
         t0_ms = time.time() * 1000.0
