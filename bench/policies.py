@@ -70,7 +70,11 @@ def policy_env(name: str, tuned: dict[str, str] | None = None) -> tuple[str, dic
         return "static", {**base, **(tuned or {})}
     if name == "greedy":
         return "greedy", base
-    if name == "greedy-route":  # greedy with admission's shedding and the late producer: what route_late adds
+    if name == "greedy-route":
+        # Runs exactly greedy's code: admission sheds and the batcher routes only for a
+        # policy with a late lane (pipeline/worker/core.py, `separates_late`), so this is
+        # an A/A control, a second greedy row that shows the noise between two runs of one
+        # configuration (docs/BATCHING.md, "Adaptive against greedy (item 4)").
         return "greedy", {**base, "TIDEBATCH_BATCHING__EXPIRY_ACTION": "route_late"}
     if name == "adaptive":
         return "adaptive", {**base, "TIDEBATCH_BATCHING__EXPIRY_ACTION": "route_late"}
