@@ -21,8 +21,8 @@ arrivals replayed on the cost curve and noise fitted to this run's batches, with
 Kafka hop of the row (a steady one) or of the lowest-load rows, and a source thread
 costing 1 / the throughput capacity a request (the highest probed rate whose backlog
 stayed within 5 SLOs; with --capacity, 1 / capacity), and a publisher costing the
-run's median µs per result (bench/calibration.py publish_us). Traces, the curve and the report go to
-out/bench/burst-BROKER/.
+run's µs per result (bench/calibration.py publish_us). Traces, the curve and the
+report go to out/bench/burst-BROKER/.
 """
 
 from __future__ import annotations
@@ -46,6 +46,9 @@ from pipeline.simulate import read_trace  # noqa: E402
 
 PRE, BURST, POST = 3.0, 6.0, 6.0
 STEADY_SECONDS = 6.0
+# A row's measured points (run_scenario's `_batches` and `_publish`): kept in memory for
+# the run's curve and publisher fits, left out of burst.jsonl and report.json.
+POINTS = ("_batches", "_publish")
 
 
 @contextmanager
@@ -85,7 +88,7 @@ def row(bs: str, pool: RequestPool, policy: str, scenario: str, capacity: float,
             load = float(scenario.split(":", 1)[1])
             r = run_scenario(bs, pool, policy, load * capacity, STEADY_SECONDS, **common)
             r["goodput_x_capacity"] = window_goodput(r, 0.0, STEADY_SECONDS) / capacity
-    return {k: v for k, v in r.items() if not k.startswith("_") or k in ("_batches", "_publish")}
+    return {k: v for k, v in r.items() if not k.startswith("_") or k in POINTS}
 
 
 def summary(path: Path, since: float = 0.0) -> str:
@@ -299,8 +302,7 @@ def main() -> int:
                         entry = {"at": time.time(), "rep": rep, "scenario": scenario, "policy": policy, "tree": tree,
                                  "capacity": capacity, "broker": args.broker, "trace": str(path), **r}
                         kept.append(entry)
-                        log.write(json.dumps({k: v for k, v in entry.items() if k not in ("_batches", "_publish")},
-                                             default=float) + "\n")
+                        log.write(json.dumps({k: v for k, v in entry.items() if k not in POINTS}, default=float) + "\n")
                         log.flush()
     print("\n" + summary(OUT / "burst.jsonl", started))
     curve = calibration.fit_curve([tuple(b) for r in kept for b in r["_batches"]], SLO_MS)
@@ -309,7 +311,7 @@ def main() -> int:
     report["publish_us"] = calibration.publish_us([p for r in kept if r["tree"] == "this" for p in r["_publish"]])
     report.update(report_tables(kept, capacity, curve, args.broker, report.get("throughput_capacity_req_s", 0.0),
                                 report["publish_us"]))
-    report["rows"] = [{k: v for k, v in r.items() if k not in ("_batches", "_publish")} for r in kept]
+    report["rows"] = [{k: v for k, v in r.items() if k not in POINTS} for r in kept]
     (out_dir / "report.json").write_text(json.dumps(report, indent=1, default=float))
     print(f"\nreport: {out_dir / 'report.json'}")
     return 0
