@@ -18,6 +18,7 @@ from confluent_kafka import (
     Consumer,
     KafkaError,
     KafkaException,
+    Message,
     Producer,
 )
 from confluent_kafka import TopicPartition as CkTopicPartition
@@ -54,6 +55,9 @@ class ConfluentSource:
         self._on_assign = on_assign
         self._on_revoke = on_revoke
         self._paused = False
+        # Partitions let go by a rebalance callback during the current poll_batch() call
+        # (and not assigned again in it): their records in that call's result are stale.
+        self._let_go: set[TopicPartition] = set()
         self._consumer.subscribe(
             topics, on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._revoked
         )
@@ -61,24 +65,30 @@ class ConfluentSource:
     # Rebalance callbacks run inside poll()/consume(), in the source thread.
     def _assigned(self, consumer: Consumer, parts: list[CkTopicPartition]) -> None:
         tps = [(p.topic, p.partition) for p in parts]
+        self._let_go.difference_update(tps)
         if self._paused and parts:
             # Partitions handed over during backpressure must start paused too.
             consumer.pause(parts)
         self._on_assign(tps)
 
     def _revoked(self, consumer: Consumer, parts: list[CkTopicPartition]) -> None:
-        self._on_revoke([(p.topic, p.partition) for p in parts])
+        tps = [(p.topic, p.partition) for p in parts]
+        self._let_go.update(tps)
+        self._on_revoke(tps)
 
     def poll_batch(self, max_records: int, timeout: float) -> list[SourceRecord]:
         """Up to max_records, returning as soon as any are there. consume(n, timeout)
         alone waits the whole timeout unless n arrive: at low rates that wait would be
         added to every request's latency."""
+        self._let_go = set()
         msgs = self._consumer.consume(num_messages=max_records, timeout=0)
         if not msgs:
             first = self._consumer.poll(timeout)
             if first is None:
                 return []
             msgs = [first, *self._consumer.consume(num_messages=max_records - 1, timeout=0)]
+        if self._let_go:
+            msgs = self._without_let_go(msgs)
         out: list[SourceRecord] = []
         for m in msgs:
             err = m.error()
@@ -108,6 +118,20 @@ class ConfluentSource:
                 )
             )
         return out
+
+    def _without_let_go(self, msgs: list[Message]) -> list[Message]:
+        """librdkafka serves a rebalance callback in the middle of consume() and still
+        returns the messages it had taken off the queue before it (rd_kafka_q_serve_rkmessages
+        purges them only if the fetcher's barrier arrives within the same call). Those of a
+        partition the callback let go are stale: the worker has forgotten the partition,
+        its next owner reads them from the committed offset, and taking them in would
+        score them twice (a zombie's lost partitions after it wakes: with exactly_once, a
+        second committed result once it has rejoined the group)."""
+        kept = [m for m in msgs if (m.topic(), m.partition()) not in self._let_go]
+        if len(kept) < len(msgs):
+            log.info("dropped %d records of partitions let go during this poll: their next owner reads them",
+                     len(msgs) - len(kept))
+        return kept
 
     def _consumer_error(self, err: KafkaError) -> None:
         """A missing ACL (topic or group authorization) stops the worker with one line:
