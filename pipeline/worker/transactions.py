@@ -177,6 +177,9 @@ class Transactions:
         """Commit; `began`: when the flush before it started (the source loop stands
         still from then on, which tidebatch_transaction_commit_seconds shows)."""
         source = self.source()
+        # The metadata first, membership second: librdkafka may forget the member id
+        # between the two calls, and metadata taken after that carries no member id.
+        metadata = source.group_metadata() if source is not None else None
         if source is not None and not source.in_group():
             # A session that expired while this process stood still (a zombie): librdkafka
             # has dropped its member id, so the offsets would go with neither member id
@@ -186,7 +189,6 @@ class Transactions:
             # partitions let go (docs/DELIVERY.md, "Zombies").
             self._doomed = "not a member of the consumer group now (its session expired)"
             return False
-        metadata = source.group_metadata() if source is not None else None
         for attempt in range(1, COMMIT_ATTEMPTS + 1):
             try:
                 self.producer.commit_transaction(offsets, metadata, STEP_TIMEOUT_S)

@@ -261,3 +261,28 @@ def test_a_member_whose_session_expired_aborts_instead_of_committing_its_offsets
         assert rig.txns.commit() is True and len(rig.producer.committed) == 1 and not rig.failures
     finally:
         FakeSource.member = True
+
+
+def test_membership_is_checked_after_the_metadata_is_taken() -> None:
+    """librdkafka may forget the member id between the membership check and the
+    metadata: checked first, the metadata could then carry no member id and no
+    generation, which the broker takes unchecked."""
+
+    class Forgetting:
+        member = True
+
+        @classmethod
+        def group_metadata(cls) -> object:
+            cls.member = False  # the session timeout fires right here
+            return "generation-7"
+
+        @classmethod
+        def in_group(cls) -> bool:
+            return cls.member
+
+    rig = Rig()
+    rig.txns.source = lambda: Forgetting
+    (r0,) = rig.consume(0, 0)
+    rig.outcomes.result(r0, b"s0")
+    assert rig.txns.commit() is False
+    assert rig.producer.committed == [] and rig.producer.aborted == [[("res", b"s0")]]
