@@ -197,6 +197,7 @@ def report(name: str, ids: list[str], committed: Outcomes, uncommitted: Outcomes
         "uncommitted_records": sum(len(k) for k in uncommitted.kinds.values()),
         "uncommitted_duplicates": uncommitted.duplicates,
         "uncommitted_missing": sum(1 for i in ids if i not in uncommitted.kinds),
+        "duplicates_read_at": committed.duplicated_where(),
     }
     print(f"\nEOS {json.dumps(record)}")
     OUT.parent.mkdir(parents=True, exist_ok=True)
@@ -205,7 +206,9 @@ def report(name: str, ids: list[str], committed: Outcomes, uncommitted: Outcomes
     assert not missing, f"{len(missing)} requests without a read_committed outcome, e.g. {missing[:5]}"
     if exactly_once:
         assert not doubled, (
-            f"{len(doubled)} requests with several read_committed outcomes, e.g. {list(doubled.items())[:5]}"
+            f"{len(doubled)} requests with several read_committed outcomes, e.g. {list(doubled.items())[:5]}; "
+            f"read at: {committed.duplicated_where()}; workers' logs: "
+            f"{ {k: v for k, v in extra.items() if k.endswith('_log')} }"
         )
     return record
 
@@ -290,7 +293,7 @@ def test_zombie_worker_is_fenced(kafka_broker, kafka_topic_factory, unique_group
                                      rate=RATE).start()
             pause(ZOMBIE_S / 6, other.alive)
             zombie.current.kill(signal.SIGSTOP)
-            stopped = time.monotonic()
+            stopped, stopped_ms = time.monotonic(), int(time.time() * 1000)
             try:
                 opsutil.wait_for(lambda: other.alive() or other.owns_all(), 90,
                                  "the other worker to take the zombie's partitions")
@@ -300,6 +303,7 @@ def test_zombie_worker_is_fenced(kafka_broker, kafka_topic_factory, unique_group
                           other.alive)
             finally:
                 zombie.current.kill(signal.SIGCONT)
+                woke_ms = int(time.time() * 1000)
             stopped_s = round(time.monotonic() - stopped, 1)
             ids = await_outcomes(producer, readers, other.alive)
             zombie_exit = zombie.current.proc.poll()
@@ -313,11 +317,14 @@ def test_zombie_worker_is_fenced(kafka_broker, kafka_topic_factory, unique_group
             zombie.close()
             other.close()
         committed, uncommitted = readers.close(linger=AFTER_STOP_S)
-    notes = log_mentions(zombie.current, unique_group_id, "fenc", "abort", "generation", "fatal", "error")
+    words = ("fenc", "abort", "generation", "fatal", "error", "sesstmout", "assigned", "revoked", "not committed")
+    notes = log_mentions(zombie.current, unique_group_id, *words)
+    other_notes = log_mentions(other.current, unique_group_id, *words)
     report(f"zombie_{'txn_timed_out_asleep' if outsleep else 'txn_open_on_wake'}", ids, committed, uncommitted,
            transaction_timeout_ms=transaction_timeout_ms, zombie_owned_before=owned_before, stopped_s=stopped_s,
+           stopped_at_ms=stopped_ms, woke_at_ms=woke_ms,
            zombie_exit_by_itself=zombie_exit, zombie_partitions_at_end=zombie_owns,
-           zombie_log=notes[:10])
+           zombie_log=notes[-16:], other_log=other_notes[-16:])
 
 
 # ----------------------------------------------------------------------------- chaos

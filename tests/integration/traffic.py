@@ -76,10 +76,14 @@ class PacedProducer:
 
 @dataclass
 class Outcomes:
-    """Request id -> outcome kinds; results' (record timestamp, latency ms)."""
+    """Request id -> outcome kinds; results' (record timestamp, latency ms); request id
+    -> where each outcome record was read (partition@offset, record timestamp) and, for
+    a result, the input record it answers and when it was scored: a duplicate then says
+    whether it is two records or one read twice, of one input record or two, and when."""
 
     kinds: dict[str, list[str]] = field(default_factory=dict)
     results: list[tuple[int, int]] = field(default_factory=list)
+    where: dict[str, list[dict[str, object]]] = field(default_factory=dict)
 
     @property
     def duplicates(self) -> int:
@@ -89,6 +93,10 @@ class Outcomes:
     def duplicated(self) -> dict[str, list[str]]:
         """Request id -> its outcome kinds, for requests with more than one."""
         return {rid: k for rid, k in self.kinds.items() if len(k) > 1}
+
+    def duplicated_where(self, limit: int = 5) -> dict[str, list[dict[str, object]]]:
+        """Where the outcome records of (up to `limit`) duplicated requests were read."""
+        return {rid: self.where.get(rid, []) for rid in list(self.duplicated())[:limit]}
 
     def by_kind(self) -> dict[str, int]:
         """Requests per (first) outcome kind."""
@@ -119,12 +127,17 @@ class OutcomeCollector(opsutil.ConsumerThread):
             doc = orjson.loads(m.value())
             rid, kind = doc["request_id"], "result"
             latency = (m.timestamp()[1], m.timestamp()[1] - int(doc["kafka_ts_ms"]))
+            src = doc.get("source") or {}
+            where = {"at": f"{m.partition()}@{m.offset()}", "ts": m.timestamp()[1],
+                     "source": f"{src.get('partition')}@{src.get('offset')}", "scored_at_ms": doc.get("scored_at_ms")}
         else:
             # A dead letter or late record carries the request's original bytes.
             rid = orjson.loads(m.value())["request_id"]
             kind, latency = ("dlq" if m.topic() == self._topics.dlq else "late"), None
+            where = {"at": f"{m.topic()}:{m.partition()}@{m.offset()}", "ts": m.timestamp()[1]}
         with self._lock:
             self.outcomes.kinds.setdefault(rid, []).append(kind)
+            self.outcomes.where.setdefault(rid, []).append(where)
             if latency is not None:
                 self.outcomes.results.append(latency)
 
