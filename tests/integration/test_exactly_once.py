@@ -317,7 +317,8 @@ def test_zombie_worker_is_fenced(kafka_broker, kafka_topic_factory, unique_group
             zombie.close()
             other.close()
         committed, uncommitted = readers.close(linger=AFTER_STOP_S)
-    words = ("fenc", "abort", "generation", "fatal", "error", "sesstmout", "assigned", "revoked", "not committed")
+    words = ("fenc", "abort", "generation", "fatal", "error", "sesstmout", "assigned", "revoked", "not committed",
+             "dropped")
     notes = log_mentions(zombie.current, unique_group_id, *words)
     other_notes = log_mentions(other.current, unique_group_id, *words)
     report(f"zombie_{'txn_timed_out_asleep' if outsleep else 'txn_open_on_wake'}", ids, committed, uncommitted,
