@@ -134,6 +134,7 @@ class Worker:
         self.transactions = None if cfg.delivery != "exactly_once" else Transactions(  # make_producer made it transactional
             self.producer, lambda: self.source, self.tracker, self.sinks,  # type: ignore[arg-type, return-value]
             cfg.transaction_interval_ms / 1000.0, self.metrics, cfg.pipeline, self.stats, self.fail,
+            owned=lambda: self.partitions.assigned,
         )
         # Until run() asks the broker for its topics' limits: the producer's own.
         self.outcomes = Outcomes(

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 
 from consumers.offsets import OffsetTracker
 from consumers.records import (
@@ -56,7 +56,8 @@ COMMIT_ATTEMPTS = 3  # retriable commit failures before the transaction is abort
 class Transactions:
     """producer: transactional (its transactional.id set). source(): the consumer, for
     the group metadata (None before run()). tracker: an offset is committed only once
-    it is done there too, i.e. its sink rows are durable. fail(): stop the worker."""
+    it is done there too, i.e. its sink rows are durable. fail(): stop the worker.
+    owned(): the partitions the worker holds now (None: not checked)."""
 
     def __init__(
         self,
@@ -69,6 +70,7 @@ class Transactions:
         pipeline: str,
         stats: WorkerStats,
         fail: Callable[[str], None],
+        owned: Callable[[], Collection[TopicPartition]] | None = None,
     ) -> None:
         self.producer = producer
         self.source = source
@@ -79,6 +81,7 @@ class Transactions:
         self.pipeline = pipeline
         self.stats = stats
         self.fail = fail
+        self.owned = owned
         self._order: OrderedRelease[tuple[Key, Send]] = OrderedRelease()
         # The open transaction's records, by offset; a replacement (a refused result's
         # dead letter) takes its offset's place. Produced again after an abort.
@@ -146,6 +149,7 @@ class Transactions:
         if self._dead:
             return False
         self.release()
+        letting_go = self._let_go_stale(letting_go)
         offsets = {tp: o for tp, o in self._order.released().items() if self._committed.get(tp) != o}
         if not offsets and not self._open and self._doomed is None:
             return True
@@ -162,6 +166,26 @@ class Transactions:
             return False
         self._abort(letting_go)
         return False
+
+    def _let_go_stale(self, letting_go: Sequence[TopicPartition]) -> Sequence[TopicPartition]:
+        """Partitions this transaction holds outcomes of but the worker does not own (a
+        rebalance let them go while their records were still on their way in): a member
+        back in the group passes the broker's generation check whatever partitions it
+        names, so their offsets and records must never commit. Those with records in
+        the open transaction are let go with it (abort); the others are forgotten now."""
+        if self.owned is None:
+            return letting_go
+        owned = set(self.owned())
+        stale = [tp for tp in self._order.partitions() if tp not in owned and tp not in letting_go]
+        if not stale:
+            return letting_go
+        with_records = {key[0] for key in self._open} & set(stale)
+        log.warning("outcomes of %d partitions this worker does not own are dropped: %s", len(stale), stale)
+        self.forget(stale)  # what they still hold is never released; their records go with the abort
+        if not with_records:
+            return letting_go
+        self.doomed(f"it holds records of partitions this worker does not own: {sorted(with_records)}")
+        return [*letting_go, *sorted(with_records)]
 
     def _not_ready(self, offsets: dict[TopicPartition, int], unacked: int) -> str | None:
         """Why the transaction cannot commit these offsets yet, or None."""
