@@ -186,6 +186,7 @@ def report(name: str, ids: list[str], committed: Outcomes, uncommitted: Outcomes
     only reported."""
     missing = [i for i in ids if i not in committed.kinds]
     doubled = committed.duplicated()
+    doubled_at = committed.duplicated_where()
     record = {
         "test": name,
         "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -197,7 +198,7 @@ def report(name: str, ids: list[str], committed: Outcomes, uncommitted: Outcomes
         "uncommitted_records": sum(len(k) for k in uncommitted.kinds.values()),
         "uncommitted_duplicates": uncommitted.duplicates,
         "uncommitted_missing": sum(1 for i in ids if i not in uncommitted.kinds),
-        "duplicates_read_at": committed.duplicated_where(),
+        "duplicates_read_at": doubled_at,
     }
     print(f"\nEOS {json.dumps(record)}")
     OUT.parent.mkdir(parents=True, exist_ok=True)
@@ -207,7 +208,7 @@ def report(name: str, ids: list[str], committed: Outcomes, uncommitted: Outcomes
     if exactly_once:
         assert not doubled, (
             f"{len(doubled)} requests with several read_committed outcomes, e.g. {list(doubled.items())[:5]}; "
-            f"read at: {committed.duplicated_where()}; workers' logs: "
+            f"read at: {doubled_at}; workers' logs: "
             f"{ {k: v for k, v in extra.items() if k.endswith('_log')} }"
         )
     return record

@@ -305,7 +305,7 @@ def test_records_of_a_partition_the_worker_does_not_own_never_commit() -> None:
     assert rig.producer.aborted == [[("res", b"s0"), ("res", b"t0")]] and rig.producer.committed == []
     assert rig.txns.commit() is True
     assert rig.producer.committed == [([("res", b"s0")], {("req", 0): 1})]
-    (q1,) = [SourceRecord("req", 1, 1, None, b'{"request_id": "r1"}', {}, None)]
+    q1 = SourceRecord("req", 1, 1, None, b'{"request_id": "r1"}', {}, None)
     rig.outcomes.result(q1, b"t1")  # a late outcome of the partition let go: dropped
     assert rig.txns.commit() is True and len(rig.producer.committed) == 1 and not rig.failures
 
