@@ -40,7 +40,7 @@ import numpy as np  # noqa: E402
 
 from bench import calibration, harness  # noqa: E402
 from bench.ctr_codec import best_of  # noqa: E402
-from bench.harness import OUT, RequestPool, cpu_text, local_broker, stages_text  # noqa: E402
+from bench.harness import OUT, RequestPool, cpu_text, local_broker, rules_text, stages_text  # noqa: E402
 from bench.policies import SLO_MS, high_priority, measure_capacity, run_scenario, window_goodput  # noqa: E402
 from pipeline.simulate import read_trace  # noqa: E402
 
@@ -106,11 +106,15 @@ def summary(path: Path, since: float = 0.0) -> str:
         p99 = [r["p99_ms"] for r in rs]
         gen = [r["cpu_cores"]["generator"] for r in rs]
         others = [r["cpu_cores"].get("others", float("nan")) for r in rs]
+        rules: dict[str, int] = {}
+        for r in rs:
+            for rule, n in (r.get("routed_by_rule") or {}).items():
+                rules[rule] = rules.get(rule, 0) + n
         rows.append([scenario, policy, tree, len(rs), f"{good[len(good) // 2]:.2f} ({good[0]:.2f}-{good[-1]:.2f})",
                      f"{min(p99):.0f}-{max(p99):.0f}", f"{min(gen):.2f}-{max(gen):.2f}",
-                     f"{min(others):.2f}-{max(others):.2f}"])
+                     f"{min(others):.2f}-{max(others):.2f}", rules_text(rules) or "-"])
     return harness.table(["scenario", "policy", "tree", "runs", "goodput x cap: median (range)", "p99 ms",
-                          "generator cores", "other cores"], rows)
+                          "generator cores", "other cores", "routed, all runs, by rule"], rows)
 
 
 def decode_us(pool: RequestPool, poll: int = 1000) -> float:
@@ -297,7 +301,8 @@ def main() -> int:
                         calibration.write_trace(path, trace)
                         print(f"{scenario:10s} {policy:9s} {tree:8s} goodput {r['goodput_x_capacity']:.2f}x "
                               f"in-slo {r['scored_in_slo']}/{r['sent']} late {r['scored_late']} routed "
-                              f"{r['routed_late']} p50 {r['p50_ms']:.0f} p99 {r['p99_ms']:.0f} ms; "
+                              f"{r['routed_late']} {rules_text(r.get('routed_by_rule'))} "
+                              f"p50 {r['p50_ms']:.0f} p99 {r['p99_ms']:.0f} ms; "
                               f"{cpu_text(r['cpu_cores'])}; {stages_text(r['stages'])}", flush=True)
                         entry = {"at": time.time(), "rep": rep, "scenario": scenario, "policy": policy, "tree": tree,
                                  "capacity": capacity, "broker": args.broker, "trace": str(path), **r}

@@ -110,6 +110,21 @@ def stages(proc: subprocess.Popen, pipeline: str = "ctr") -> dict[str, dict[str,
     return stage_breakdown(None, from_text(scrape_text(proc.metrics_url)), pipeline)  # type: ignore[attr-defined]
 
 
+def rules_text(rules: dict[str, int] | None) -> str:
+    """`(shed 12, hopeless 3)`: a row's routed requests by rule; empty when none."""
+    return "(" + ", ".join(f"{k} {v}" for k, v in sorted(rules.items())) + ")" if rules else ""
+
+
+def routed_rules(proc: subprocess.Popen) -> dict[str, int]:
+    """How many requests the worker routed late so far, by the rule that routed them
+    (tidebatch_routed_late_total: expired, shed, hopeless, over_ceiling)."""
+    from pipeline.demo import scrape_text
+    from pipeline.ops.stats import from_text
+
+    series = from_text(scrape_text(proc.metrics_url)).get("tidebatch_routed_late_total", {})  # type: ignore[attr-defined]
+    return {dict(labels)["rule"]: int(v) for labels, v in series.items()}
+
+
 def stages_text(breakdown: dict[str, dict[str, float | None]]) -> str:
     """'stage p99 ms: to_worker 9, decode 3, queue 40, model 23, publish 28'."""
     return "stage p99 ms: " + ", ".join(

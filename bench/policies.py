@@ -50,6 +50,7 @@ from bench.harness import (  # noqa: E402
     preload,
     read_request_ids,
     read_results,
+    routed_rules,
     stages,
     stages_text,
     table,
@@ -112,9 +113,10 @@ def run_scenario(bs: str, pool: RequestPool, name: str, rate_fn, seconds: float,
             results = read_results(bs, out, sent - len(routed), timeout=10, run=run)
             routed = read_request_ids(bs, f"{inp}.late", run, idle_timeout=1.0)
         breakdown = stages(proc)
+        rules = routed_rules(proc)
     batches = sorted({(d["batch_rows"], d["inference_ms"]) for d in results.docs if "inference_ms" in d})
     return {**summarise(results, routed, sent, t0_ms, seconds), "cpu_cores": cores, "stages": breakdown,
-            "_batches": batches, "_publish": publish_spans(results)}
+            "routed_by_rule": rules, "_batches": batches, "_publish": publish_spans(results)}
 
 
 def publish_spans(results) -> list[tuple[int, float]]:

@@ -32,6 +32,7 @@ H_PARTITION = "tidebatch.source.partition"
 H_OFFSET = "tidebatch.source.offset"
 H_TIMESTAMP = "tidebatch.source.timestamp_ms"
 H_DEADLINE_MISSED_BY = "tidebatch.deadline_missed_by_ms"
+H_LATE_RULE = "tidebatch.late_rule"  # which rule routed it (pipeline/batching/request.py RULE_*)
 # Set only on a copy that had to be cut to fit its topic.
 H_TRUNCATED = "tidebatch.truncated"  # what was cut: "value", "value,headers", "value,headers,key"
 H_VALUE_BYTES = "tidebatch.original.value_bytes"
@@ -192,8 +193,11 @@ def _dlq_own(
     return own + connect_headers(rec, reason, stage, origin, error)
 
 
-def _late_own(rec: SourceRecord, missed_by_ms: float) -> Headers:
-    return [(H_DEADLINE_MISSED_BY, f"{missed_by_ms:.1f}".encode())] + source_headers(rec)
+def _late_own(rec: SourceRecord, missed_by_ms: float, rule: str | None) -> Headers:
+    own = [(H_DEADLINE_MISSED_BY, f"{missed_by_ms:.1f}".encode())]
+    if rule is not None:
+        own.append((H_LATE_RULE, rule.encode()))
+    return own + source_headers(rec)
 
 
 def dead_letter_copy(
@@ -213,10 +217,17 @@ def dead_letter_copy(
 
 
 def late_copy(
-    rec: SourceRecord, missed_by_ms: float, limit: int, prefix_bytes: int, *, minimal: bool = False
+    rec: SourceRecord,
+    missed_by_ms: float,
+    limit: int,
+    prefix_bytes: int,
+    *,
+    minimal: bool = False,
+    rule: str | None = None,
 ) -> Copy:
-    """The late record of `rec`, cut down to fit `limit` bytes if it must be."""
-    return fit_copy(rec, _late_own(rec, missed_by_ms), limit, prefix_bytes, minimal=minimal)
+    """The late record of `rec`, cut down to fit `limit` bytes if it must be; `rule`:
+    which rule routed it, when the caller knows."""
+    return fit_copy(rec, _late_own(rec, missed_by_ms, rule), limit, prefix_bytes, minimal=minimal)
 
 
 def fit_copy(rec: SourceRecord, own: Headers, limit: int, prefix_bytes: int, *, minimal: bool = False) -> Copy:

@@ -128,6 +128,13 @@ class WorkerMetrics(BatchingMetrics):
             "tidebatch_slo_miss_total", "Requests answered after their deadline or routed late",
             ["pipeline"], registry=r,
         )
+        self.routed_late = Counter(
+            "tidebatch_routed_late_total",
+            "Requests routed unscored to the late topic, by the rule that routed them: expired "
+            "(past its deadline), shed (before decoding, too old to keep the reserve), hopeless "
+            "(predicted to miss its deadline in the queue), over_ceiling (tenant class)",
+            ["pipeline", "rule"], registry=r,
+        )
         self.lag = Gauge(
             "tidebatch_consumer_lag_messages",
             "High watermark minus position, per assigned partition",

@@ -201,15 +201,18 @@ class Outcomes:
         self.settle(rec)
 
     # ------------------------------------------------------------------ late records
-    def late(self, late: Sequence[tuple[SourceRecord, float]], now_wall_ms: int) -> None:
-        """Route requests unscored to the late topic: (record, deadline in wall ms)."""
+    def late(self, late: Sequence[tuple[SourceRecord, float]], now_wall_ms: int, rule: str) -> None:
+        """Route requests unscored to the late topic: (record, deadline in wall ms), all
+        routed by `rule` (pipeline/batching/request.py RULE_*)."""
         notify(self.sinks, "skip", [rec for rec, _ in late])
         limit = self.limits.for_topic(self.topics.late)
+        if late:
+            self.metrics.routed_late.labels(self.pipeline, rule).inc(len(late))
         for rec, deadline_wall_ms in late:
             missed_by = max(now_wall_ms - deadline_wall_ms, 0.0)
             self.metrics.outcome(rec.topic, "routed_late")
             self.metrics.slo_misses.labels(self.pipeline).inc()
-            copy = late_copy(rec, missed_by, limit, self.limits.prefix_bytes)
+            copy = late_copy(rec, missed_by, limit, self.limits.prefix_bytes, rule=rule)
 
             def refused(err: SendError, rec: SourceRecord = rec) -> None:
                 self.dead_letter(rec, f"Kafka refused its late record: {err.reason}", "late", rows_written=True)

@@ -12,11 +12,24 @@ from pipeline.batching.cost import CostModel
 from pipeline.batching.policy_base import Dispatch, Policy, PolicyContext, Wait
 from pipeline.batching.queue import RequestQueue
 from pipeline.batching.rate import RateEstimator
-from pipeline.batching.request import REASON_DRAIN, REASON_LATE, Batch, Request
+from pipeline.batching.request import (
+    REASON_DRAIN,
+    REASON_LATE,
+    RULE_EXPIRED,
+    RULE_HOPELESS,
+    RULE_OVER_CEILING,
+    Batch,
+    Request,
+)
 from pipeline.batching.tenants import RED, TenantGate
 
 ExpiryAction = Literal["score_late", "route_late"]
 EXPIRY_ACTIONS = ("score_late", "route_late")
+
+
+def _rule(req: Request, now: float) -> str:
+    """Why the policy gave up on `req`: it had already expired, or it was predicted to."""
+    return RULE_EXPIRED if now >= req.deadline else RULE_HOPELESS
 
 
 class Batcher:
@@ -107,7 +120,7 @@ class Batcher:
         if self.policy.separates_late:
             queued = self._queue.bucket_rows(req.bucket) + req.rows
             if self.policy.hopeless(req, self._context(now), now, queued):
-                self._to_late(req)
+                self._to_late(req, _rule(req, now))
                 self._wake = None
                 return
         self._queue.push(req)
@@ -121,7 +134,7 @@ class Batcher:
             return False
         if action == "shed":
             self.tenants.shed(req)
-        self._to_late(req, route=action == "shed")
+        self._to_late(req, RULE_OVER_CEILING, route=action == "shed")
         self._wake = None
         return True
 
@@ -137,9 +150,10 @@ class Batcher:
     def _padded(self, rows: int) -> int:
         return self._pad_to(rows) or rows
 
-    def _to_late(self, req: Request, route: bool | None = None) -> None:
+    def _to_late(self, req: Request, rule: str, route: bool | None = None) -> None:
         """Off the model's path: routed (route, default per expiry_action) or the late lane."""
         req.late = True
+        req.late_rule = rule
         if route is None:
             route = self.expiry_action == "route_late"
         if route or self._late.rows + req.rows > self.max_late_rows:
@@ -192,7 +206,7 @@ class Batcher:
                 return self.policy.hopeless(r, ctx, now, queued)
 
             for req in self._queue.pop_while(bucket, hopeless):
-                self._to_late(req)
+                self._to_late(req, _rule(req, now))
 
     def _late_owed(self) -> bool:
         return self._late_credit > 0.0

@@ -21,6 +21,16 @@ class Request:
     late: bool = False  # set when the request is moved to the late lane
     tenant: str | None = None  # the tenant id the request carries (codecs/base.py Decoded)
     tenant_class: str | None = None  # its class, set by the tenant gate (batching/tenants.py)
+    late_rule: str | None = None  # which rule took it off the model's path (RULE_* below)
+
+
+# Which rule routed a request late, unscored: the tidebatch.late_rule header of its late
+# record and the `rule` label of tidebatch_routed_late_total, so a user can tell a
+# request that was already too old from one a policy gave up on (issue 26).
+RULE_EXPIRED = "expired"  # past its deadline when the rule looked at it
+RULE_SHED = "shed"  # before decoding: too old to keep the reserve (batching/shed.py)
+RULE_HOPELESS = "hopeless"  # in the queue: the policy predicts it cannot make its deadline
+RULE_OVER_CEILING = "over_ceiling"  # its tenant class is over its ceiling (batching/tenants.py)
 
 
 # Why a batch closed; also the label of the batch-close metric.

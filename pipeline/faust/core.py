@@ -33,6 +33,7 @@ class Pending:
     arrival_wall_ms: int
     timestamp_ms: float | None  # the event's Kafka timestamp
     deadline_wall_ms: float
+    late_rule: str | None = None  # set when routed late (pipeline/batching/request.py RULE_*)
 
 
 class BatchingCore:
@@ -104,7 +105,10 @@ class BatchingCore:
     def pop_routed_late(self) -> list[Pending]:
         """Events the policy gave up on (expiry_action="route_late"): publish them to a
         late topic, then ack them like a batch (complete_routed)."""
-        return [r.item for r in self.batcher.pop_routed_late()]
+        routed = self.batcher.pop_routed_late()
+        for r in routed:
+            r.item.late_rule = r.late_rule
+        return [r.item for r in routed]
 
     def drain(self, now: float) -> list[Batch]:
         """Everything still queued, as batches (the stream ended)."""

@@ -232,7 +232,7 @@ class BatchScorer:
             if late_topic is None:
                 raise ValueError("expiry_action='route_late' needs a late_topic")
             missed_by = max(done_wall - item.deadline_wall_ms, 0.0)
-            copy = late_copy(rec, missed_by, FAUST_MAX_RECORD_BYTES, DEAD_LETTER_PREFIX_BYTES)
+            copy = late_copy(rec, missed_by, FAUST_MAX_RECORD_BYTES, DEAD_LETTER_PREFIX_BYTES, rule=item.late_rule)
             futures.append(await late_topic.send(key=copy.key, value=copy.value, headers=copy.headers))
         if wait:
             await asyncio.gather(*futures)

@@ -60,8 +60,8 @@ class _NoOutcomes:
     def dead_letter(self, rec: SourceRecord, reason: str, stage: str, *, error: object = None) -> None:
         raise AssertionError(f"a sample request was refused: {reason}")
 
-    def late(self, routed: Sequence[tuple[SourceRecord, float]], now_wall: int) -> None:
-        raise AssertionError("a sample request expired")
+    def late(self, routed: Sequence[tuple[SourceRecord, float]], now_wall: int, rule: str) -> None:
+        raise AssertionError(f"a sample request was routed late ({rule})")
 
 
 def admit_all(admission: Admission, tracker: OffsetTracker, queue: BatchQueue, records: list[SourceRecord]) -> None:

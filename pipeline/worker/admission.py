@@ -25,7 +25,7 @@ from typing import Protocol
 
 from consumers.dead_letter import record_bytes
 from consumers.records import SourceRecord
-from pipeline.batching.request import Request
+from pipeline.batching.request import RULE_EXPIRED, RULE_SHED, Request
 from pipeline.batching.shed import DEFAULT_RESERVE, AnswerTime, DecodeCost, reserve_ms, shed_prefix
 from pipeline.batching.tail import AnswerTail
 from pipeline.clock import ClockAnchor, wall_ms
@@ -50,7 +50,7 @@ class AdmissionOutcomes(Protocol):
         self, rec: SourceRecord, reason: str, stage: str, *, error: BaseException | str | None = None
     ) -> None: ...
 
-    def late(self, routed: Sequence[tuple[SourceRecord, float]], now_wall: int) -> None: ...
+    def late(self, routed: Sequence[tuple[SourceRecord, float]], now_wall: int, rule: str) -> None: ...
 
 
 class TenantStanding(Protocol):
@@ -209,17 +209,20 @@ class Admission:
         ages = {i: now_wall - timed[i].timestamp_ms for i in order}  # type: ignore[operator]
         # Past the loosest deadline: late whatever the decode cost (also before any
         # poll was timed).
-        gone = [i for i in order if ages[i] > max_budget]
+        expired = [i for i in order if ages[i] > max_budget]
         rest = [i for i in order if ages[i] <= max_budget]
         slack = [(max_budget if over is not None and not over[i] else tight) - ages[i] for i in rest]
         # Untimed records are never routed (their age is unknown) but are decoded with
         # the rest: they count as the youngest, kept last.
         slack += [tight] * (len(records) - len(timed))
-        gone += rest[: min(shed_prefix(slack, self.decode_cost.per_record_ms), len(rest))]
+        shed = rest[: min(shed_prefix(slack, self.decode_cost.per_record_ms), len(rest))]
+        gone = expired + shed
         if not gone:
             return records
-        gone.sort(key=lambda i: timed[i].timestamp_ms)  # type: ignore[arg-type, return-value]
-        self.outcomes.late([(timed[i], timed[i].timestamp_ms + max_budget) for i in gone], now_wall)  # type: ignore[operator]
+        for rule, which in ((RULE_EXPIRED, expired), (RULE_SHED, shed)):
+            if which:
+                which.sort(key=lambda i: timed[i].timestamp_ms)  # type: ignore[arg-type, return-value]
+                self.outcomes.late([(timed[i], timed[i].timestamp_ms + max_budget) for i in which], now_wall, rule)  # type: ignore[operator]
         if self.tenants is not None and tenants is not None:
             self.tenants.routed([tenants[i] for i in gone])
         ids = {id(timed[i]) for i in gone}

@@ -1,12 +1,15 @@
-"""Requests the batcher routed unscored (expired, or shed over a tenant class's
-ceiling: pipeline/batching/batcher.py `_to_late`) to the late topic, counted per tenant
+"""Requests the batcher routed unscored (expired, hopeless, or shed over a tenant
+class's ceiling: pipeline/batching/batcher.py `_to_late`) to the late topic, each late
+record naming its rule (pipeline/batching/request.py RULE_*), counted per tenant
 class where there is a `tenants:` section, so every request of a class has one outcome
 in tidebatch_tenant_requests_total (pipeline/tenant_metrics.py): ok, late or
 routed_late."""
 
 from __future__ import annotations
 
+from consumers.records import SourceRecord
 from pipeline.batching.concurrent import BatchQueue
+from pipeline.batching.request import RULE_EXPIRED
 from pipeline.clock import wall_ms
 from pipeline.outcomes import Outcomes
 from pipeline.tenant_metrics import TenantOutcomes
@@ -17,6 +20,11 @@ def route_late(queue: BatchQueue, outcomes: Outcomes, tenants: TenantOutcomes | 
     routed = queue.pop_routed_late()
     if not routed:
         return
-    outcomes.late([(req.item.rec, req.item.deadline_wall_ms) for req in routed], wall_ms())
+    now = wall_ms()
+    by_rule: dict[str, list[tuple[SourceRecord, float]]] = {}
+    for req in routed:
+        by_rule.setdefault(req.late_rule or RULE_EXPIRED, []).append((req.item.rec, req.item.deadline_wall_ms))
+    for rule, late in by_rule.items():
+        outcomes.late(late, now, rule)
     if tenants is not None:
         tenants.routed([req.tenant_class for req in routed if req.tenant_class is not None])

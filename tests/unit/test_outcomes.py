@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from consumers.dead_letter import H_ERROR, H_STAGE, H_TRUNCATED
+from consumers.dead_letter import H_DEADLINE_MISSED_BY, H_ERROR, H_LATE_RULE, H_STAGE, H_TRUNCATED
 from consumers.records import AckCallback, SendError, SourceRecord
 from pipeline.limits import DEAD_LETTER_HEADROOM_BYTES, resolve_limits
 from pipeline.metrics import WorkerMetrics
@@ -119,9 +119,21 @@ def test_a_transient_error_then_success_acks_once() -> None:
 
 def test_a_refused_late_record_becomes_a_dead_letter() -> None:
     h = Harness(lambda topic, _v, _n: REFUSED if topic == "in.late" else None)
-    h.outcomes.late([(_rec(3), 0.0), (_rec(4), 0.0)], 1000)
+    h.outcomes.late([(_rec(3), 0.0), (_rec(4), 0.0)], 1000, "expired")
     assert h.topics_sent() == ["in.late", "in.dlq", "in.late", "in.dlq"]
     assert sorted(h.acked) == [3, 4] and h.counts == {"routed_late": 2, "dlq": 2}
+
+
+def test_a_late_record_names_the_rule_that_routed_it() -> None:
+    h = Harness(lambda *_: None)
+    h.outcomes.late([(_rec(3), 900.0)], 1000, "shed")
+    h.outcomes.late([(_rec(4), 900.0), (_rec(5), 950.0)], 1000, "hopeless")
+    headers = [sent[3] for sent in h.producer.sent]
+    assert [hd[H_LATE_RULE] for hd in headers] == [b"shed", b"hopeless", b"hopeless"]
+    assert headers[2][H_DEADLINE_MISSED_BY] == b"50.0"
+    routed = h.metrics.registry.get_sample_value
+    assert routed("tidebatch_routed_late_total", {"pipeline": "ctr", "rule": "shed"}) == 1
+    assert routed("tidebatch_routed_late_total", {"pipeline": "ctr", "rule": "hopeless"}) == 2
 
 
 @pytest.mark.parametrize(("requested", "described", "expect"), [(512 * 1024, {}, 512 * 1024), (2_000_000, {}, 1_000_000 - DEAD_LETTER_HEADROOM_BYTES), (512 * 1024, {"in.dlq": 100_000}, 100_000 - DEAD_LETTER_HEADROOM_BYTES)])

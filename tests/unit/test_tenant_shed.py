@@ -44,7 +44,7 @@ class Routed:
     def late_records(self) -> list[int]:
         return sorted(self.offsets)
 
-    def late(self, routed: Sequence[tuple[SourceRecord, float]], now_wall: int) -> None:
+    def late(self, routed: Sequence[tuple[SourceRecord, float]], now_wall: int, rule: str) -> None:
         self.offsets += [rec.offset for rec, _ in routed]
 
 

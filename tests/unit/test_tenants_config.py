@@ -79,7 +79,7 @@ class Outcomes:
     def dead_letter(self, rec, reason, stage, *, error=None) -> None:
         raise AssertionError(reason)
 
-    def late(self, routed, now_wall) -> None:
+    def late(self, routed, now_wall, rule) -> None:
         raise AssertionError("nothing is late here")
 
 

@@ -69,6 +69,7 @@ class FakeOutcomes:
     def __init__(self, limit: int = 10_000) -> None:
         self.dead: list[tuple[int, str, str]] = []
         self.routed: list[tuple[int, float]] = []
+        self.rules: list[str] = []
         self.results: list[tuple[int, bytes]] = []
         self.ready: list[int | None] = []
         self.traces: list = []
@@ -81,8 +82,9 @@ class FakeOutcomes:
     def dead_letter(self, rec: SourceRecord, reason: str, stage: str, *, error: object = None) -> None:
         self.dead.append((rec.offset, reason, stage))
 
-    def late(self, routed: Sequence[tuple[SourceRecord, float]], now_wall: int) -> None:
+    def late(self, routed: Sequence[tuple[SourceRecord, float]], now_wall: int, rule: str) -> None:
         self.routed += [(rec.offset, deadline) for rec, deadline in routed]
+        self.rules += [rule] * len(routed)
 
     def result(self, rec: SourceRecord, value: bytes, ready_wall_ms: int | None = None, trace=None) -> None:
         self.results.append((rec.offset, value))
@@ -120,7 +122,7 @@ def test_admission_routes_expired_records_without_decoding_them_only_when_asked(
     outcomes, codec = FakeOutcomes(), ToyCodec()
     requests = admission(outcomes, codec, route_ms=200.0).admit([old, fresh], now=1.0, now_wall=WALL)
     assert [r.item.rec.offset for r in requests] == [1]
-    assert outcomes.routed == [(0, WALL - 500 + 200.0)]
+    assert outcomes.routed == [(0, WALL - 500 + 200.0)] and outcomes.rules == ["expired"]
     assert codec.decoded == [b"r1"]
     # Without route_expired_ms (expiry scores late, or a policy without a late lane): decoded.
     outcomes, codec = FakeOutcomes(), ToyCodec()
@@ -145,6 +147,7 @@ def test_admission_routes_records_too_old_to_be_answered_after_their_polls_decod
     requests = adm.admit(poll, now=1.1, now_wall=WALL + 100)
     # Age 70 > 50 alone; age 45 + 4 records' decode = 49 <= 50 fits.
     assert [o for o, _ in outcomes.routed] == [11]
+    assert outcomes.rules == ["shed"]  # within its budget, but too old to keep the reserve
     assert outcomes.routed[0][1] == WALL + 100 - 70 + 100.0  # its loosest deadline
     assert sorted(r.item.rec.offset for r in requests) == [10, 12, 13, 14]
     assert b"r11" not in codec.decoded
@@ -161,6 +164,7 @@ def test_admission_keeps_only_the_learned_answer_time_in_reserve() -> None:
     poll = [record(0, b"r0", ts=WALL - 95), record(1, b"r1", ts=WALL - 85), record(2, b"r2", ts=WALL - 60)]
     requests = adm.admit(poll, now=1.0, now_wall=WALL)
     assert [o for o, _ in outcomes.routed] == [0]  # 95 > 90; 85 and 60 would have been routed at 50
+    assert outcomes.rules == ["shed"]
     assert [r.item.rec.offset for r in requests] == [1, 2]
 
 
@@ -492,6 +496,7 @@ def test_requests_shed_over_a_ceiling_count_as_routed_late_for_their_class_alone
     outcomes = FakeOutcomes()
     route_late(queue, outcomes, metrics.tenants)  # type: ignore[arg-type]
     assert [offset for offset, _ in outcomes.routed] == [2, 3]  # b0 took the ceiling's one row
+    assert outcomes.rules == ["over_ceiling", "over_ceiling"]
 
     def routed(name: str) -> float | None:
         return metrics.registry.get_sample_value(
