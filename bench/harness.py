@@ -117,7 +117,7 @@ def rules_text(rules: dict[str, int] | None) -> str:
 
 def routed_rules(proc: subprocess.Popen) -> dict[str, int]:
     """How many requests the worker routed late so far, by the rule that routed them
-    (tidebatch_routed_late_total: expired, shed, hopeless, over_ceiling)."""
+    (tidebatch_routed_late_total: expired, shed, overdue, hopeless, over_ceiling)."""
     from pipeline.demo import scrape_text
     from pipeline.ops.stats import from_text
 

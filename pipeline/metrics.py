@@ -131,8 +131,9 @@ class WorkerMetrics(BatchingMetrics):
         self.routed_late = Counter(
             "tidebatch_routed_late_total",
             "Requests routed unscored to the late topic, by the rule that routed them: expired "
-            "(past its deadline), shed (before decoding, too old to keep the reserve), hopeless "
-            "(predicted to miss its deadline in the queue), over_ceiling (tenant class)",
+            "(before decoding, past its deadline), shed (before decoding, too old to keep the "
+            "reserve), overdue (in the queue, past its deadline less the answer tail), hopeless "
+            "(in the queue, predicted to miss that), over_ceiling (tenant class)",
             ["pipeline", "rule"], registry=r,
         )
         self.lag = Gauge(

@@ -15,9 +15,9 @@ from pipeline.batching.rate import RateEstimator
 from pipeline.batching.request import (
     REASON_DRAIN,
     REASON_LATE,
-    RULE_EXPIRED,
     RULE_HOPELESS,
     RULE_OVER_CEILING,
+    RULE_OVERDUE,
     Batch,
     Request,
 )
@@ -28,8 +28,8 @@ EXPIRY_ACTIONS = ("score_late", "route_late")
 
 
 def _rule(req: Request, now: float) -> str:
-    """Why the policy gave up on `req`: it had already expired, or it was predicted to."""
-    return RULE_EXPIRED if now >= req.deadline else RULE_HOPELESS
+    """Why the policy gave up on `req`: past its deadline, or predicted to miss it."""
+    return RULE_OVERDUE if now >= req.deadline else RULE_HOPELESS
 
 
 class Batcher:

@@ -27,8 +27,11 @@ class Request:
 # Which rule routed a request late, unscored: the tidebatch.late_rule header of its late
 # record and the `rule` label of tidebatch_routed_late_total, so a user can tell a
 # request that was already too old from one a policy gave up on (issue 26).
-RULE_EXPIRED = "expired"  # past its deadline when the rule looked at it
+RULE_EXPIRED = "expired"  # before decoding: already past its deadline
 RULE_SHED = "shed"  # before decoding: too old to keep the reserve (batching/shed.py)
+# In the queue, past the deadline the batcher holds: the worker's is the request's less
+# the answer tail (batching/tail.py), so the request itself may still have had time.
+RULE_OVERDUE = "overdue"
 RULE_HOPELESS = "hopeless"  # in the queue: the policy predicts it cannot make its deadline
 RULE_OVER_CEILING = "over_ceiling"  # its tenant class is over its ceiling (batching/tenants.py)
 

@@ -1,4 +1,4 @@
-"""Requests the batcher routed unscored (expired, hopeless, or shed over a tenant
+"""Requests the batcher routed unscored (overdue, hopeless, or shed over a tenant
 class's ceiling: pipeline/batching/batcher.py `_to_late`) to the late topic, each late
 record naming its rule (pipeline/batching/request.py RULE_*), counted per tenant
 class where there is a `tenants:` section, so every request of a class has one outcome
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from consumers.records import SourceRecord
 from pipeline.batching.concurrent import BatchQueue
-from pipeline.batching.request import RULE_EXPIRED
+from pipeline.batching.request import RULE_OVERDUE
 from pipeline.clock import wall_ms
 from pipeline.outcomes import Outcomes
 from pipeline.tenant_metrics import TenantOutcomes
@@ -23,7 +23,7 @@ def route_late(queue: BatchQueue, outcomes: Outcomes, tenants: TenantOutcomes | 
     now = wall_ms()
     by_rule: dict[str, list[tuple[SourceRecord, float]]] = {}
     for req in routed:
-        by_rule.setdefault(req.late_rule or RULE_EXPIRED, []).append((req.item.rec, req.item.deadline_wall_ms))
+        by_rule.setdefault(req.late_rule or RULE_OVERDUE, []).append((req.item.rec, req.item.deadline_wall_ms))
     for rule, late in by_rule.items():
         outcomes.late(late, now, rule)
     if tenants is not None:

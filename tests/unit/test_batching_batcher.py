@@ -52,7 +52,7 @@ def test_route_late_hands_hopeless_requests_over_exactly_once():
 
 
 def test_a_routed_request_names_the_rule_that_routed_it():
-    """Predicted to miss (hopeless) and already past its deadline (expired) are told
+    """Predicted to miss (hopeless) and already past its deadline (overdue) are told
     apart, on arrival and in the sweep at dispatch: the late record's header and
     tidebatch_routed_late_total say which rule a policy's losses come from (issue 26)."""
     b = adaptive(expiry_action="route_late")
@@ -61,7 +61,7 @@ def test_a_routed_request_names_the_rule_that_routed_it():
     b.add(req(deadline=0.004, item="swept"), 0.0)  # t(1) = 2 ms: in time on arrival
     assert b.next_batch(0.005) is None  # by then past its deadline
     assert [(r.item, r.late_rule) for r in b.pop_routed_late()] == [
-        ("predicted", "hopeless"), ("past", "expired"), ("swept", "expired")]
+        ("predicted", "hopeless"), ("past", "overdue"), ("swept", "overdue")]
 
 
 def test_the_late_lane_bound_overflows_to_routed():
