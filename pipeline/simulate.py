@@ -28,7 +28,8 @@ Model of one worker:
   the source thread. Then a single source takes up to `poll_records` from the backlog at
   a time and queues them together once all are decoded, as the worker does, and with
   adaptive + route_late it routes late undecoded the records the worker would
-  (pipeline/batching/shed.py, pipeline/worker/admission.py). In the real CTR pipeline
+  (pipeline/batching/shed.py, pipeline/worker/admission.py): on the reserve while a
+  backlog stands (StandingBacklog), else only the expired. In the real CTR pipeline
   the source thread, not the model, is what a burst saturates (docs/BATCHING.md).
 - A request is answered when the model ends unless SimConfig.publish_s (`--publish-us`)
   says what handing its result over costs: then a publisher, separate from the
@@ -54,7 +55,14 @@ from pipeline.batching.batcher import Batcher
 from pipeline.batching.cost import AffineCost, CostModel
 from pipeline.batching.policies import make_policy
 from pipeline.batching.request import Batch, Request
-from pipeline.batching.shed import DEFAULT_RESERVE, AnswerTime, reserve_ms, shed_count
+from pipeline.batching.shed import (
+    DEFAULT_RESERVE,
+    AnswerTime,
+    StandingBacklog,
+    keep_one_to_learn,
+    reserve_ms,
+    shed_count,
+)
 from pipeline.batching.tail import AnswerTail
 from pipeline.batching.tenants import TenantClass, TenantGate
 from pipeline.clock import FakeClock
@@ -601,6 +609,7 @@ class _Sim:
         self.decoded_at = math.inf
         self.sheds = spec.policy == "adaptive" and spec.batcher.get("expiry_action", "route_late") == "route_late"
         self.answer_time = AnswerTime()  # decode to answer, as the worker's admission learns it
+        self.standing = StandingBacklog()  # whether a backlog stands, as admission's
         self.loosest = max(curve.slo.values())
         self.publisher_free = 0.0  # when the publisher has handed over every result so far (publish_s)
         self.tail = AnswerTail()  # model end to a batch's last result, as the worker's admission learns it
@@ -691,8 +700,13 @@ class _Sim:
         if self.sheds:
             ages_ms = [(now - self.w.arrivals[i].origin) * 1000.0 for i in poll]  # FIFO: oldest first
             budget_ms = self.loosest * 1000.0
-            horizon_ms = budget_ms - reserve_ms(budget_ms, self.cfg.shed_reserve, self.answer_time.ms)
-            shed = shed_count(ages_ms, self.cfg.decode_s * 1000.0, horizon_ms)
+            if self.standing.poll(now * 1000.0, max(ages_ms), budget_ms):
+                horizon_ms = budget_ms - reserve_ms(budget_ms, self.cfg.shed_reserve, self.answer_time.ms)
+                shed = shed_count(ages_ms, self.cfg.decode_s * 1000.0, horizon_ms)
+                expired = sum(1 for age in ages_ms if age > budget_ms)
+                shed = expired + keep_one_to_learn(shed - expired, len(poll) - expired, self.answer_time.ms is not None)
+            else:  # no backlog stands: only the expired (pipeline/worker/admission.py)
+                shed = sum(1 for age in ages_ms if age > budget_ms)
             for i in poll[:shed]:
                 self.finish[i] = now
                 self.outcome[i] = ROUTED

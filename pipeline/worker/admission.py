@@ -26,7 +26,15 @@ from typing import Protocol
 from consumers.dead_letter import record_bytes
 from consumers.records import SourceRecord
 from pipeline.batching.request import RULE_EXPIRED, RULE_SHED, Request
-from pipeline.batching.shed import DEFAULT_RESERVE, AnswerTime, DecodeCost, reserve_ms, shed_prefix
+from pipeline.batching.shed import (
+    DEFAULT_RESERVE,
+    AnswerTime,
+    DecodeCost,
+    StandingBacklog,
+    keep_one_to_learn,
+    reserve_ms,
+    shed_prefix,
+)
 from pipeline.batching.tail import AnswerTail
 from pipeline.clock import ClockAnchor, wall_ms
 from pipeline.codecs.base import Codec, Decoded, DecodeError, decode_all
@@ -110,6 +118,7 @@ class Admission:
         self.decode_cost = DecodeCost()
         self.answer_time = AnswerTime()  # fed by the publisher thread (worker/publisher.py)
         self.answer_tail = AnswerTail()  # likewise
+        self.standing = StandingBacklog()
         self.tenants = tenants
 
     def observe_answers(self, from_decode_ms: list[float], after_model_ms: float) -> None:
@@ -195,7 +204,12 @@ class Admission:
         has to reach the queue before its deadline; the batcher's hopeless rule still
         routes it if the model cannot make that. Without this a burster's excess and a
         steady tenant's record of the same age were shed alike, before the gate could
-        tell them apart (docs/BATCHING.md, "Tenants on the real pipeline")."""
+        tell them apart (docs/BATCHING.md, "Tenants on the real pipeline").
+
+        The reserve applies only while a backlog stands: every poll's oldest record has
+        been at least a tenth of the budget old for half of it (pipeline/batching/shed.py
+        StandingBacklog). Otherwise only expired records go:
+        a record old from a hiccup of the hop or the machine gets its chance."""
         if self.route_expired_ms is None:
             return records
         max_budget = self.route_expired_ms
@@ -207,6 +221,7 @@ class Admission:
         # Shed order: over-share classes first, then the rest; the oldest first in each.
         order = sorted(range(len(timed)), key=lambda i: (over is not None and not over[i], timed[i].timestamp_ms))
         ages = {i: now_wall - timed[i].timestamp_ms for i in order}  # type: ignore[operator]
+        standing = self.standing.poll(now_wall, max(ages.values()) if ages else None, max_budget)
         # Past the loosest deadline: late whatever the decode cost (also before any
         # poll was timed).
         expired = [i for i in order if ages[i] > max_budget]
@@ -215,7 +230,9 @@ class Admission:
         # Untimed records are never routed (their age is unknown) but are decoded with
         # the rest: they count as the youngest, kept last.
         slack += [tight] * (len(records) - len(timed))
-        shed = rest[: min(shed_prefix(slack, self.decode_cost.per_record_ms), len(rest))]
+        shed = rest[: min(shed_prefix(slack, self.decode_cost.per_record_ms), len(rest))] if standing else []
+        if len(timed) == len(records):  # untimed records are decoded anyway
+            shed = shed[: keep_one_to_learn(len(shed), len(rest), self.answer_time.ms is not None)]
         gone = expired + shed
         if not gone:
             return records

@@ -6,7 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.batching.shed import AnswerTime, DecodeCost, reserve_ms, shed_count
+from pipeline.batching.shed import (
+    AnswerTime,
+    DecodeCost,
+    StandingBacklog,
+    keep_one_to_learn,
+    reserve_ms,
+    shed_count,
+)
 
 
 def test_nothing_is_shed_when_every_record_reaches_the_queue_in_time():
@@ -83,3 +90,22 @@ def test_the_reserve_is_the_learned_answer_time_capped_by_the_share_of_the_budge
     assert reserve_ms(100.0, 0.5, 12.0) == 12.0
     assert reserve_ms(100.0, 0.5, 140.0) == 50.0  # a slow burst: never more than the cap
     assert reserve_ms(100.0, 0.0, 12.0) == 0.0  # reserve 0: only the expired are routed
+
+
+def test_a_backlog_stands_once_every_poll_s_oldest_record_was_old_for_half_a_budget() -> None:
+    standing = StandingBacklog()  # a 100 ms budget: 10 ms old for 50 ms
+    assert standing.poll(0.0, 30.0, 100.0)  # a worker's first polls: what waited for it
+    assert not standing.poll(10.0, 3.0, 100.0)  # a fresh poll: no backlog
+    assert not standing.poll(20.0, 30.0, 100.0)  # old since now
+    assert not standing.poll(50.0, None, 100.0)  # no timestamps: changes nothing
+    assert standing.poll(70.0, 40.0, 100.0)  # old for half a budget
+    assert not standing.poll(80.0, 3.0, 100.0)  # a fresh poll: the backlog is gone
+    assert not standing.poll(100.0, 80.0, 100.0)  # a hiccup ages a few polls
+    assert not standing.poll(120.0, 2.0, 100.0)
+
+
+def test_before_anything_was_answered_one_record_of_a_poll_the_reserve_would_take_whole_is_kept() -> None:
+    assert keep_one_to_learn(5, 5, answered=False) == 4
+    assert keep_one_to_learn(5, 5, answered=True) == 5
+    assert keep_one_to_learn(3, 5, answered=False) == 3
+    assert keep_one_to_learn(0, 0, answered=False) == 0

@@ -16,6 +16,7 @@ from pipeline.simulate import (
     curve_from_dict,
     poisson_arrivals,
     simulate,
+    with_hops,
 )
 
 # The CTR model's shape as the worker's warm-up profile measured it (t(n) = 0.18 ms +
@@ -69,3 +70,15 @@ def test_only_adaptive_with_route_late_sheds_before_decoding():
     assert burst("greedy", 720.0).outcomes["routed_late"] == 0
     assert burst("adaptive-score", 720.0).outcomes["routed_late"] == 0
     assert burst("adaptive", 720.0).outcomes["routed_late"] > 0
+
+
+def test_a_long_hop_never_keeps_adaptive_from_answering():
+    """Every request reaches the worker 70 ms old (a distant producer, a slow broker) at
+    50 % load. Before, the reserve was half the budget until a batch was answered, and
+    with every request shed on it none ever was: adaptive routed all 2093 requests that
+    greedy answered in time (pipeline/batching/shed.py reserve_ms)."""
+    segments = [(0.0, 3.0, 0.5)]
+    arrivals = with_hops(poisson_arrivals(segments, RowsDist.parse(DEFAULT_ROWS), CURVE.capacity, SEED), 70.0, 70.001)
+    steady = Workload("hop", arrivals, 3.0, None, None, segments)
+    results = {p: simulate(steady, CURVE, p, SimConfig(seed=SEED, decode_s=360e-6)).outcomes for p in ("greedy", "adaptive")}
+    assert results["adaptive"] == results["greedy"] and results["adaptive"]["in_time"] == len(arrivals)

@@ -103,6 +103,16 @@ def admission(outcomes: FakeOutcomes, codec: ToyCodec, *, limit: int = 1000, rou
     return Admission(codec, lambda priority: 100.0, outcomes, lambda: limit, route_ms)
 
 
+def in_a_burst(adm: Admission, now_wall: int, answered_ms: float | None = 50.0) -> Admission:
+    """Polls' records have been old for half a budget before `now_wall` (a backlog
+    stands: pipeline/batching/shed.py StandingBacklog) and, unless None, batches took
+    `answered_ms` from decode to answer (the reserve, up to half the budget)."""
+    adm.standing.poll(now_wall - 100, 100.0, 100.0)
+    if answered_ms is not None:
+        adm.answer_time.observe([answered_ms])
+    return adm
+
+
 # ----------------------------------------------------------------------------- admission
 def test_admission_gives_every_refused_record_its_one_outcome_and_queues_the_rest() -> None:
     outcomes, codec = FakeOutcomes(), ToyCodec()
@@ -140,6 +150,7 @@ def test_admission_routes_records_too_old_to_be_answered_after_their_polls_decod
     adm = Admission(codec, lambda priority: 100.0, outcomes, lambda: 1000, 100.0, wall=lambda: next(walls))
     adm.admit([record(i, b"r%d" % i, ts=WALL - 1) for i in range(10)], now=1.0, now_wall=WALL)
     assert adm.decode_cost.per_record_ms == pytest.approx(1.0)  # 10 records in 10 ms
+    in_a_burst(adm, WALL + 100)
     # Ages 70, 45, 38, 20 ms, then one without a timestamp; 1 ms a record to decode.
     poll = [record(10, b"r10", ts=WALL + 100 - 20), record(11, b"r11", ts=WALL + 100 - 70),
             record(12, b"r12", ts=WALL + 100 - 45), record(13, b"r13", ts=None), record(14, b"r14", ts=WALL + 100 - 38)]
@@ -159,13 +170,43 @@ def test_admission_keeps_only_the_learned_answer_time_in_reserve() -> None:
     on a busy machine the fixed half routed records 50-100 ms old that would have made
     it (pipeline/batching/shed.py AnswerTime)."""
     outcomes, codec = FakeOutcomes(), ToyCodec()
-    adm = Admission(codec, lambda priority: 100.0, outcomes, lambda: 1000, 100.0)
+    adm = in_a_burst(Admission(codec, lambda priority: 100.0, outcomes, lambda: 1000, 100.0), WALL, None)
     adm.answer_time.observe([6.0, 10.0])
     poll = [record(0, b"r0", ts=WALL - 95), record(1, b"r1", ts=WALL - 85), record(2, b"r2", ts=WALL - 60)]
     requests = adm.admit(poll, now=1.0, now_wall=WALL)
     assert [o for o, _ in outcomes.routed] == [0]  # 95 > 90; 85 and 60 would have been routed at 50
     assert outcomes.rules == ["shed"]
     assert [r.item.rec.offset for r in requests] == [1, 2]
+
+
+def test_admission_sheds_on_the_reserve_only_while_a_backlog_stands() -> None:
+    """Records old from a hiccup of the hop or the machine, with fresh polls between
+    them: shedding them buys nobody decode time. At 50 % load on Apache Kafka the
+    reserve routed 10-145 requests a run, in 3 of 10 runs, that greedy answered in
+    time; now only the expired go until every poll has been old for half a budget."""
+    outcomes, codec = FakeOutcomes(), ToyCodec()
+    adm = Admission(codec, lambda priority: 100.0, outcomes, lambda: 1000, 100.0)
+    adm.answer_time.observe([30.0])  # the reserve: 30 ms
+    adm.admit([record(0, b"r0", ts=WALL - 3)], now=1.0, now_wall=WALL)  # a fresh poll
+    at = WALL + 20  # a hiccup: this poll's records are 85 and 120 ms old
+    requests = adm.admit([record(1, b"r1", ts=at - 120), record(2, b"r2", ts=at - 85)], now=1.02, now_wall=at)
+    assert outcomes.rules == ["expired"] and [r.item.rec.offset for r in requests] == [2]
+    at = WALL + 70  # every poll old since WALL + 20: a backlog stands; the reserve applies
+    requests = adm.admit([record(3, b"r3", ts=at - 85), record(4, b"r4", ts=at - 15)], now=1.07, now_wall=at)
+    assert outcomes.rules == ["expired", "shed"] and [o for o, _ in outcomes.routed] == [1, 3]
+    assert [r.item.rec.offset for r in requests] == [4]
+
+
+def test_a_long_hop_does_not_keep_the_worker_from_ever_answering() -> None:
+    """Every record arrives 70 ms old, a backlog to admission's eyes. The reserve is
+    half the budget until a batch was answered: every record was shed on it, none was
+    ever answered and the reserve never learned, so every request routed late, for good.
+    Now, before anything was answered, the reserve never takes a whole poll."""
+    outcomes, codec = FakeOutcomes(), ToyCodec()
+    adm = Admission(codec, lambda priority: 100.0, outcomes, lambda: 1000, 100.0)
+    for i in range(10):
+        assert len(adm.admit([record(i, b"r", ts=WALL + 10 * i - 70)], now=1.0, now_wall=WALL + 10 * i)) == 1
+    assert outcomes.routed == []
 
 
 def test_the_batcher_gets_each_deadline_less_the_learned_answer_tail() -> None:
@@ -204,7 +245,8 @@ def test_admission_never_routes_a_record_without_a_timestamp_however_slow_decodi
     outcomes, codec = FakeOutcomes(), ToyCodec()
     adm = Admission(codec, lambda priority: 100.0, outcomes, lambda: 1000, 100.0, wall=lambda: next(walls))
     adm.admit([record(0, b"r0", ts=None)], now=1.0, now_wall=WALL)  # 500 ms for one record
-    requests = adm.admit([record(1, b"r1", ts=None), record(2, b"r2", ts=WALL + 499)], now=1.5, now_wall=WALL + 500)
+    in_a_burst(adm, WALL + 500)
+    requests = adm.admit([record(1, b"r1", ts=None), record(2, b"r2", ts=WALL + 480)], now=1.5, now_wall=WALL + 500)
     assert [o for o, _ in outcomes.routed] == [2]
     assert [r.item.rec.offset for r in requests] == [1]
 
