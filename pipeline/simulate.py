@@ -620,7 +620,7 @@ class _Sim:
         deadline = self.deadline[i]
         if self.cfg.publish_s > 0:  # the model must be done before the answer tail
             deadline -= self.tail.for_budget((deadline - a.origin) * 1000.0) / 1000.0
-        self.batcher.add(Request(a.rows, now, deadline, a.priority, 0, i, tenant=a.tenant), now)
+        self.batcher.add(Request(a.rows, now, deadline, a.priority, 0, i, tenant=a.tenant, due=self.deadline[i]), now)
         self._collect_routed(now)
         if not self.paused and self.batcher.backpressure_rows >= self.high:
             self.paused = True

@@ -34,6 +34,7 @@ from pipeline.batching.request import (
     REASON_LINGER,
     REASON_SINGLE,
     Request,
+    edf_deadline,
 )
 
 # Where batching does not pay (a/b <= 0.13), a congested executor still gains from a
@@ -67,7 +68,7 @@ def _fifo_key(req: Request) -> tuple:
 
 
 def _edf_key(req: Request) -> tuple:
-    return (req.priority, req.deadline, req.seq)
+    return (req.priority, edf_deadline(req), req.seq)
 
 
 class NonePolicy(Policy):

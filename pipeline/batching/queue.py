@@ -8,7 +8,7 @@ import heapq
 from collections.abc import Hashable, Iterator
 from typing import Literal
 
-from pipeline.batching.request import Request
+from pipeline.batching.request import Request, edf_deadline
 
 Ordering = Literal["fifo", "edf"]
 
@@ -44,7 +44,7 @@ class RequestQueue:
     def push(self, req: Request) -> None:
         self._seq += 1
         req.seq = self._seq
-        key = req.deadline if self.ordering == "edf" else float(req.seq)
+        key = edf_deadline(req) if self.ordering == "edf" else float(req.seq)
         by_prio = self._heaps.setdefault(req.bucket, {})
         heapq.heappush(by_prio.setdefault(req.priority, []), (key, req.seq, req))
         self._rows_by_bucket[req.bucket] = self._rows_by_bucket.get(req.bucket, 0) + req.rows

@@ -22,6 +22,17 @@ class Request:
     tenant: str | None = None  # the tenant id the request carries (codecs/base.py Decoded)
     tenant_class: str | None = None  # its class, set by the tenant gate (batching/tenants.py)
     late_rule: str | None = None  # which rule took it off the model's path (RULE_* below)
+    # The deadline EDF orders by, where `deadline` is tightened by an amount that changes
+    # over time (the worker's answer tail, pipeline/worker/admission.py): requests with
+    # equal own deadlines must keep their arrival order, or one key's results come out
+    # of order (a camera's frames, all stamped alike, were published 0,1,4,5,2,3 after
+    # the tail grew between two polls). None: `deadline`.
+    due: float | None = None
+
+
+def edf_deadline(req: Request) -> float:
+    """What earliest-deadline-first orders `req` by (Request.due)."""
+    return req.deadline if req.due is None else req.due
 
 
 # Which rule routed a request late, unscored: the tidebatch.late_rule header of its late

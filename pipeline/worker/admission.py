@@ -162,6 +162,7 @@ class Admission:
                     rows=decoded.rows,
                     arrival=now,
                     deadline=ClockAnchor.to_clock(anchor, model_by_wall),
+                    due=ClockAnchor.to_clock(anchor, deadline_wall),
                     priority=decoded.priority,
                     bucket=decoded.bucket,
                     item=InFlight(rec, decoded, deadline_wall, now_wall, decoded_wall),

@@ -157,3 +157,14 @@ def test_batcher_validates_its_settings():
         Batcher(GreedyPolicy(8), late_share=1.5)
     with pytest.raises(ValueError, match="allowed_batch_sizes"):
         Batcher(GreedyPolicy(8), allowed_batch_sizes=[0, 8])
+
+
+def test_equal_own_deadlines_keep_arrival_order_whatever_the_tail_taken_off_them():
+    """The worker takes the answer tail off each deadline as admitted, and the tail
+    changes: a later request of the same Kafka timestamp can get the earlier
+    tightened deadline. EDF orders by the request's own (Request.due), or one camera's
+    frames were published 0, 1, 4, 5, 2, 3 (tests/integration/test_camera_pipeline.py)."""
+    b = Batcher(AdaptivePolicy(max_batch_rows=1), CostModel(prior=COST), rate_half_life=1e3)
+    for i, tail in enumerate((0.01, 0.05, 0.02)):
+        b.add(Request(rows=1, arrival=0.0, deadline=10.0 - tail, due=10.0, item=i), 0.0)
+    assert [b.next_batch(0.0).requests[0].item for _ in range(3)] == [0, 1, 2]

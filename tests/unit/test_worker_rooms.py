@@ -222,6 +222,7 @@ def test_the_batcher_gets_each_deadline_less_the_learned_answer_tail() -> None:
     adm.observe_answers([30.0], 12.0)
     after = adm.admit([record(1, b"r1", ts=WALL - 20)], now=1.0, now_wall=WALL)[0]
     assert after.deadline == pytest.approx(1.0 + 0.080 - 0.012)
+    assert after.due == before.due == pytest.approx(1.0 + 0.080)  # EDF's order: its own deadline
     assert after.item.deadline_wall_ms == before.item.deadline_wall_ms == WALL + 80
     adm.observe_answers([30.0], 500.0)  # a stalled publisher takes at most half a budget
     for _ in range(40):
