@@ -700,13 +700,12 @@ class _Sim:
         if self.sheds:
             ages_ms = [(now - self.w.arrivals[i].origin) * 1000.0 for i in poll]  # FIFO: oldest first
             budget_ms = self.loosest * 1000.0
+            shed = expired = sum(1 for age in ages_ms if age > budget_ms)
+            # On the reserve only while a backlog stands (pipeline/worker/admission.py).
             if self.standing.poll(now * 1000.0, max(ages_ms), budget_ms):
                 horizon_ms = budget_ms - reserve_ms(budget_ms, self.cfg.shed_reserve, self.answer_time.ms)
-                shed = shed_count(ages_ms, self.cfg.decode_s * 1000.0, horizon_ms)
-                expired = sum(1 for age in ages_ms if age > budget_ms)
-                shed = expired + keep_one_to_learn(shed - expired, len(poll) - expired, self.answer_time.ms is not None)
-            else:  # no backlog stands: only the expired (pipeline/worker/admission.py)
-                shed = sum(1 for age in ages_ms if age > budget_ms)
+                on_reserve = shed_count(ages_ms, self.cfg.decode_s * 1000.0, horizon_ms) - expired
+                shed += keep_one_to_learn(on_reserve, len(poll) - expired, self.answer_time.ms is not None)
             for i in poll[:shed]:
                 self.finish[i] = now
                 self.outcome[i] = ROUTED

@@ -113,9 +113,9 @@ STANDING_WINDOW = 0.5
 
 class StandingBacklog:
     """Whether a backlog stands in front of admission: every poll's oldest record has
-    been at least STANDING_AGE of the budget old for STANDING_WINDOW of it. Shedding on the reserve buys
-    decode time for a backlog that stands; a hiccup of the hop or of the machine ages a
-    few polls' records while fresh ones keep arriving between them. At 50 % load on
+    been at least STANDING_AGE of the budget old for STANDING_WINDOW of it. Shedding on
+    the reserve buys decode time for a backlog that stands; a hiccup of the hop or of
+    the machine ages a few polls' records while fresh ones keep arriving between them. At 50 % load on
     Apache Kafka the reserve (a decayed peak: a worst case) routed 10-145 such records a
     run, in 3 of 10 runs, where greedy, which sheds nothing, answered all in time
     (docs/BATCHING.md, "Which rule routed them")."""

@@ -209,8 +209,8 @@ class Admission:
 
         The reserve applies only while a backlog stands: every poll's oldest record has
         been at least a tenth of the budget old for half of it (pipeline/batching/shed.py
-        StandingBacklog). Otherwise only expired records go:
-        a record old from a hiccup of the hop or the machine gets its chance."""
+        StandingBacklog). Otherwise only expired records go: a record old from a hiccup
+        of the hop or the machine gets its chance."""
         if self.route_expired_ms is None:
             return records
         max_budget = self.route_expired_ms
