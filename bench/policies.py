@@ -79,6 +79,12 @@ def policy_env(name: str, tuned: dict[str, str] | None = None) -> tuple[str, dic
         return "greedy", {**base, "TIDEBATCH_BATCHING__EXPIRY_ACTION": "route_late"}
     if name == "adaptive":
         return "adaptive", {**base, "TIDEBATCH_BATCHING__EXPIRY_ACTION": "route_late"}
+    if name == "adaptive-noshed":
+        # Adaptive without admission's reserve: only expired records are routed before
+        # decoding (pipeline/batching/shed.py), the batcher's rules unchanged. What the
+        # reserve costs or buys a row.
+        return "adaptive", {**base, "TIDEBATCH_BATCHING__EXPIRY_ACTION": "route_late",
+                            "TIDEBATCH_BATCHING__SHED_RESERVE": "0"}
     if name == "adaptive-score":
         return "adaptive", {**base, "TIDEBATCH_BATCHING__EXPIRY_ACTION": "score_late"}
     raise ValueError(name)
