@@ -54,13 +54,6 @@ _HEX = np.zeros(256, dtype=bool)
 _HEX[list(b"0123456789abcdefABCDEF")] = True
 
 
-# by a key's code (-1 last): a context's features, an item's
-_CTX_CODE = np.zeros(F.N_CAT + F.N_DENSE + 1, dtype=bool)
-_CTX_CODE[: len(F.CONTEXT_CAT)] = _CTX_CODE[F.N_CAT : F.N_CAT + len(F.CONTEXT_DENSE)] = True
-_ITEM_CODE = np.zeros(F.N_CAT + F.N_DENSE + 1, dtype=bool)
-_ITEM_CODE[len(F.CONTEXT_CAT) : F.N_CAT] = _ITEM_CODE[F.N_CAT + len(F.CONTEXT_DENSE) : F.N_CAT + F.N_DENSE] = True
-
-
 class Scan(NamedTuple):
     """The features of n requests with R item rows in all: row r < n is request r's
     context (its C1..C13 and I1..I6 columns), row n + k the poll's k-th item (its
@@ -107,8 +100,9 @@ def scan(values: list[bytes], n_items: np.ndarray) -> Scan:
 
     colons = marks[~is_event]
     owner = last_event[~is_event]
-    code = _feature_code(b, colons)  # C1..C26 -> 0..25, I1..I13 -> 26..38, else -1
-    k = np.flatnonzero((is_ctx[owner] & _CTX_CODE[code]) | (is_item[owner] & _ITEM_CODE[code]))
+    code, side = _feature_keys(buf, colons)
+    # the colons of a context's features in a context, and of an item's in an item
+    k = np.flatnonzero(np.where(is_item, _ITEM, np.where(is_ctx, _CTX, 0)).astype(np.uint8)[owner] & side)
     at, c, owner = colons[k], code[k], owner[k]
     row, req = event_row[owner], event_req[owner]
     _refuse_repeats(doubt, req, row * (F.N_CAT + F.N_DENSE) + c, (n + total) * (F.N_CAT + F.N_DENSE))
@@ -150,35 +144,53 @@ def _not_plain(event_req: np.ndarray, event_kind: np.ndarray, n_items: np.ndarra
 
 
 def _key_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """By the two bytes before a key's closing quote (first << 8 | second): the code of a
-    two-character key (letter, 1-9), and of a three-character one (digits 10..26 or
-    10..13) when its letter is C or I."""
-    two, three_c, three_i = (np.full(1 << 16, -1, dtype=np.int8) for _ in range(3))  # 64 KiB each
+    """By a key's selector and pair (see _feature_keys): its feature code (C1..C26 ->
+    0..25, I1..I13 -> 26..38), whose object holds it (_CTX, _ITEM, 0 for no feature),
+    and the selector of the byte before the pair."""
+    code = np.zeros(4 << 16, dtype=np.int8)
+    side = np.zeros(4 << 16, dtype=np.uint8)
     for number in range(1, F.N_CAT + 1):
         text = str(number).encode()
-        for letter, limit, base in ((b"C", F.N_CAT, 0), (b"I", F.N_DENSE, F.N_CAT)):
+        for letter, limit, base, context in ((b"C", F.N_CAT, 0, F.CONTEXT_CAT), (b"I", F.N_DENSE, F.N_CAT, F.CONTEXT_DENSE)):
             if number > limit:
                 continue
-            if len(text) == 1:
-                two[letter[0] << 8 | text[0]] = base + number - 1
-            else:
-                (three_c if letter == b"C" else three_i)[text[0] << 8 | text[1]] = base + number - 1
-    return two, three_c, three_i
+            if len(text) == 1:  # '"', letter, digit, '"': the letter and the digit
+                at = _SEL_TWO | letter[0] | text[0] << 8
+            else:  # '"', letter, digit, digit, '"': the two digits, after C or I
+                at = (_SEL_C if letter == b"C" else _SEL_I) | text[0] | text[1] << 8
+            code[at] = base + number - 1
+            side[at] = _CTX if number <= len(context) else _ITEM
+    sel = np.full(256, _SEL_NONE, dtype=np.intp)
+    sel[_QUOTE], sel[_C], sel[_I] = _SEL_TWO, _SEL_C, _SEL_I
+    return code, side, sel
 
 
-_TWO, _THREE_C, _THREE_I = _key_tables()
+_CTX, _ITEM = 1, 2
+_SEL_TWO, _SEL_C, _SEL_I, _SEL_NONE = 0, 1 << 16, 2 << 16, 3 << 16
+_KEY_CODE, _KEY_SIDE, _KEY_SEL = _key_tables()
 
 
-def _feature_code(b: np.ndarray, colons: np.ndarray) -> np.ndarray:
-    """The feature each colon's key names: C1..C26 -> 0..25, I1..I13 -> 26..38, or -1.
-    Two characters: the bytes before the colon are '"', letter, digit, '"'; three:
-    '"', letter, digit, digit, '"'."""
-    at = colons - 5
-    q5, q4, x3, x2, q1 = (b[k:][at] for k in range(5))
-    pair = (x3.astype(np.uint16) << 8) | x2
-    three = np.where(q4 == _C, _THREE_C[pair], np.where(q4 == _I, _THREE_I[pair], -1))
-    closed = q1 == _QUOTE
-    return np.where(closed & (q4 == _QUOTE), _TWO[pair], np.where(closed & (q5 == _QUOTE), three, -1))
+def _feature_keys(buf: bytes, colons: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The feature each colon's key names (C1..C26 -> 0..25, I1..I13 -> 26..38) and
+    the object a feature of that name belongs in (_CTX, _ITEM; 0: no feature, its code
+    then meaningless). A key of two characters ends in '"', letter, digit, '"' before
+    its colon, one of three in '"', letter, digit, digit, '"'. The five bytes are read
+    as one little-endian word: its byte 1 (the letter of a three-character key, the
+    quote of a two-character one) picks the table, bytes 2 and 3 index it, byte 4
+    must be the closing quote and byte 0 the opening one of a three-character key."""
+    w = _words(buf)[colons - 5]
+    at = _KEY_SEL.take((w >> _8).astype(np.uint8)) | (w >> _16).astype(np.uint16)
+    closed = (w >> _32).astype(np.uint8) == _QUOTE
+    closed &= (at < _SEL_C) | (w.astype(np.uint8) == _QUOTE)
+    return _KEY_CODE.take(at), _KEY_SIDE.take(at) * closed
+
+
+_8, _16, _32 = np.uint64(8), np.uint64(16), np.uint64(32)
+
+
+def _words(buf: bytes) -> np.ndarray:
+    """The 8 bytes at each offset of ``buf`` as a little-endian integer."""
+    return np.ndarray((len(buf) - 7,), dtype="<u8", buffer=buf, strides=(1,))
 
 
 def _refuse_repeats(doubt: np.ndarray, req: np.ndarray, slot: np.ndarray, slots: int) -> None:
@@ -202,8 +214,7 @@ def _tokens(buf: bytes, b: np.ndarray, quote: np.ndarray) -> tuple[np.ndarray, n
     values = np.zeros(len(quote), dtype=np.uint64)
     ok = np.ones(len(quote), dtype=bool)
     eight = b[quote + 9] == _QUOTE
-    words = np.ndarray((len(buf) - 7,), dtype="<u8", buffer=buf, strides=(1,))  # 8 bytes at each offset
-    text = words[quote[eight] + 1]
+    text = _words(buf)[quote[eight] + 1]
     try:
         raw = bytes.fromhex(text.tobytes().decode("ascii"))
     except (ValueError, UnicodeDecodeError):
@@ -229,7 +240,7 @@ def _counts(buf: bytes, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     and whether each is one: at most 7 digits, then "," or "}" (not ".", "e" or more
     digits). The digits are read 8 bytes at a time (SWAR: Lemire, "Fast number parsing
     without fallback"): moved to the top bytes behind '0's, then summed pairwise."""
-    words = np.ndarray((len(buf) - 7,), dtype="<u8", buffer=buf, strides=(1,))  # 8 bytes at each offset
+    words = _words(buf)
     neg = np.frombuffer(buf, dtype=np.uint8)[start] == _MINUS
     word = words[start + neg]
     text = word.view(np.uint8).reshape(-1, 8)

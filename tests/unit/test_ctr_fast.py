@@ -334,3 +334,33 @@ def test_a_failing_fast_path_costs_speed_not_the_poll(monkeypatch: pytest.Monkey
     with caplog.at_level("WARNING", logger="pipeline.codecs.ctr"):
         _check_poll([*values, b"{"])
     assert "CTR JSON fast path failed (IndexError: injected)" in caplog.text
+
+
+def test_every_key_reads_as_its_feature_and_nothing_else_does() -> None:
+    """ctr_scan._feature_keys reads a key's last five bytes as one word: every
+    feature key (C1..C26, I1..I13) gets its code and its object, and no other key of
+    one to three characters, nor any junk before a colon, is taken for one."""
+    names = {f"C{i}": i - 1 for i in range(1, F.N_CAT + 1)}
+    names.update({f"I{i}": F.N_CAT + i - 1 for i in range(1, F.N_DENSE + 1)})
+    context = set(F.CONTEXT_CAT) | set(F.CONTEXT_DENSE)
+    rng = random.Random(7)
+    alphabet = 'CIci0123456789"{,:x'
+    keys = list(names) + [f"{c}{n}" for c in "CIci" for n in ("0", "00", "01", "27", "14", "99", "")]
+    keys += ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 4))) for _ in range(3000)]
+    texts = [f'{{"{k}":1' for k in keys] + ["".join(rng.choice(alphabet) for _ in range(8)) for _ in range(3000)]
+    buf = b"".join([b" " * 16, *(t.encode() + b" " for t in texts), b" " * 16])
+    colons, at = [], 16
+    for t in texts:
+        colons.append(at + t.index(":") if ":" in t else -1)
+        at += len(t) + 1
+    keep = [i for i, c in enumerate(colons) if c >= 0]
+    code, side = ctr_scan._feature_keys(buf, np.array([colons[i] for i in keep], dtype=np.intp))
+    for j, i in enumerate(keep):
+        before = texts[i][: texts[i].index(":")]
+        # what the scan may read: the last four or five bytes before the colon
+        feature = next((n for n in names if before.endswith(f'"{n}"')), None)
+        if feature is None:
+            assert side[j] == 0, texts[i]
+        else:
+            assert code[j] == names[feature], texts[i]
+            assert side[j] == (1 if feature in context else 2), texts[i]
