@@ -82,8 +82,10 @@ class RequestQueue:
 
     def pop_while(self, bucket: Hashable, predicate) -> list[Request]:
         """Pop, from the top of each priority heap of a bucket, requests for which
-        predicate(req) holds. With EDF ordering the top is the tightest deadline, so
-        this removes exactly the requests that can no longer make theirs."""
+        predicate(req) holds. With EDF ordering the top is the tightest own deadline
+        (`due`), so this removes the requests that can no longer make theirs; one whose
+        tightened `deadline` is earlier than a request above it (the answer tail grew
+        between their polls) waits until it reaches the top."""
         out: list[Request] = []
         by_prio = self._heaps.get(bucket, {})
         for prio in list(by_prio):
@@ -123,12 +125,13 @@ class RequestQueue:
         return oldest
 
     def earliest_deadline(self, bucket: Hashable) -> float | None:
+        """The tightest `deadline` queued in a bucket: the one the batcher holds, not
+        the EDF key (`due`, request.py edf_deadline), which the worker's answer tail
+        leaves later by an amount that changes from poll to poll, so the top of an EDF
+        heap need not hold it."""
         best = None
         for heap in self._heaps.get(bucket, {}).values():
-            if self.ordering == "edf":
-                t = heap[0][0]
-            else:
-                t = min(entry[2].deadline for entry in heap)
+            t = min(entry[2].deadline for entry in heap)
             best = t if best is None else min(best, t)
         return best
 

@@ -52,6 +52,16 @@ def test_take_stops_at_the_first_veto():
     assert [r.item for r in taken] == [0, 1, 2]
 
 
+def test_earliest_deadline_is_the_tightened_one_not_the_edf_key():
+    """EDF orders by `due`; the hold of adaptive's hold_for_efficiency must stop by the
+    deadline the batcher holds (the request's less the answer tail), not by `due`."""
+    q = RequestQueue("edf")
+    q.push(Request(rows=1, arrival=0.0, deadline=0.6, due=1.0, item="tail grew"))
+    q.push(Request(rows=1, arrival=0.0, deadline=0.8, due=0.9, item="first in EDF"))
+    assert q.head(0).item == "first in EDF"
+    assert q.earliest_deadline(0) == 0.6
+
+
 def test_priorities_then_order_and_per_bucket_views():
     q = RequestQueue("edf")
     q.push(req(arrival=0.3, deadline=5.0, prio=1, bucket="a", item="a-low"))
