@@ -50,6 +50,7 @@ _PAD = b" " * 16  # before and after the requests: reads a few bytes around a co
 _ZEROS = np.uint64(0x3030303030303030)  # "00000000"
 _LANES = np.uint64(0x000000FF000000FF)
 _MUL_A, _MUL_B = np.uint64(100 + (1000000 << 32)), np.uint64(1 + (10000 << 32))
+_8, _16, _32 = np.uint64(8), np.uint64(16), np.uint64(32)  # shifts of a word's bytes
 _HEX = np.zeros(256, dtype=bool)
 _HEX[list(b"0123456789abcdefABCDEF")] = True
 
@@ -101,8 +102,9 @@ def scan(values: list[bytes], n_items: np.ndarray) -> Scan:
     colons = marks[~is_event]
     owner = last_event[~is_event]
     code, side = _feature_keys(buf, colons)
+    opens = (is_ctx * _CTX | is_item * _ITEM).astype(np.uint8)  # the object each event opens (exclusive)
     # the colons of a context's features in a context, and of an item's in an item
-    k = np.flatnonzero(np.where(is_item, _ITEM, np.where(is_ctx, _CTX, 0)).astype(np.uint8)[owner] & side)
+    k = np.flatnonzero(opens[owner] & side)
     at, c, owner = colons[k], code[k], owner[k]
     row, req = event_row[owner], event_req[owner]
     _refuse_repeats(doubt, req, row * (F.N_CAT + F.N_DENSE) + c, (n + total) * (F.N_CAT + F.N_DENSE))
@@ -183,9 +185,6 @@ def _feature_keys(buf: bytes, colons: np.ndarray) -> tuple[np.ndarray, np.ndarra
     closed = (w >> _32).astype(np.uint8) == _QUOTE
     closed &= (at < _SEL_C) | (w.astype(np.uint8) == _QUOTE)
     return _KEY_CODE.take(at), _KEY_SIDE.take(at) * closed
-
-
-_8, _16, _32 = np.uint64(8), np.uint64(16), np.uint64(32)
 
 
 def _words(buf: bytes) -> np.ndarray:
