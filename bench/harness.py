@@ -309,9 +309,12 @@ def embedded_broker() -> Iterator[LocalBroker]:
 def worker_process(
     bootstrap: str, inp: str, out: str, policy: str, *, extra_env: dict[str, str] | None = None,
     log_name: str = "worker", pipeline: str = "ctr", config: Path | None = None,
+    on_spawn: Callable[[subprocess.Popen], None] | None = None,
 ) -> Iterator[subprocess.Popen]:
     """A `tidebatch run` process; yields once it has partitions and fetches. config: a
-    worker config file, e.g. one whose `pipelines:` define `pipeline`."""
+    worker config file, e.g. one whose `pipelines:` define `pipeline`. on_spawn: called
+    with the process as soon as it exists, before the wait for partitions (a CPU trace
+    that must see all its work: with a preloaded backlog it starts scoring before then)."""
     port = free_port()
     group = f"bench-{policy}-{uuid.uuid4().hex[:8]}"
     env = dict(
@@ -329,6 +332,8 @@ def worker_process(
     with open(log, "wb") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=REPO)
     try:
+        if on_spawn is not None:
+            on_spawn(proc)
         _wait_assigned(proc, port, log)
         proc.metrics_url = f"http://127.0.0.1:{port}/metrics"  # type: ignore[attr-defined]
         proc.group_id = group  # type: ignore[attr-defined]

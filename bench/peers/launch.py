@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,12 +73,15 @@ DEFAULT = [n for n in PEERS if n not in ("tidebatch-faust", "tidebatch-kafka-pyt
 
 @contextmanager
 def peer_process(peer: Peer, bootstrap: str, inp: str, out: str, *, drain: bool, log_name: str,
-                 threads: int = 1) -> Iterator[subprocess.Popen]:
+                 threads: int = 1, on_spawn: Callable[[subprocess.Popen], None] | None = None,
+                 ) -> Iterator[subprocess.Popen]:
     """The peer consuming `inp` into `out`, stopped (SIGTERM, then SIGKILL) on exit.
-    drain=True: tidebatch's SLO is lifted (NO_SLO)."""
+    drain=True: tidebatch's SLO is lifted (NO_SLO). on_spawn: called with the process as
+    soon as it exists (tidebatch's rows are yielded only once they have partitions)."""
     if peer.kind == "tidebatch":
         env = {**(NO_SLO if drain else {}), "TIDEBATCH_RUNTIME__INTRA_OP_THREADS": str(threads), **peer.env}
-        with worker_process(bootstrap, inp, out, peer.target, extra_env=env, log_name=log_name) as proc:
+        with worker_process(bootstrap, inp, out, peer.target, extra_env=env, log_name=log_name,
+                            on_spawn=on_spawn) as proc:
             yield proc
         return
     group = f"peer-{peer.name}-{uuid.uuid4().hex[:8]}"
@@ -98,6 +101,8 @@ def peer_process(peer: Peer, bootstrap: str, inp: str, out: str, *, drain: bool,
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=REPO)
     proc.log_path = OUT / f"{log_name}.log"  # type: ignore[attr-defined]
     try:
+        if on_spawn is not None:
+            on_spawn(proc)
         yield proc
     finally:
         stop_process(proc, 20.0)

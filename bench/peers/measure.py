@@ -9,10 +9,17 @@ group join) is outside the window for every peer alike, and so is the idle tail.
 (It was read when the reader saw new results: a reader that fell behind a fast peer
 read most results after the peer had finished, and tidebatch's drains came out at
 1.4 CPU-seconds per 10k requests where its process had used ~4; commit 8e56001.)
+A drain's trace starts when the peer's process does: tidebatch's rows are handed over
+only once they have partitions and a second more (bench/harness.py, worker_process),
+and by then they had scored part of the backlog; a trace started there read that part
+as free (the window's start clamped to the trace's first sample): 0.4-1.5 CPU-seconds
+per 10k requests where the loops read 2-4. `cpu_between` now refuses a window the
+trace does not cover.
 """
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import threading
 import time
@@ -52,8 +59,11 @@ class Collected:
     trace: list[tuple[float, float, float]] = field(default_factory=list)  # (wall ms, peer cpu s, broker cpu s)
 
     def cpu_between(self, t0_ms: float, t1_ms: float) -> tuple[float, float]:
-        """CPU seconds of the peer and of the broker between two wall-clock times."""
+        """CPU seconds of the peer and of the broker between two wall-clock times, which
+        the trace must cover (np.interp would clamp a time outside it to its ends)."""
         t, peer, broker = (np.array(col, dtype=float) for col in zip(*self.trace, strict=True))
+        if not t[0] <= t0_ms <= t1_ms <= t[-1]:
+            raise ValueError(f"CPU window {t0_ms:.0f}-{t1_ms:.0f} ms is outside the trace's {t[0]:.0f}-{t[-1]:.0f} ms")
         return (float(np.interp(t1_ms, t, peer) - np.interp(t0_ms, t, peer)),
                 float(np.interp(t1_ms, t, broker) - np.interp(t0_ms, t, broker)))
 
@@ -86,16 +96,18 @@ class CpuTrace:
 
 
 def collect(bootstrap: str, topic: str, run: str, expect: int, proc: subprocess.Popen, broker_pids: list[int],
-            timeout: float, idle_timeout: float | None = None) -> Collected:
+            timeout: float, idle_timeout: float | None = None, into: Collected | None = None) -> Collected:
     """Read `topic` until `expect` distinct results of `run` came back, the peer died,
-    `timeout` passed, or (idle_timeout) nothing new came for that long."""
+    `timeout` passed, or (idle_timeout) nothing new came for that long. into: results
+    whose CPU trace the caller runs (a drain's starts with the peer's process); else
+    one is traced while reading."""
     consumer = Consumer(consumer_config(profile_of(bootstrap), bootstrap, f"peers-reader-{uuid.uuid4().hex[:8]}"))
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
-    got = Collected()
+    got = into if into is not None else Collected()
     prefix = run + "-"
     deadline = time.monotonic() + timeout
     try:
-        with CpuTrace(got.trace, proc.pid, broker_pids):
+        with contextlib.nullcontext() if into is not None else CpuTrace(got.trace, proc.pid, broker_pids):
             _read(consumer, got, prefix, expect, deadline, proc, idle_timeout)
     finally:
         consumer.close()
@@ -153,12 +165,28 @@ def drain(peer: Peer, bootstrap: str, pool: RequestPool, n: int, reference: list
     inp, out = fresh_topics(bootstrap, f"peers-{peer.name}", partitions=PARTITIONS)
     run = f"d{uuid.uuid4().hex[:6]}"
     preload(bootstrap, inp, pool, n, run)
+    got = Collected()
+    traces: list[CpuTrace] = []
+
+    def trace_from_spawn(proc: subprocess.Popen) -> None:
+        traces.append(CpuTrace(got.trace, proc.pid, broker_pids).__enter__())
+
+    def stop_traces() -> None:  # before the peer is stopped: a gone process reads 0 CPU
+        while traces:
+            traces.pop().__exit__(None, None, None)
+
     try:
-        with peer_process(peer, bootstrap, inp, out, drain=True, log_name=f"peers-{peer.name}-{tag}") as proc:
-            # A row that drops requests (quix-window: late for its window) stops after 30 s
-            # without a new result instead of waiting the whole timeout.
-            got = collect(bootstrap, out, run, n, proc, broker_pids, timeout=max(240.0, n / 50), idle_timeout=30)
+        with peer_process(peer, bootstrap, inp, out, drain=True, log_name=f"peers-{peer.name}-{tag}",
+                          on_spawn=trace_from_spawn) as proc:
+            try:
+                # A row that drops requests (quix-window: late for its window) stops after 30 s
+                # without a new result instead of waiting the whole timeout.
+                collect(bootstrap, out, run, n, proc, broker_pids, timeout=max(240.0, n / 50), idle_timeout=30,
+                        into=got)
+            finally:
+                stop_traces()
     finally:
+        stop_traces()
         drop_topics(bootstrap, inp, out)
     result = correctness(got, pool, reference, n)
     if not got.docs:  # results that all came in the reader's first read are a success

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole peers run (docs/PEERS.md) in one command: the drains, then the live loads,
-# in turns of at most 5 minutes under /tmp/heavy.lock (the machine is shared), all
+# in turns of at most 5 minutes under /tmp/heavy.lock, then the burst (bench/peers_burst.py) (the machine is shared), all
 # merged into out/bench/peers-BROKER.json by bench/peers.py, then the tables, the CSV
 # and the plot (--report). Rounds are interleaved within each turn, not across turns;
 # every turn runs on the same commit and broker kind (bench/peers.py starts the
@@ -25,4 +25,7 @@ turn --part drain --only bytewax
 for pair in tidebatch-adaptive,loop-64 tidebatch-static,loop-512 loop-poll,bytewax faust-take,quix-message quix-window; do
   turn --part live --seconds 6 --only "$pair"
 done
+# bench/policies.py's burst for the main rows, at one load basis for all (bench/peers_burst.py).
+flock /tmp/heavy.lock timeout 600 env PYTHONPATH="$PWD" .venv/bin/python bench/peers_burst.py --broker "$broker" \
+  || echo "burst turn ended with $?"
 PYTHONPATH="$PWD" .venv/bin/python bench/peers.py --broker "$broker" --report

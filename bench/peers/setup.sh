@@ -2,7 +2,7 @@
 # Makes .venv-peers (git-ignored): the environment of the quixstreams and Bytewax
 # peers of bench/peers.py. tidebatch itself is not installed in it: quixstreams pins
 # confluent-kafka < 2.13 and tidebatch needs >= 2.16 (pyproject.toml). The peers
-# import only tidebatch's CTR codec (pipeline/codecs/ctr.py: numpy and orjson) and
+# import only tidebatch's CTR codec (pipeline/codecs/ctr.py: numpy, orjson and msgspec) and
 # models/ctr/features.py, through PYTHONPATH set by bench/peers.py.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
