@@ -63,12 +63,16 @@ PEERS: dict[str, Peer] = {p.name: p for p in (
          encodings=("json", "binary")),
     Peer("tidebatch-adaptive", "tidebatch run --policy adaptive", "tidebatch", "adaptive",
          encodings=("json", "binary")),
+    Peer("tidebatch-adaptive-route", "tidebatch run --policy adaptive, batching.expiry_action route_late",
+         "tidebatch", "adaptive", env={"TIDEBATCH_BATCHING__EXPIRY_ACTION": "route_late"}),
     Peer("tidebatch-kafka-python", "tidebatch run --policy adaptive, client kafka-python", "tidebatch", "adaptive",
          env={"TIDEBATCH_CLIENT": "kafka-python"}),
 )}
 # Rows run by default; tidebatch's other paths (Faust, kafka-python) are rows on
-# request (--only), as bench/faust_vs_worker.py compared them before it was folded in.
-DEFAULT = [n for n in PEERS if n not in ("tidebatch-faust", "tidebatch-kafka-python")]
+# request (--only), as bench/faust_vs_worker.py compared them before it was folded in,
+# and so is adaptive shedding what it cannot answer in time (bench/policies.py runs
+# adaptive so): every other row scores every request, the job of bench/peers.py.
+DEFAULT = [n for n in PEERS if n not in ("tidebatch-faust", "tidebatch-kafka-python", "tidebatch-adaptive-route")]
 
 
 @contextmanager
