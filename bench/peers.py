@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import signal
-import statistics
 import subprocess
 import sys
 from collections.abc import Callable
@@ -42,7 +41,7 @@ from bench.harness import _BROKER_PIDS as BROKER_PIDS  # noqa: E402
 from bench.harness import OUT, REPO, RequestPool, local_broker  # noqa: E402
 from bench.peers import report  # noqa: E402
 from bench.peers.launch import DEFAULT, PEERS  # noqa: E402
-from bench.peers.measure import drain, live  # noqa: E402
+from bench.peers.measure import drain, live, reference_scores  # noqa: E402
 
 LOADS = (0.25, 0.5, 0.75)
 
@@ -76,18 +75,6 @@ def load_results(path: Path, broker: str) -> dict:
     return {"commit": here, "broker": broker, "model_peak": [], "drain": {}, "live": {}}
 
 
-def reference_scores(pool: RequestPool) -> list[list[float]]:
-    """The model's own scores of every request template, one request per call."""
-    from bench.peers.common import Scorer
-
-    scorer = Scorer(1)
-    out = []
-    for i in range(len(pool.templates)):
-        (doc,) = scorer.score([(pool.get(i, "ref")[1], 0)])
-        out.append(json.loads(doc)["scores"])
-    return out
-
-
 def model_peak() -> dict:
     from bench.model_peak import measure
 
@@ -114,8 +101,7 @@ def run_drains(results: dict, rows: list[tuple[str, str]], args: argparse.Namesp
 def live_rates(results: dict, fractions: tuple[float, ...]) -> dict[str, float]:
     """label → req/s: fractions of the slowest row's and of tidebatch's median drain
     (JSON requests, from the drains merged so far)."""
-    med = {key: statistics.median(r["requests_per_s"] for r in runs) for key, runs in results["drain"].items()
-           if key.endswith(":json")}
+    med = report.json_drain_medians(results)
     if not med:
         raise SystemExit("no JSON drains yet: run --part drain first (the loads are fractions of their capacities)")
     slowest = min(med, key=med.get)  # type: ignore[arg-type]

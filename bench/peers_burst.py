@@ -23,12 +23,8 @@ loads' file, bench/peers.py, is not touched).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import statistics
 import sys
-import time
-import uuid
 from pathlib import Path
 
 import numpy as np
@@ -36,21 +32,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.harness import _BROKER_PIDS as BROKER_PIDS  # noqa: E402
-from bench.harness import (  # noqa: E402
-    OUT,
-    RequestPool,
-    cpu_shares,
-    cpu_text,
-    drop_topics,
-    fresh_topics,
-    local_broker,
-    make_producer,
-    produce_now,
-)
-from bench.peers.launch import PEERS, Peer, peer_process  # noqa: E402
-from bench.peers.measure import SLO_MS, collect, correctness, wait_ready  # noqa: E402
+from bench.harness import OUT, RequestPool, cpu_text, local_broker  # noqa: E402
+from bench.peers import report  # noqa: E402
+from bench.peers.launch import PEERS, Peer  # noqa: E402
+from bench.peers.measure import SLO_MS, correctness, reference_scores, scheduled_run  # noqa: E402
 from bench.policies import live_capacity, recovery_s, window_goodput  # noqa: E402
-from pipeline.loadgen.pacing import poisson_schedule, run_open_loop  # noqa: E402
+from pipeline.loadgen.pacing import poisson_schedule  # noqa: E402
 
 ROWS = ["tidebatch-adaptive", "tidebatch-static", "loop-64", "loop-512", "bytewax", "loop-poll", "faust-take",
         "quix-message"]
@@ -70,37 +57,21 @@ def burst_schedule(capacity: float, seed: int) -> list[float]:
 def run_burst(peer: Peer, bootstrap: str, pool: RequestPool, capacity: float, reference: list[list[float]],
               seed: int) -> dict:
     """One row under the burst; answered or not, every request is in the figures."""
-    inp, out = fresh_topics(bootstrap, f"peers-burst-{peer.name}", partitions=4)
-    run = f"b{uuid.uuid4().hex[:6]}"
     times = burst_schedule(capacity, seed)
-    values = [pool.get(i, run) for i in range(len(times))]
-    try:
-        with peer_process(peer, bootstrap, inp, out, drain=False, log_name=f"peers-burst-{peer.name}") as proc:
-            wait_ready(bootstrap, inp, out, pool, proc, BROKER_PIDS[bootstrap])
-            producer = make_producer(bootstrap, inp)
-
-            def send(i: int) -> None:
-                produce_now(producer, inp, *values[i])
-                producer.poll(0)
-
-            with cpu_shares(bootstrap, proc.pid, machine=True) as cores:
-                t0_ms = time.time() * 1000.0
-                sent, _ = run_open_loop(iter(times), send, idle=lambda s: producer.poll(s))
-                assert producer.flush(60) == 0
-            got = collect(bootstrap, out, run, sent, proc, BROKER_PIDS[bootstrap], timeout=30, idle_timeout=8)
-    finally:
-        drop_topics(bootstrap, inp, out)
+    done = scheduled_run(peer, bootstrap, pool, times, BROKER_PIDS[bootstrap], f"peers-burst-{peer.name}",
+                         timeout=30, idle_timeout=8)
+    got, sent = done.got, done.sent
     # Each request at its produce time (its result's kafka_ts_ms; the schedule's for one
     # never answered), its latency produce → result, infinite when never answered.
-    ts = np.array([float(times[i]) * 1000.0 for i in range(sent)])
+    ts = np.asarray(times[:sent]) * 1000.0
     lat = np.full(sent, np.inf)
     for rid, doc in got.docs.items():
         i = int(rid.rsplit("-", 1)[1])
-        ts[i] = doc["kafka_ts_ms"] - t0_ms
+        ts[i] = doc["kafka_ts_ms"] - done.t0_ms
         lat[i] = got.result_ts[rid] - doc["kafka_ts_ms"]
     r = {"_ts": ts, "_lat": lat}
     in_burst = (ts >= PRE_S * 1000) & (ts < (PRE_S + BURST_S) * 1000)
-    return {**correctness(got, pool, reference, sent), "capacity_req_s": capacity, "cpu_cores": cores,
+    return {**correctness(got, pool, reference, sent), "capacity_req_s": capacity, "cpu_cores": done.cores,
             "burst_goodput_x_capacity": window_goodput(r, PRE_S, PRE_S + BURST_S) / capacity,
             "burst_in_slo": float((lat[in_burst] <= SLO_MS).mean()) if in_burst.any() else float("nan"),
             "recovery_s": recovery_s(r, PRE_S + BURST_S),
@@ -109,25 +80,16 @@ def run_burst(peer: Peer, bootstrap: str, pool: RequestPool, capacity: float, re
             "in_slo": float((lat <= SLO_MS).mean())}
 
 
-def _peers_script():  # noqa: ANN202
-    """bench/peers.py as a module: the package bench/peers/ shadows its name."""
-    spec = importlib.util.spec_from_file_location("bench_peers_script", Path(__file__).with_name("peers.py"))
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
-
-
 def tidebatch_drained(engine: str) -> float:
     """tidebatch's best median JSON drain (req/s) from bench/peers.py's results."""
-    data = json.loads((OUT / f"peers-{engine}.json").read_text())
-    med = [statistics.median(r["requests_per_s"] for r in runs) for key, runs in data["drain"].items()
-           if key.startswith("tidebatch-") and key.endswith(":json")]
-    if not med:
+    med = report.json_drain_medians(json.loads((OUT / f"peers-{engine}.json").read_text()))
+    tide = [v for key, v in med.items() if key.startswith("tidebatch-")]
+    if not tide:
         raise SystemExit("no tidebatch JSON drains in the peers results: run bench/peers.py --part drain, or give --capacity")
-    return max(med)
+    return max(tide)
 
 
-def report(rows: dict[str, list[dict]], capacity: float) -> str:
+def table(rows: dict[str, list[dict]], capacity: float) -> str:
     lines = [f"burst: 50 % → 150 % for {BURST_S:.0f} s → 50 % of C = {capacity:.0f} req/s, SLO {SLO_MS:.0f} ms",
              "| row | burst goodput (x C) | in SLO during burst | recovery s | p50 / p99 ms | in SLO, whole run "
              "| scored / sent, dup | cores gen / peer / broker / others |",
@@ -160,7 +122,7 @@ def main() -> int:
         ap.error(f"unknown rows {unknown}")
     names = [n for n in names if PEERS[n].available()]
     pool = RequestPool(encoding="json")
-    ref = _peers_script().reference_scores(pool)
+    ref = reference_scores(pool)
     path = OUT / f"peers-burst-{engine}.json"
     results: dict = {"broker": engine, "rows": {}}
     with local_broker(engine) as broker:
@@ -180,7 +142,7 @@ def main() -> int:
                 print(f"{name}: burst goodput {r['burst_goodput_x_capacity']:.2f}x C, recovery {r['recovery_s']:.1f} s, "
                       f"p99 {r['p99_ms']:.0f} ms, in SLO {100 * r['in_slo']:.1f} %, scored {r['scored']}/{r['sent']}; "
                       f"{cpu_text(r['cpu_cores'])}", flush=True)
-    print(report(results["rows"], capacity))
+    print(table(results["rows"], capacity))
     print(f"\nresults: {path}")
     return 0
 

@@ -143,6 +143,18 @@ def _read(consumer: Consumer, got: Collected, prefix: str, expect: int, deadline
                 got.records += 1
 
 
+def reference_scores(pool: RequestPool) -> list[list[float]]:
+    """The model's own scores of every request template, one request per call."""
+    from bench.peers.common import Scorer
+
+    scorer = Scorer(1)
+    out = []
+    for i in range(len(pool.templates)):
+        (doc,) = scorer.score([(pool.get(i, "ref")[1], 0)])
+        out.append(orjson.loads(doc)["scores"])
+    return out
+
+
 def correctness(got: Collected, pool: RequestPool, reference: list[list[float]], sent: int) -> dict:
     """Every request scored, its scores against the model's own (reference: per
     request template, scored directly by bench/peers.py), and the duplicates: every
@@ -214,10 +226,9 @@ def wait_ready(bootstrap: str, inp: str, out: str, pool: RequestPool, proc: subp
         raise RuntimeError(f"peer never answered the probe (exit code {proc.poll()}); see {proc.log_path}")  # type: ignore[attr-defined]
 
 
-def paced_load(bootstrap: str, topic: str, pool: RequestPool, rate: float, seconds: float, run: str) -> int:
-    """Poisson arrivals at `rate` req/s for `seconds`, every value encoded before the
+def send_schedule(bootstrap: str, topic: str, pool: RequestPool, times: list[float], run: str) -> int:
+    """Request i at `times[i]` s from now, open loop, every value encoded before the
     clock starts (bench/harness.py's open_loop encodes each as it sends it)."""
-    times = [t for t in poisson_schedule(rate, int(rate * seconds * 1.2) + 10, 3) if t < seconds]
     values = [pool.get(i, run) for i in range(len(times))]
     producer = make_producer(bootstrap, topic)
 
@@ -230,21 +241,44 @@ def paced_load(bootstrap: str, topic: str, pool: RequestPool, rate: float, secon
     return sent
 
 
+@dataclass
+class Scheduled:
+    """One scheduled load's outcome: the results, how many were sent, the cores used
+    while sending (bench/harness.py cpu_shares) and the wall clock (ms) it started at."""
+
+    got: Collected
+    sent: int
+    cores: dict[str, float]
+    t0_ms: float
+
+
+def scheduled_run(peer: Peer, bootstrap: str, pool: RequestPool, times: list[float], broker_pids: list[int],
+                  log_name: str, timeout: float, idle_timeout: float) -> Scheduled:
+    """A fresh topic pair, the peer started and answering a probe, then the requests
+    sent at `times` and read back (until `timeout` s, or `idle_timeout` s with nothing new)."""
+    inp, out = fresh_topics(bootstrap, log_name, partitions=PARTITIONS)
+    run = f"l{uuid.uuid4().hex[:6]}"
+    try:
+        with peer_process(peer, bootstrap, inp, out, drain=False, log_name=log_name) as proc:
+            wait_ready(bootstrap, inp, out, pool, proc, broker_pids)
+            with cpu_shares(bootstrap, proc.pid, machine=True) as cores:
+                t0_ms = time.time() * 1000.0
+                sent = send_schedule(bootstrap, inp, pool, times, run)
+            got = collect(bootstrap, out, run, sent, proc, broker_pids, timeout=timeout, idle_timeout=idle_timeout)
+    finally:
+        drop_topics(bootstrap, inp, out)
+    return Scheduled(got, sent, cores, t0_ms)
+
+
 def live(peer: Peer, bootstrap: str, pool: RequestPool, rate: float, seconds: float,
          reference: list[list[float]], broker_pids: list[int], tag: str) -> dict:
     """p50/p99 end to end (request timestamp → result timestamp) and SLO goodput at a
-    paced load; requests not answered within 20 s of the load's end count as never
-    answered (infinitely late)."""
-    inp, out = fresh_topics(bootstrap, f"peers-live-{peer.name}", partitions=PARTITIONS)
-    run = f"l{uuid.uuid4().hex[:6]}"
-    try:
-        with peer_process(peer, bootstrap, inp, out, drain=False, log_name=f"peers-live-{peer.name}-{tag}") as proc:
-            wait_ready(bootstrap, inp, out, pool, proc, broker_pids)
-            with cpu_shares(bootstrap, proc.pid, machine=True) as cores:
-                sent = paced_load(bootstrap, inp, pool, rate, seconds, run)
-            got = collect(bootstrap, out, run, sent, proc, broker_pids, timeout=20, idle_timeout=5)
-    finally:
-        drop_topics(bootstrap, inp, out)
+    paced load (Poisson arrivals at `rate` req/s for `seconds`); requests not answered
+    within 20 s of the load's end count as never answered (infinitely late)."""
+    times = [t for t in poisson_schedule(rate, int(rate * seconds * 1.2) + 10, 3) if t < seconds]
+    done = scheduled_run(peer, bootstrap, pool, times, broker_pids, f"peers-live-{peer.name}-{tag}",
+                         timeout=20, idle_timeout=5)
+    got, sent, cores = done.got, done.sent, done.cores
     lat = np.array([got.result_ts[r] - d["kafka_ts_ms"] for r, d in got.docs.items()], dtype=float)
     lat = np.concatenate([lat, np.full(sent - len(lat), np.inf)])
     result = correctness(got, pool, reference, sent)

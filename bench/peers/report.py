@@ -12,6 +12,13 @@ from bench.harness import table
 from bench.peers.launch import PEERS
 
 
+def json_drain_medians(results: dict) -> dict[str, float]:
+    """"row:json" → its median drain in requests/s, for the rows drained so far: the
+    capacities the live loads and the burst (bench/peers_burst.py) are fractions of."""
+    return {key: statistics.median(r["requests_per_s"] for r in runs) for key, runs in results["drain"].items()
+            if key.endswith(":json")}
+
+
 def drain_rows(results: dict) -> list[dict]:
     """One dict per drained row (peer, encoding): the median run by rows/s, with the
     range, as shares of the best model peak of the run."""

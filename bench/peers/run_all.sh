@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole peers run (docs/PEERS.md) in one command: the drains, then the live loads,
-# in turns of at most 5 minutes under /tmp/heavy.lock, then the burst (bench/peers_burst.py) (the machine is shared), all
+# in turns of at most 5 minutes under /tmp/heavy.lock (the machine is shared), all
 # merged into out/bench/peers-BROKER.json by bench/peers.py, then the tables, the CSV
-# and the plot (--report). Rounds are interleaved within each turn, not across turns;
+# and the plot (--report); the burst (bench/peers_burst.py) runs before the report, in
+# a file of its own. Rounds are interleaved within each turn, not across turns;
 # every turn runs on the same commit and broker kind (bench/peers.py starts the
 # results afresh on another commit of the measured code). Rerun after an interrupted
 # run: the rows already merged are left out (--skip-done).
