@@ -122,7 +122,7 @@ def start_worker(bootstrap: str, inp: str, out: str, policy: str, slots: int) ->
     cmd = [sys.executable, "-m", "pipeline.cli", "generate", "--bootstrap-servers", bootstrap,
            "--broker-profile", profile_of(bootstrap), "--group-id", f"bench-gen-{uuid.uuid4().hex[:8]}",
            "--input-topic", inp, "--output-topic", out, "--policy", policy, "--max-slots", str(slots),
-           "--no-create-topics", "--deadline-ms", "5000", "--max-new-tokens", "248"]
+           "--no-create-topics", "--deadline-ms", "5000", "--max-new-tokens", "248", "--metrics-port", "0"]
     with open(log, "wb") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=REPO,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})

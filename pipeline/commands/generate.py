@@ -54,6 +54,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--partitions", type=int, default=svc.partitions,
                    help=f"partitions of topics it creates (default: {svc.partitions})")
     p.add_argument("--no-create-topics", action="store_true", help="do not create missing topics")
+    p.add_argument("--metrics-host", default=svc.metrics_host, metavar="HOST",
+                   help=f"where the ops endpoints listen (default: {svc.metrics_host})")
+    p.add_argument("--metrics-port", type=int, default=svc.metrics_port, metavar="PORT",
+                   help=f"/metrics, /healthz, /readyz, /api/stats and the dashboard; 0 picks a free port "
+                   f"(default: {svc.metrics_port})")
+    p.add_argument("--no-metrics", action="store_true", help="serve no ops endpoints")
     add_x_flag(p)
     p.set_defaults(func=run)
 
@@ -69,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"--{name.replace('_', '-')} must be >= 1")
     if args.prefill_chunk is not None and args.prefill_chunk < 1:
         raise UserError("--prefill-chunk must be >= 1")
+    if not 0 <= args.metrics_port <= 65535:
+        raise UserError("--metrics-port must be a TCP port (0 picks a free one)")
     settings = GenerateSettings(chunk_tokens=args.chunk_tokens, flush_ms=args.flush_ms,
                                 max_new_tokens=args.max_new_tokens, deadline_ms=args.deadline_ms)
     svc = GenerateService(
@@ -76,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
         input_topic=args.input_topic, output_topic=args.output_topic, policy=args.policy,
         max_slots=args.max_slots, prefill_chunk=args.prefill_chunk, provider=args.provider,
         create_topics=not args.no_create_topics, partitions=args.partitions,
+        metrics_port=None if args.no_metrics else args.metrics_port, metrics_host=args.metrics_host,
         kafka=parse_x(args.kafka_settings), settings=settings,
     )
     return serve_generate(svc)

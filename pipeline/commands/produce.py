@@ -20,6 +20,9 @@ from pipeline.clock import wall_ms
 from pipeline.commands.kafka_flags import add_x_flag, kafka_block
 from pipeline.commands.parser_tree import OpenSubcommands
 from pipeline.errors import UserError
+from pipeline.loadgen.generate import DEFAULT_OUTPUT as GENERATE_OUTPUT
+from pipeline.loadgen.generate import INPUT_TOPIC as GENERATE_TOPIC
+from pipeline.loadgen.generate import generate_samples
 from pipeline.loadgen.pacing import poisson_schedule, run_open_loop
 from pipeline.pipelines import Sample, get_pipeline, shipped_names
 
@@ -49,6 +52,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     text = kinds.add_parser("text", help="texts to embed (product reviews, chat lines)", description=_TEXT)
     _add_common(text, _POISSON_RATE)
     _add_file(text)
+    gen = kinds.add_parser("generate", help="text-generation requests for `tidebatch generate`", description=_GENERATE)
+    _add_common(gen, _POISSON_RATE)
+    _add_file(gen)
+    gen.add_argument(
+        "--output-tokens", default=GENERATE_OUTPUT, metavar="DIST",
+        help="max_new_tokens of each request: fixed:N, uniform:LO:HI, loguniform:LO:HI, lognormal:MEAN:SIGMA "
+        f"(default {GENERATE_OUTPUT}; the worker refuses more than its --max-new-tokens, 200 by default)",
+    )
+    gen.add_argument("--deadline-ms", type=int, metavar="MS",
+                     help="each request's deadline_ms (default: none, the worker's --deadline-ms)")
     own = kinds.add_fallback(
         help="a pipeline of your own, defined under the -c config's `pipelines:` (docs/OWN_MODEL.md)",
         description=_OWN,
@@ -69,6 +82,11 @@ _CAMERA = (
     "keyed by camera id and rendered from the sample photographs."
 )
 _TEXT = "Texts to embed with MiniLM: product reviews and chat lines, Poisson arrivals."
+_GENERATE = (
+    "Generate requests ({request_id, prompt, max_new_tokens}) for `tidebatch generate` "
+    "(docs/GENERATION.md): chat lines as prompts, max_new_tokens drawn from --output-tokens, "
+    "keyed by request_id; Poisson arrivals."
+)
 _OWN = (
     "Requests of a pipeline of your own, defined under a config's `pipelines:` "
     "(docs/OWN_MODEL.md): its sample requests, or --file's lines."
@@ -137,14 +155,25 @@ def produce(
     kafka: Mapping[str, Any] | None = None,
     defined: Sequence[Mapping[str, Any]] = (),
     requests: Sequence[bytes] | None = None,
+    generate: Callable[[int], Sample] | None = None,
 ) -> tuple[int, float]:
     """Send `count` requests at `rate`/s (Poisson), or, for the camera pipeline with
     `camera` given, `count` frames of camera.cameras cameras at their own frame rate;
     returns (sent, seconds). Flushes at the end. `kafka`: the producer's settings
     (KafkaOverrides.client("producer")). `defined`: the config's `pipelines` entries;
-    `requests`: request values to send round robin instead of generated ones."""
-    spec = get_pipeline(pipeline, defined)
-    topic = topic or spec.input_topic
+    `requests`: request values to send round robin instead of generated ones.
+    `generate`: i -> request of the generate pipeline (pipeline/loadgen/generate.py),
+    which is no scoring pipeline of the registry (pipeline/pipelines.py)."""
+    make_samples: Callable[[int], Callable[[int], Sample]]
+    if pipeline == "generate":
+        input_topic, max_message_bytes = GENERATE_TOPIC, None
+
+        def make_samples(s: int) -> Callable[[int], Sample]:
+            return generate or generate_samples(s)
+    else:
+        spec = get_pipeline(pipeline, defined)
+        input_topic, max_message_bytes, make_samples = spec.input_topic, spec.max_message_bytes, spec.make_samples
+    topic = topic or input_topic
     schedule: Iterator[float]
     if camera is not None:
         if pipeline != "camera":
@@ -157,7 +186,7 @@ def produce(
             return None, requests[(start_index + i) % len(requests)], []
     else:
         schedule = poisson_schedule(rate, count, seed)
-        samples = spec.make_samples(seed)
+        samples = make_samples(seed)
 
         def make(i: int) -> Sample:
             return samples(start_index + i)
@@ -167,7 +196,7 @@ def produce(
         raise UserError(f"unknown encoding {encoding!r}: expected json or binary")
     from consumers.profiles import large_message_overrides
 
-    large = large_message_overrides(spec.max_message_bytes).producer if spec.max_message_bytes else None
+    large = large_message_overrides(max_message_bytes).producer if max_message_bytes else None
     producer = Producer(producer_config(profile, bootstrap, {**(large or {}), **(kafka or {})}))
     warm_up_producer(producer, topic)
     errors: list[str] = []
@@ -268,12 +297,20 @@ def run(args: argparse.Namespace) -> int:
         from pipeline.config import load_config
 
         defined = load_config(config, {"pipeline": args.pipeline}).pipelines
-    elif args.pipeline not in shipped_names():
+    elif args.pipeline not in (*shipped_names(), "generate"):
         raise UserError(
-            f"unknown pipeline {args.pipeline!r}: the shipped ones are {', '.join(sorted(shipped_names()))}; "
+            f"unknown pipeline {args.pipeline!r}: the shipped ones are "
+            f"{', '.join(sorted([*shipped_names(), 'generate']))}; "
             "one of your own needs -c CONFIG, whose `pipelines:` define it (docs/OWN_MODEL.md)"
         )
-    spec = get_pipeline(args.pipeline, defined)
+    generate = None
+    if args.pipeline == "generate":
+        if args.deadline_ms is not None and args.deadline_ms < 1:
+            raise UserError("--deadline-ms must be >= 1")
+        generate = generate_samples(args.seed, args.output_tokens, deadline_ms=args.deadline_ms)
+        input_topic = GENERATE_TOPIC
+    else:
+        input_topic = get_pipeline(args.pipeline, defined).input_topic
     requests = None
     if getattr(args, "file", None):  # not camera's: its requests are images
         from pathlib import Path
@@ -282,7 +319,7 @@ def run(args: argparse.Namespace) -> int:
 
         requests = request_lines(Path(args.file), f"--file {args.file}")
     count = args.count if args.count is not None else (len(requests) if requests else 10_000)
-    topic = args.topic or spec.input_topic
+    topic = args.topic or input_topic
     camera = _camera_load(args) if args.pipeline == "camera" else None
     if args.connect_timeout <= 0:
         raise UserError("--connect-timeout must be > 0")
@@ -294,6 +331,7 @@ def run(args: argparse.Namespace) -> int:
         args.bootstrap_servers, args.pipeline, args.rate or DEFAULT_RATE, count,
         topic=topic, seed=args.seed, profile=args.broker_profile, progress=not args.quiet, camera=camera,
         encoding=getattr(args, "encoding", "json"), kafka=kafka.client("producer"), defined=defined, requests=requests,
+        generate=generate,
     )
     elapsed = time.monotonic() - t0
     print(f"sent {sent} {args.pipeline} requests to {topic} in {elapsed:.1f} s ({sent / elapsed:.1f}/s)")

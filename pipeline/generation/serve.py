@@ -37,6 +37,10 @@ class GenerateService:
     intra_op_threads: int = 1
     create_topics: bool = True
     partitions: int = 1
+    # The ops endpoints (pipeline/generation/ops.py); None: none. 9401, beside the
+    # request worker's 9400 (pipeline/ops/http_config.py), so both run on one host.
+    metrics_port: int | None = 9401
+    metrics_host: str = "127.0.0.1"
     kafka: Mapping[str, Any] = field(default_factory=dict)  # librdkafka settings for every client
     settings: GenerateSettings = field(default_factory=GenerateSettings)
 
@@ -84,7 +88,20 @@ def serve_generate(svc: GenerateService) -> int:
     log.info("generate worker: %s -> %s, policy %s, %d KV slots of %d tokens", svc.input_topic,
              svc.output_topic, svc.policy, svc.max_slots, shape.context)
     print(f"tidebatch generate: {svc.input_topic} -> {svc.output_topic} (policy {svc.policy})", flush=True)
-    return loop.run(source)
+    server = None
+    if svc.metrics_port is not None:
+        from pipeline.generation.ops import GenerateOpsView
+        from pipeline.ops.http import OpsServer
+
+        view = GenerateOpsView(loop, policy=svc.policy, group_id=svc.group_id, input_topic=svc.input_topic,
+                               provider=getattr(session, "provider", svc.provider))
+        server = OpsServer(view, svc.metrics_host, svc.metrics_port).start()
+        print(f"tidebatch generate metrics: {server.url}/metrics", flush=True)
+    try:
+        return loop.run(source)
+    finally:
+        if server is not None:
+            server.stop()
 
 
 def _prepare_topics(svc: GenerateService, topics: Any) -> None:

@@ -21,6 +21,7 @@ repeated chunks; docs/GENERATION.md, "Delivery").
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -104,6 +105,10 @@ class GenerationLoop:
         self.exit_code = 0
         self._stopping: str | None = None
         self._chunk_failures = 0
+        # Read by the ops endpoints (pipeline/generation/ops.py), as a Worker's are.
+        self.started = threading.Event()  # the loop is polling
+        self.last_poll_ok: float | None = None  # clock() of the last poll that returned
+        self.failure: str | None = None
 
     # -- control --------------------------------------------------------------------
     def stop(self, reason: str) -> None:
@@ -114,7 +119,12 @@ class GenerationLoop:
     def fail(self, reason: str) -> None:
         log.error("%s", reason)
         self.exit_code = 1
+        self.failure = self.failure or reason
         self.stop(reason)
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping is not None
 
     def on_revoke(self, tps: list[TopicPartition]) -> None:
         """Partitions.on_revoke steps the decoder while it waits for their requests;
@@ -130,6 +140,7 @@ class GenerationLoop:
     def run(self, source: Source) -> int:
         self.source = source
         last_commit = self.clock()
+        self.started.set()
         while self._stopping is None:
             self._poll(source)
             self._step()
@@ -166,7 +177,9 @@ class GenerationLoop:
         elif not waiting and source.paused:
             source.resume_all()
         timeout = 0.0 if self.scheduler.has_work else 0.1
-        for rec in source.poll_batch(self.settings.poll_records, timeout):
+        records = source.poll_batch(self.settings.poll_records, timeout)
+        self.last_poll_ok = self.clock()
+        for rec in records:
             self._admit(rec)
 
     def _admit(self, rec: SourceRecord) -> None:

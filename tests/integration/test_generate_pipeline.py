@@ -89,7 +89,7 @@ class _Reader(ConsumerThread):
 def _start(broker: Any, topics: dict[str, str], group: str, log: Path, *args: str) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "pipeline.cli", "generate", "--bootstrap-servers", broker.bootstrap_servers,
            "--broker-profile", broker.profile, "--group-id", group, "--input-topic", topics["input"],
-           "--output-topic", topics["output"], "--no-create-topics", *args]
+           "--output-topic", topics["output"], "--no-create-topics", "--metrics-port", "0", *args]
     with open(log, "ab") as f:
         return subprocess.Popen(cmd, cwd=REPO, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=f,
                                 stderr=subprocess.STDOUT)
@@ -105,6 +105,25 @@ def _wait(pred: Any, timeout: float, what: str, proc: subprocess.Popen, log: Pat
         time.sleep(0.05)
     tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
     raise AssertionError(f"{what} (worker rc {proc.poll()}):\n{tail}")
+
+
+def _ops_url(log: Path) -> str | None:
+    """The ops server's base URL, from the line the worker prints when it listens."""
+    for line in log.read_text(errors="replace").splitlines():
+        if line.startswith("tidebatch generate metrics: "):
+            return line.split(": ", 1)[1].removesuffix("/metrics")
+    return None
+
+
+def _get(url: str) -> tuple[int, str]:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
 
 
 def _topics(topic_factory: Any) -> dict[str, str]:
@@ -152,6 +171,20 @@ def test_every_request_gets_its_chunks_in_order_and_one_final_record(broker, top
         values += [(None, b) for b in bad] + [(r["request_id"].encode(), orjson.dumps(r)) for r in reqs[10:]]
         produce_values(broker.bootstrap_servers, topics["input"], values)
         _wait(lambda: len(reader.finals()) >= len(reqs), 50, "every request's final record", proc, log)
+        # The ops endpoints of the generate worker (pipeline/generation/ops.py).
+        url = _ops_url(log)
+        assert url is not None, log.read_text(errors="replace")[-2000:]
+        _wait(lambda: _get(url + "/readyz")[0] == 200, 20, "/readyz answering 200", proc, log)
+        assert _get(url + "/healthz")[0] == 200
+        code, metrics = _get(url + "/metrics")
+        assert code == 200
+        assert 'tidebatch_ready{pipeline="generate"} 1.0' in metrics
+        assert 'tidebatch_slo_seconds{pipeline="generate"} 30.0' in metrics  # the admission deadline
+        generated = [ln for ln in metrics.splitlines() if ln.startswith("tidebatch_records_total{")
+                     and 'outcome="generated"' in ln]
+        assert generated and float(generated[0].rsplit(" ", 1)[1]) == len(reqs), generated
+        code, stats = _get(url + "/api/stats")
+        assert code == 200 and orjson.loads(stats)["worker"]["pipeline"] == "generate"
         _stop(proc, log)
     finally:
         if proc.poll() is None:
@@ -218,3 +251,32 @@ def test_a_worker_killed_mid_generation_loses_no_request(broker, topic_factory, 
     print(f"GENERATE-KILL round {round_}: {repeated} requests generated again under a new attempt, "
           f"{cut} attempts cut short, {sum(len(f) - 1 for f in finals.values())} repeated finals, "
           f"{len(reader.docs)} records")
+
+
+def test_produce_generate_feeds_a_worker_that_answers_every_request(broker, topic_factory, unique_group_id,
+                                                                    tmp_path) -> None:
+    """`tidebatch produce generate` (pipeline/loadgen/generate.py) against a real
+    worker: every request it sends is one the worker takes, and each gets one final."""
+    topics = _topics(topic_factory)
+    reader = _Reader(broker.bootstrap_servers, topics["output"])
+    log = tmp_path / "worker.log"
+    proc = _start(broker, topics, unique_group_id, log, "--policy", "continuous", "--max-slots", "8")
+    try:
+        sent = subprocess.run(
+            [sys.executable, "-m", "pipeline.cli", "produce", "generate", "--bootstrap-servers",
+             broker.bootstrap_servers, "--broker-profile", broker.profile, "--topic", topics["input"],
+             "--partitions", "1", "--count", "24", "--rate", "200", "--seed", "4", "--output-tokens", "loguniform:4:40", "--quiet"],
+            cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert sent.returncode == 0, sent.stderr
+        assert f"sent 24 generate requests to {topics['input']}" in sent.stdout
+        _wait(lambda: len(reader.finals()) >= 24, 50, "every produced request's final record", proc, log)
+        _stop(proc, log)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        reader.close()
+    finals = reader.finals()
+    assert set(finals) == {f"gen-4-{i}" for i in range(24)}
+    assert all(len(f) == 1 and f[0]["finish_reason"] in ("length", "stop") for f in finals.values())
+    assert all(1 <= f[0]["generated_tokens"] <= 40 for f in finals.values())
+    assert read_topic(broker.bootstrap_servers, topics["dlq"], 1, timeout=2) == []

@@ -76,4 +76,4 @@ def test_an_unknown_name_without_a_config_is_one_line(capsys: pytest.CaptureFixt
     assert cli.main(["produce", "crt", "--bootstrap-servers", "127.0.0.1:1"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
-    assert "unknown pipeline 'crt': the shipped ones are camera, ctr, text" in err and "-c CONFIG" in err
+    assert "unknown pipeline 'crt': the shipped ones are camera, ctr, generate, text" in err and "-c CONFIG" in err
