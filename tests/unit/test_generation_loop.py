@@ -69,6 +69,7 @@ class Source:
         self.commits: list[Mapping[TopicPartition, int]] = []
         self.paused = False
         self.polls = 0
+        self.pauses = 0
 
     def poll_batch(self, max_records: int, timeout: float) -> list[SourceRecord]:
         self.clock.advance(0.01)
@@ -84,6 +85,7 @@ class Source:
 
     def pause_all(self) -> None:
         self.paused = True
+        self.pauses += 1
 
     def resume_all(self) -> None:
         self.paused = False
@@ -100,7 +102,8 @@ def decoder():
     return open_decoder("cpu")
 
 
-def _loop(decoder, clock: FakeClock, producer: Producer, policy: str = "continuous", slots: int = 4) -> GenerationLoop:
+def _loop(decoder, clock: FakeClock, producer: Producer, policy: str = "continuous", slots: int = 4,
+          max_waiting: int = 256) -> GenerationLoop:
     session, shape = decoder
     limits, _ = resolve_limits(requested_request_bytes=65536, producer_bytes=1_000_000, described={},
                                outgoing=TOPICS.all(), dead_letter_topic=TOPICS.dead_letter, prefix_bytes=1024)
@@ -112,7 +115,8 @@ def _loop(decoder, clock: FakeClock, producer: Producer, policy: str = "continuo
     scheduler = GenerationScheduler(make_generation_policy(policy), KvBudget(slots, slots * shape.context))
     return GenerationLoop(producer=producer, outcomes_for=outcomes_for, scheduler=scheduler,
                           runner=DecoderRunner(session, shape, slots), context=shape.context, metrics=metrics,
-                          settings=GenerateSettings(chunk_tokens=4, flush_ms=1000, commit_interval_s=0.05),
+                          settings=GenerateSettings(chunk_tokens=4, flush_ms=1000, commit_interval_s=0.05,
+                                                    max_waiting=max_waiting),
                           clock=clock.now, wall=lambda: WALL0 + int(clock.now() * 1000))
 
 
@@ -200,3 +204,27 @@ def test_a_redelivered_record_runs_once_and_a_bad_one_is_dead_lettered(decoder) 
     assert [f["request_id"] for f in producer.finals()] == ["g"]
     assert [t for t, *_ in producer.sent].count("in.dlq") == 1
     assert source.last_commit() == 2
+
+
+def test_a_full_waiting_queue_holds_intake_without_pausing_the_partitions(decoder) -> None:
+    # pause() purges librdkafka's prefetched records and resume() refetches only on its
+    # broker thread's next wake-up: pausing at max_waiting left a saturated worker idle
+    # ~13 % of the time (pipeline/batching/backpressure.py). A draining queue holds.
+    clock, producer = FakeClock(), Producer()
+    reqs = [_rec(i, {"request_id": f"r{i}", "prompt": "Kafka ", "max_new_tokens": 4}) for i in range(12)]
+    loop = _loop(decoder, clock, producer, slots=2, max_waiting=4)
+    most = {"waiting": 0, "pauses": -1}
+
+    def script(poll: int) -> None:
+        most["waiting"] = max(most["waiting"], loop.scheduler.waiting)
+        if len(producer.finals()) == len(reqs) or poll == 500:
+            most["pauses"] = source.pauses  # before the shutdown's own pause
+            loop.stop("test")
+
+    source = Source(reqs, clock, script)
+    assert loop.run(source) == 0
+    assert len(producer.finals()) == len(reqs)
+    assert most["pauses"] == 0
+    assert loop.stats.pauses >= 1  # it held intake at least once
+    assert most["waiting"] <= 4 + 64  # one poll past the watermark at most
+    assert source.last_commit() == len(reqs)
