@@ -7,7 +7,9 @@ log-uniform over 8..200), in one run:
    record to the last final record (Kafka timestamps);
 2. steady Poisson loads at 25/50/90 % of the request rate continuous batching drained
    in step 1: tokens/s over the window, TTFT p50/p99 and request latency p99 (the
-   final records' own ttft_ms and latency_ms, from each request's Kafka timestamp).
+   final records' own ttft_ms and latency_ms, from each request's Kafka timestamp),
+   and the Kafka hop's p50:p99 (their to_worker_ms: timestamp to the worker's poll),
+   which `tidebatch simulate --workload generate --hop-ms` takes to predict the rows.
 
     .venv/bin/python bench/generation.py [--seconds 10] [--backlog 200] [--policies continuous,static,none]
                                          [--loads 0.25,0.5,0.9] [--repeat 1]
@@ -166,7 +168,7 @@ def measure(policy: str, bootstrap: str, pool: GenPool, args: argparse.Namespace
         span = (max(ts for ts, _ in finals) - first) / 1000.0
         tokens = sum(d["generated_tokens"] for _, d in ok)
         capacity = len(ok) / span
-        rows.append([policy, "saturation", f"{tokens / span:,.0f}", "-", "-", "-", len(ok), len(finals) - len(ok),
+        rows.append([policy, "saturation", f"{tokens / span:,.0f}", "-", "-", "-", "-", len(ok), len(finals) - len(ok),
                      cpu_text(shares)])
         base = rate_at_load_1 or capacity
         for load in args.loads:
@@ -178,9 +180,12 @@ def measure(policy: str, bootstrap: str, pool: GenPool, args: argparse.Namespace
             ok = [d for _, d in got if d["finish_reason"] != "deadline"]
             ttft = np.array([d["ttft_ms"] for d in ok]) if ok else np.array([np.nan])
             lat = np.array([d["latency_ms"] for d in ok]) if ok else np.array([np.nan])
+            # the Kafka hop (and any backlog in the topic): what `tidebatch simulate --hop-ms` takes
+            hop = np.array([d["to_worker_ms"] for d in ok]) if ok else np.array([np.nan])
             tps = sum(d["generated_tokens"] for d in ok) / args.seconds
             rows.append([policy, f"{load:.2f}", f"{tps:,.0f}", f"{np.percentile(ttft, 50):.0f}",
-                         f"{np.percentile(ttft, 99):.0f}", f"{np.percentile(lat, 99):.0f}", len(ok),
+                         f"{np.percentile(ttft, 99):.0f}", f"{np.percentile(lat, 99):.0f}",
+                         f"{np.percentile(hop, 50):.1f}:{np.percentile(hop, 99):.1f}", len(ok),
                          len(got) - len(ok) + sent - len(got), cpu_text(shares)])
         return rows, capacity
     finally:
@@ -216,7 +221,8 @@ def main() -> int:
                 sat.setdefault(policy, []).append(float(got[0][2].replace(",", "")))
     print(f"load 1 = {load_1:.2f} requests/s (continuous's drain); {args.slots} KV slots; "
           f"max_new_tokens log-uniform 8..200; {os.cpu_count()} cores")
-    print(table(["round", "policy", "load", "tokens/s", "ttft_p50_ms", "ttft_p99_ms", "lat_p99_ms", "finished",
+    print(table(["round", "policy", "load", "tokens/s", "ttft_p50_ms", "ttft_p99_ms", "lat_p99_ms",
+                 "to_worker_p50:p99_ms", "finished",
                  "deadline", "cores (generator+reader / worker / broker / rest of the machine / stolen)"], rows))
     if "static" in sat and "continuous" in sat:
         ratios = ", ".join(f"{c / s:.2f}x" for c, s in zip(sat["continuous"], sat["static"], strict=True))

@@ -277,16 +277,20 @@ def with_hops(arrivals: Sequence[Arrival], p50_ms: float, p99_ms: float, seed: i
     fetch): each delayed by a lognormal draw with this median and 99th percentile
     (a run's `to_worker` stage at low load, where it is transport, not backlog), in
     order of arrival at the worker."""
+    delay = hop_sampler(p50_ms, p99_ms, seed)
+    out = [Arrival(a.origin + delay(), a.rows, a.priority, a.deadline, a.tenant, a.origin) for a in arrivals]
+    out.sort(key=lambda a: a.t)
+    return out
+
+
+def hop_sampler(p50_ms: float, p99_ms: float, seed: int = 1) -> Callable[[], float]:
+    """Seconds of one Kafka hop: a lognormal draw with this median and 99th percentile
+    (with_hops; the generation simulator's arrivals, pipeline/generation/simulate.py)."""
     if p50_ms <= 0 or p99_ms < p50_ms:
         raise UserError(f"hop: need 0 < p50 <= p99 ms, got {p50_ms:g}:{p99_ms:g}")
     rng = random.Random(seed + 65537)
     mu, sigma = math.log(p50_ms / 1e3), math.log(p99_ms / p50_ms) / 2.3263  # z of the 99th percentile
-    out = [
-        Arrival(a.origin + rng.lognormvariate(mu, sigma), a.rows, a.priority, a.deadline, a.tenant, a.origin)
-        for a in arrivals
-    ]
-    out.sort(key=lambda a: a.t)
-    return out
+    return lambda: rng.lognormvariate(mu, sigma)
 
 
 @dataclass

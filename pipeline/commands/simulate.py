@@ -102,7 +102,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--hop-ms", default=None, metavar="P50:P99",
                         help="the Kafka hop before the worker: each request arrives a lognormal delay with this "
                              "median and 99th percentile after it was produced; deadlines and latencies still "
-                             "count from produce (a run's to_worker stage at low load; default: none)")
+                             "count from produce (a run's to_worker stage at low load; generate: the final records' "
+                             "to_worker_ms; default: none)")
     parser.add_argument("--high-watermark", type=int, default=20_000,
                         help="rows in the in-time queue that pause consumption (default: 20000)")
     parser.add_argument("--low-watermark", type=int, default=None,
@@ -220,6 +221,7 @@ def run_generate(args: argparse.Namespace) -> int:
         max_new_tokens=max_new,
         seed=args.seed,
         noise=args.noise,
+        hop_ms=_hop(args.hop_ms),
     )
     if args.json:
         print(json.dumps({"curve": cost.to_dict(), "results": [r.to_dict() for r in results]}, indent=2))
@@ -229,12 +231,13 @@ def run_generate(args: argparse.Namespace) -> int:
         f"t(step) = {cost.a * 1e3:g} ms + {cost.b * 1e3:g} ms/sequence + {cost.c * 1e3:g} ms/context token "
         f"+ {cost.p * 1e3:g} ms/prefill token; KV budget {cost.max_slots} slots, {cost.max_tokens} tokens"
     )
-    print(f"prompts {prompt}, outputs {output}, max_new_tokens {max_new}, seed {args.seed}, noise {args.noise:g}; "
+    hop = f"; Kafka hop {args.hop_ms} ms (p50:p99)" if args.hop_ms else ""
+    print(f"prompts {prompt}, outputs {output}, max_new_tokens {max_new}, seed {args.seed}, noise {args.noise:g}{hop}; "
           f"load 1 = {gen.capacity_req_s(cost, prompt, output, max_new):.1f} "
           f"requests/s, saturation = {gen.SATURATION_LOAD:g}x")
     print(gen.format_generation_table(results))
-    print("tokens/s = generated tokens per s of the arrival window; ttft = arrival -> first token, "
-          "lat = arrival -> last token, over finished requests; itl = gap between a sequence's tokens; "
+    print("tokens/s = generated tokens per s of the arrival window; ttft = produce -> first token, "
+          "lat = produce -> last token, over finished requests; itl = gap between a sequence's tokens; "
           "batch = sequences per decoding step")
     return 0
 

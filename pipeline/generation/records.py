@@ -31,6 +31,7 @@ class Timing:
     ttft_ms: float | None
     latency_ms: float
     decode_s: float  # first token -> last token
+    to_worker_ms: float = 0.0  # the record's timestamp -> the worker polled it (the Kafka hop, or a backlog)
 
 
 def chunk_value(gen: Generation, attempt: str, chunk: Chunk) -> bytes:
@@ -52,7 +53,7 @@ def final_value(gen: Generation, attempt: str, reason: str, timing: Timing, rec:
         "finish_reason": reason, "prompt_tokens": len(gen.prompt), "generated_tokens": generated,
         "chunks": gen.chunks_sent,
         "ttft_ms": None if timing.ttft_ms is None else round(timing.ttft_ms, 3),
-        "latency_ms": round(timing.latency_ms, 3),
+        "latency_ms": round(timing.latency_ms, 3), "to_worker_ms": round(timing.to_worker_ms, 3),
         "tokens_per_s": None if rate is None else round(rate, 2),
         "model": model, "source": {"topic": rec.topic, "partition": rec.partition, "offset": rec.offset},
     })

@@ -275,6 +275,7 @@ class GenerationLoop:
             ttft_ms=None if first is None else (first - job.arrival) * 1000.0 + job.age_ms,
             latency_ms=(outcome.at - job.arrival) * 1000.0 + job.age_ms,
             decode_s=0.0 if first is None else outcome.at - first,
+            to_worker_ms=job.age_ms,
         )
         value = final_value(job.gen, job.attempt, reason, timing, job.rec, self.settings.model)
         too_large = self.outcomes.result_too_large(job.rec, value)

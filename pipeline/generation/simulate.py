@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from pipeline.errors import UserError
 from pipeline.generation.budget import KvBudget
@@ -29,7 +29,7 @@ from pipeline.generation.cost import StepCost
 from pipeline.generation.policies import POLICIES, make_generation_policy
 from pipeline.generation.scheduler import GenerationScheduler
 from pipeline.generation.sequence import EXPIRED, REFUSED, GenRequest, Outcome
-from pipeline.simulate import RowsDist, _percentile
+from pipeline.simulate import RowsDist, _percentile, hop_sampler
 
 DEFAULT_PROMPT = "lognormal:128:0.6"
 DEFAULT_OUTPUT = "loguniform:8:256"  # issue 25: outputs of 8-256 tokens, most short
@@ -42,11 +42,18 @@ DEFAULT_POLICIES = ("none", "static", "continuous")
 
 @dataclass(frozen=True, slots=True)
 class GenArrival:
-    t: float
+    t: float  # arrival at the worker
     prompt_tokens: int
     output_tokens: int  # when the simulated model emits its stop token
     max_new_tokens: int
     priority: int = 0
+    sent: float | None = None  # produce time, where the Kafka hop is modelled (hop_ms)
+
+    @property
+    def origin(self) -> float:
+        """Produce time: what deadlines, TTFT and latency count from, as the worker
+        counts them from the record's timestamp (pipeline/generation/service.py)."""
+        return self.t if self.sent is None else self.sent
 
 
 @dataclass
@@ -74,8 +81,12 @@ def make_generation_workload(
     max_new_tokens: int = DEFAULT_MAX_NEW,
     seed: int = 1,
     label: str | None = None,
+    hop_ms: tuple[float, float] | None = None,
 ) -> GenWorkload:
-    """Poisson arrivals at load × capacity for `duration` seconds."""
+    """Poisson arrivals at load × capacity for `duration` seconds. hop_ms (p50, p99):
+    each reaches the worker a lognormal Kafka hop after it was produced
+    (pipeline/simulate.py hop_sampler; the final records' `to_worker_ms` at light load
+    measure it)."""
     if load <= 0 or duration <= 0 or max_new_tokens < 1:
         raise UserError("the generation workload needs load > 0, duration > 0, max_new_tokens >= 1")
     prompts, outputs = RowsDist.parse(prompt), RowsDist.parse(output)
@@ -86,6 +97,9 @@ def make_generation_workload(
     arrivals, t = [], 0.0
     while (t := t + rng.expovariate(rate)) < duration:
         arrivals.append(GenArrival(t, draw_prompt(), draw_output(), max_new_tokens))
+    if hop_ms is not None:
+        hop = hop_sampler(*hop_ms, seed=seed)
+        arrivals = sorted((replace(a, t=a.t + hop(), sent=a.t) for a in arrivals), key=lambda a: a.t)
     return GenWorkload(arrivals, duration, load, label or f"{load:g}")
 
 
@@ -153,7 +167,8 @@ def run_generation(
             a = arrivals[i]
             rid = str(i)
             stop_at[rid] = a.output_tokens
-            req = GenRequest(rid, a.prompt_tokens, a.max_new_tokens, a.t, a.t + cost.budget(a.priority), a.priority)
+            req = GenRequest(rid, a.prompt_tokens, a.max_new_tokens, a.origin, a.origin + cost.budget(a.priority),
+                             a.priority)
             refused = sched.submit(req)
             if refused is not None:
                 record(refused)
@@ -221,6 +236,7 @@ def compare_generation(
     max_new_tokens: int = DEFAULT_MAX_NEW,
     seed: int = 1,
     noise: float = 0.1,
+    hop_ms: tuple[float, float] | None = None,
 ) -> list[GenResult]:
     """Every policy on the same arrivals, per load (then at saturation)."""
     for p in policies:
@@ -228,7 +244,7 @@ def compare_generation(
     points = [(x, None) for x in loads] + ([(SATURATION_LOAD, "saturation")] if saturation else [])
     workloads = [
         make_generation_workload(cost, x, duration=duration, prompt=prompt, output=output,
-                                 max_new_tokens=max_new_tokens, seed=seed, label=lab)
+                                 max_new_tokens=max_new_tokens, seed=seed, label=lab, hop_ms=hop_ms)
         for x, lab in points
     ]
     return [run_generation(w, cost, p, noise=noise, seed=seed) for w in workloads for p in policies]

@@ -146,6 +146,7 @@ def test_an_offset_commits_only_once_its_final_record_is_acknowledged(decoder) -
     finals = producer.finals()
     assert [f["request_id"] for f in finals] == ["r0", "r1", "r2"]
     assert all(f["finish_reason"] == "length" and f["generated_tokens"] == 6 for f in finals)
+    assert all(f["to_worker_ms"] == 10.0 for f in finals)  # polled 10 ms after their timestamp
     # the request's own key (here none: its request_id) keys chunks and final alike
     keys = {key for t, key, d in producer.sent if t == "out" and d["request_id"] == "r0"}
     assert keys == {b"r0"}

@@ -117,3 +117,23 @@ def test_the_simulate_command_runs_the_generation_workload(capsys):
     args = build_parser().parse_args(["simulate", "--workload", "generate", "--scenario", "burst"])
     with pytest.raises(UserError, match="Poisson arrivals only"):
         args.func(args)
+
+
+def test_a_kafka_hop_delays_arrival_and_counts_in_ttft_and_deadlines():
+    # The worker counts TTFT and the admission deadline from the record's timestamp
+    # (pipeline/generation/service.py): so does the simulator once the hop is modelled.
+    cost = load_step_cost("generation-assumed")
+    plain = make_generation_workload(cost, 0.1, duration=5.0, seed=SEED)
+    hopped = make_generation_workload(cost, 0.1, duration=5.0, seed=SEED, hop_ms=(20.0, 40.0))
+    assert sorted(a.origin for a in hopped.arrivals) == [a.t for a in plain.arrivals]
+    hops = sorted((a.t - a.origin) * 1e3 for a in hopped.arrivals)
+    assert hops[0] > 0 and 15 <= hops[len(hops) // 2] <= 25 and hops[-1] < 80
+    assert [a.t for a in hopped.arrivals] == sorted(a.t for a in hopped.arrivals)
+    base = run_generation(plain, cost, "continuous", seed=SEED)
+    late = run_generation(hopped, cost, "continuous", seed=SEED)
+    assert late.ttft_p50_ms - base.ttft_p50_ms == pytest.approx(20.0, abs=5.0)
+    # a hop longer than the whole budget: every request expires before it is admitted
+    lost = make_generation_workload(cost, 0.1, duration=2.0, seed=SEED,
+                                    hop_ms=(cost.budget(0) * 1e3 * 2, cost.budget(0) * 1e3 * 3))
+    r = run_generation(lost, cost, "continuous", seed=SEED)
+    assert r.finished == 0 and r.expired == r.requests > 0
