@@ -38,6 +38,7 @@ from bench.generation import GenPool  # noqa: E402
 from bench.harness import table  # noqa: E402
 from models.decoder import tokenizer  # noqa: E402
 from pipeline.generation.budget import KvBudget  # noqa: E402
+from pipeline.generation.cost import plan_counts  # noqa: E402
 from pipeline.generation.policies import make_generation_policy  # noqa: E402
 from pipeline.generation.runner import DecoderRunner, Session, gen_request, open_decoder  # noqa: E402
 from pipeline.generation.scheduler import GenerationScheduler  # noqa: E402
@@ -118,7 +119,7 @@ def drain(policy: str, pool: GenPool, n: int, slots: int, session: Session, shap
         for seq in plan.emitting:
             seq.request.item.chunk(d, 16, 0.1)
         e = time.perf_counter()
-        clocks.steps.append((len(plan.decode), plan.context_tokens, plan.prefill_tokens, e - a))
+        clocks.steps.append((*plan_counts(plan, "computed" if in_place is not None else "live"), e - a))
         clocks.add("schedule", (b - a) + (d - c))
         clocks.add("runner", c - b)
         clocks.add("chunks", e - d)
@@ -131,7 +132,8 @@ def drain(policy: str, pool: GenPool, n: int, slots: int, session: Session, shap
 
 
 def fit_curve(steps: list[tuple[int, int, int, float]], slots: int, context: int) -> dict:
-    """t(step) = a + b·decoded + c·context + p·prefilled (pipeline/generation/cost.py),
+    """t(step) = a + b·decoded + c·context + p·prefilled (pipeline/generation/cost.py; the
+    in-place steps' rows and prefill as the runner computes them, plan_counts),
     least squares over whole steps (scheduler, runner, chunks), every cost >= 0: a
     term that fits negative is dropped and the rest fitted again."""
     x = np.array([[1.0, n, ctx, pre] for n, ctx, pre, _ in steps])
@@ -150,7 +152,7 @@ def fit_curve(steps: list[tuple[int, int, int, float]], slots: int, context: int
                       f"{time.strftime('%Y-%m-%d')}",
             "step_ms": full[0] * 1e3, "ms_per_sequence": full[1] * 1e3, "ms_per_context_token": full[2] * 1e3,
             "prefill_ms_per_token": full[3] * 1e3, "max_slots": slots, "max_tokens": slots * context,
-            "slo_ms": {"0": 5000}}
+            "slo_ms": {"0": 5000}, "counts": "computed"}
 
 
 def main() -> int:

@@ -30,10 +30,12 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from pipeline.errors import UserError
+from pipeline.generation.cost import plan_counts
 
 CHUNK_TOKENS, FLUSH_S = 16, 0.1  # the generate worker's defaults (pipeline/generation/service.py)
 POLICIES = ("static", "continuous")  # the cells' kinds (run_cell)
@@ -45,9 +47,9 @@ PROMPT_TEXT = "Kafka records in, token chunks out: the scheduler admits, decodes
 class StepPoint:
     """A step's size and its seconds (one step, or the median of a cell's)."""
 
-    decoded: int  # sequences decoded
+    decoded: int  # rows decoded: sequences, or the in-place call's slot range (cost.plan_counts)
     context: int  # context tokens those sequences attend
-    prefilled: int  # prompt tokens prefilled
+    prefilled: int  # prompt tokens prefilled (padded to the longest chunk of the call, in place)
     seconds: float
 
 
@@ -166,8 +168,14 @@ def run_cell(runner, slots: int, context: int, policy: str, n: int, prompt_token
         sched.complete(plan, now, result.stopped)
         for seq in plan.emitting:
             seq.request.item.chunk(now, CHUNK_TOKENS, FLUSH_S)
-        out.append(StepPoint(len(plan.decode), plan.context_tokens, plan.prefill_tokens, clock() - t0))
+        out.append(StepPoint(*plan_counts(plan, runner_counts(runner)), clock() - t0))
     return out
+
+
+def runner_counts(runner: Any) -> str:
+    """How the runner's steps are charged (pipeline/generation/cost.py plan_counts):
+    the in-place decoder computes its whole slot range, the gathered path its rows."""
+    return "live" if getattr(runner, "in_place", None) is None else "computed"
 
 
 @dataclass(frozen=True)
@@ -229,6 +237,9 @@ def curve_document(profile: GenerationProfile, *, name: str, model: str, provide
         "step_ms": f.a * 1e3, "ms_per_sequence": f.b * 1e3, "ms_per_context_token": f.c * 1e3,
         "prefill_ms_per_token": f.p * 1e3, "max_slots": slots, "max_tokens": slots * context,
         "slo_ms": {"0": deadline_ms},
+        # what a step is charged for: the rows the in-place call computes (its slot
+        # range) and padded prefill, or the live ones for the gathered fallback
+        "counts": "computed" if profile.decoding == "in place" else "live",
         "fit": {"held_at_zero": list(f.dropped),
                 "cells": [{"policy": c.policy, "sequences": c.sequences, "prompt_tokens": c.prompt_tokens,
                            "steps": len(c.steps), "ms": round(sum(q.seconds for q in c.steps) * 1e3, 4),

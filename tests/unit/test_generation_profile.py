@@ -126,6 +126,7 @@ def test_a_real_profile_of_the_shipped_decoder_writes_a_curve_the_simulator_runs
     assert all(math.isfinite(t) and t >= 0.0 for t in terms), terms
     assert cost.a + cost.b > 0.0 and cost.p > 0.0  # a prefill of 72 tokens costs more than one of 8
     assert (cost.max_slots, cost.max_tokens) == (4, 4 * 256)
+    assert cost.counts == ("live" if gathered else "computed")  # the in-place call computes its slot range
     assert main(["simulate", "--workload", "generate", "--curve", str(out / "curve.json"), "--duration", "1",
                  "--load", "0.5", "--no-saturation", "--policies", "continuous", "--json"]) == 0
     sim = json.loads(capsys.readouterr().out)

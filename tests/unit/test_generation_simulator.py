@@ -137,3 +137,33 @@ def test_a_kafka_hop_delays_arrival_and_counts_in_ttft_and_deadlines():
                                     hop_ms=(cost.budget(0) * 1e3 * 2, cost.budget(0) * 1e3 * 3))
     r = run_generation(lost, cost, "continuous", seed=SEED)
     assert r.finished == 0 and r.expired == r.requests > 0
+
+
+def test_computed_counts_charge_the_in_place_slot_range_and_padded_prefill():
+    # The in-place decoding call runs every slot between the lowest and highest decoded
+    # one, finished ones too, and one prefill call pads every chunk to the longest
+    # (pipeline/generation/runner.py): "computed" charges that, "live" what is decoded.
+    from pipeline.generation.budget import KvBudget
+    from pipeline.generation.cost import plan_counts
+    from pipeline.generation.policies import make_generation_policy
+    from pipeline.generation.scheduler import GenerationScheduler
+    from pipeline.generation.sequence import GenRequest
+
+    sched = GenerationScheduler(make_generation_policy("static"), KvBudget(4, 4 * 256))
+    for rid, prompt, new in (("a", 10, 2), ("b", 4, 9), ("c", 6, 2), ("d", 3, 9)):
+        assert sched.submit(GenRequest(rid, prompt, new, 0.0, 1e9, 0, None)) is None
+    first = sched.plan(0.0)  # the batch's prefill: four chunks padded to the longest
+    assert plan_counts(first, "live") == (0, 0, 23)
+    assert plan_counts(first, "computed") == (0, 0, 4 * 10)
+    sched.complete(first, 0.0, [])
+    second = sched.plan(0.0)
+    sched.complete(second, 0.0, ["a", "c"])  # a and c end: slots 0 and 2 free in the batch
+    third = sched.plan(0.0)
+    slots = sorted(s.slot for s in third.decode)
+    assert slots == [1, 3]
+    assert plan_counts(third, "live")[0] == 2 and plan_counts(third, "computed")[0] == 3
+    cost = step_cost_from_dict({"step_ms": 1, "ms_per_sequence": 1, "prefill_ms_per_token": 0, "max_slots": 4,
+                                "max_tokens": 1024, "counts": "computed"})
+    assert cost.plan_time(third) == pytest.approx((1 + 3) / 1e3)
+    with pytest.raises(UserError, match="counts must be one of live, computed"):
+        step_cost_from_dict({**cost.to_dict(), "counts": "padded"})
