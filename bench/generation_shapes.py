@@ -42,7 +42,8 @@ HEAD_DIM = 32  # the shipped decoder's (models/decoder/spec.json)
 
 
 def decode_fit(calls: list[tuple[int, int, float]]) -> tuple[float, float]:
-    """(fixed ms, ms per row) of the decoding calls, least squares on their rows."""
+    """(fixed ms, ms per row) of the decoding calls, least squares on the rows they
+    compute (the in-place call's slot range, bench/generation_steps.py TimedInPlace)."""
     x = np.array([[1.0, n] for n, _, _ in calls])
     y = np.array([s * 1e3 for _, _, s in calls])
     (a, b), *_ = np.linalg.lstsq(x, y, rcond=None)

@@ -48,8 +48,9 @@ from pipeline.generation.stream import Generation  # noqa: E402
 
 @dataclass
 class Clocks:
-    """Seconds per part, and what a cost curve is fitted from: per decoding call its
-    rows, the context tokens they attend and its seconds; per prefill call its tokens."""
+    """Seconds per part, and what a cost curve is fitted from: per decoding call the
+    rows it computes (in place: its slot range), the context tokens they attend and its
+    seconds; per prefill call its tokens."""
 
     parts: dict[str, float] = field(default_factory=dict)
     decode_calls: list[tuple[int, int, float]] = field(default_factory=list)
@@ -91,7 +92,8 @@ class TimedInPlace:
         context = int(sum(lengths[s] + 1 for s in rows))
         out = self.inner.step(cache, lengths, rows)
         self.clocks.add("ort_decode", self.inner.last_call_s)
-        self.clocks.decode_calls.append((len(rows), context, self.inner.last_call_s))
+        # rows the call computes: its whole slot range (pipeline/generation/cost.py plan_counts)
+        self.clocks.decode_calls.append((max(rows) - min(rows) + 1, context, self.inner.last_call_s))
         return out
 
 
@@ -106,7 +108,7 @@ def drain(policy: str, pool: GenPool, n: int, slots: int, session: Session, shap
         prompt, new = pool.items[i]
         gens.append(Generation(f"r{i}", tokenizer.encode(prompt), new))
         sched.submit(gen_request(gens[-1], 0.0, 1e9))
-    steps = tokens = 0
+    steps = tokens = decoding = live = computed = 0
     cpu0, t0 = time.process_time(), time.perf_counter()
     while sched.has_work:
         a = time.perf_counter()
@@ -125,10 +127,16 @@ def drain(policy: str, pool: GenPool, n: int, slots: int, session: Session, shap
         clocks.add("chunks", e - d)
         steps += 1
         tokens += len(result.tokens)
+        if plan.decode:  # rows the in-place call computes (its slot range) against the live ones
+            decoding += 1
+            live += len(plan.decode)
+            computed += plan_counts(plan, "computed")[0]
     wall = time.perf_counter() - t0
     own = clocks.parts["runner"] - clocks.parts.get("ort_decode", 0.0) - clocks.parts.get("ort_prefill", 0.0)
     clocks.parts["runner_own"] = own  # gather/write-back or binding, sampling, pushes
-    return {"steps": steps, "tokens": tokens, "wall": wall, "cpu": (time.process_time() - cpu0) / wall}, clocks
+    rows = f"{live / max(decoding, 1):.1f}/{computed / max(decoding, 1):.1f}"
+    return {"steps": steps, "tokens": tokens, "wall": wall, "cpu": (time.process_time() - cpu0) / wall,
+            "rows": rows}, clocks
 
 
 def fit_curve(steps: list[tuple[int, int, int, float]], slots: int, context: int) -> dict:
@@ -186,12 +194,12 @@ def main() -> int:
                     fitted += ck.steps
                 tps.setdefault((mode, policy), []).append(r["tokens"] / r["wall"])
                 rows.append([rep + 1, mode, policy, f"{r['tokens'] / r['wall']:,.0f}", r["steps"],
-                             f"{r['tokens'] / r['steps']:.1f}", f"{per['runner'] + per['schedule'] + per['chunks']:.3f}",
+                             f"{r['tokens'] / r['steps']:.1f}", r["rows"], f"{per['runner'] + per['schedule'] + per['chunks']:.3f}",
                              f"{per.get('ort_decode', 0):.3f}", f"{per.get('ort_prefill', 0):.3f}",
                              f"{per['runner_own']:.3f}", f"{per['chunks']:.3f}", f"{per['schedule']:.3f}",
                              f"{r['cpu']:.2f}"])
     print(f"{args.requests} requests, {args.slots} KV slots, max_new_tokens log-uniform 8..200; ms per step")
-    print(table(["run", "decode", "policy", "tokens/s", "steps", "tokens/step", "step", "ort_decode",
+    print(table(["run", "decode", "policy", "tokens/s", "steps", "tokens/step", "rows live/computed", "step", "ort_decode",
                  "ort_prefill", "runner_own", "chunks", "schedule", "cpu"], rows))
     for mode, _ in modes:
         c, s = tps.get((mode, "continuous")), tps.get((mode, "static"))

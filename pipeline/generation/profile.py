@@ -8,8 +8,9 @@ DecoderRunner (pipeline/generation/runner.py), with its decoding steps in place 
 KV slots when open_in_place builds the in-place decoder for the provider and through
 the gathered fallback when it does not (the same call pipeline/generation/serve.py
 makes), planned by the GenerationScheduler and with each token pushed into its
-stream's chunks: whole steps, as bench/generation_steps.py --curve timed them for the
-shipped curve pipeline/curves/generation-decoder-tiny-cpu.json. Per sequence count
+stream's chunks: whole steps, as bench/generation_steps.py --curve times them (the
+shipped curve pipeline/curves/generation-decoder-tiny-cpu.json is this profile's, of
+2026-12-03). Per sequence count
 and prompt length of a small grid, two cells (run_cell): a static one, which tells
 the terms apart, and a continuous one, whose steps are what continuous batching runs
 (prefill beside decoding, rows of different lengths). Every round runs the same steps

@@ -48,11 +48,12 @@ def test_the_shipped_curve_is_marked_assumed_and_each_loader_refuses_the_others_
 
 
 def test_the_measured_curve_of_the_shipped_decoder_is_marked_measured_and_loads():
-    """pipeline/curves/generation-decoder-tiny-cpu.json, written by
-    bench/generation_steps.py --curve (docs/GENERATION.md, "Why not 2x here"): a step's
-    fixed cost small beside its rows', the opposite of the assumed GPU-shaped curve."""
+    """pipeline/curves/generation-decoder-tiny-cpu.json, written by `tidebatch profile
+    generate` (docs/GENERATION.md, "The simulator against the pipeline"): a step's fixed
+    cost small beside its rows', the opposite of the assumed GPU-shaped curve, charged
+    for the rows the in-place call computes."""
     cost = load_step_cost("generation-decoder-tiny-cpu")
-    assert not cost.assumed and "bench/generation_steps.py" in cost.source
+    assert not cost.assumed and "tidebatch profile generate" in cost.source and cost.counts == "computed"
     assert (cost.max_slots, cost.max_tokens) == (16, 16 * 256)
     assert 0 < cost.a < 16 * cost.b + 16 * 100 * cost.c  # 16 rows at ~100 tokens outweigh the step
 
