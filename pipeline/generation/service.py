@@ -112,6 +112,15 @@ class GenerationLoop:
         # queue that does not drain.
         self.backpressure = Backpressure(settings.max_waiting, settings.max_waiting // 2,
                                          poll_records=settings.poll_records)
+        # The request worker's histograms, read the same way by `tidebatch status`, the
+        # dashboards and the alerts (docs/GENERATION.md, "Ops endpoints"): a decoding
+        # step is a batch of its sequences, a step's time the model's, a final record's
+        # latency the end-to-end one.
+        m = metrics
+        self._h_rows = m.batch_rows.labels(m.pipeline, m.policy)
+        self._h_step = m.inference.labels(m.pipeline)
+        self._h_e2e = m.e2e.labels(m.pipeline)
+        self._h_to_worker = m.stage.labels(m.pipeline, "to_worker")
         self.exit_code = 0
         self._stopping: str | None = None
         self._chunk_failures = 0
@@ -222,6 +231,7 @@ class GenerationLoop:
         gen = parsed.gen
         keyed = replace(rec, key=rec.key or gen.request_id.encode("utf-8"))
         job = _Job(keyed, gen, uuid.uuid4().hex[:16], now, float(age_ms))
+        self._h_to_worker.observe(age_ms / 1000.0)
         refused = self.scheduler.submit(gen_request(gen, now, deadline, parsed.priority, key=key))
         if refused is not None:
             self.outcomes.dead_letter(rec, refused.detail, "admit")
@@ -235,8 +245,12 @@ class GenerationLoop:
             self._finish(outcome)
         if plan.empty:
             return
+        began = self.clock()
         result = self.runner.run(plan)
         now = self.clock()
+        self._h_step.observe(now - began)
+        if plan.decode:
+            self._h_rows.observe(len(plan.decode))
         finished = self.scheduler.complete(plan, now, result.stopped)
         done = {o.request.request_id for o in finished}
         s = self.settings
@@ -284,4 +298,5 @@ class GenerationLoop:
             return
         self.outcomes.result(job.rec, value, ready_wall_ms=self.wall())
         self.metrics.outcome(job.rec.topic, "generated" if reason != FINISH_DEADLINE else "deadline")
+        self._h_e2e.observe(timing.latency_ms / 1000.0)
         self.stats.count("scored")

@@ -77,3 +77,25 @@ def test_the_ops_server_serves_a_generate_worker(decoder) -> None:  # noqa: F811
     assert (worker["pipeline"], worker["policy"], worker["input_topic"], worker["provider"]) == (
         "generate", "continuous", "in", "cpu")
     assert worker["slo_ms"] == loop.settings.deadline_ms
+
+
+def test_the_loop_feeds_the_histograms_tidebatch_status_reads(decoder) -> None:  # noqa: F811
+    # pipeline/commands/status.py reads p99 from tidebatch_end_to_end_latency_seconds
+    # and the batch from tidebatch_batch_rows: a decoding step is a batch of sequences.
+    clock, producer = FakeClock(), Producer()
+    loop = _loop(decoder, clock, producer, slots=2)
+    reqs = [_rec(i, {"request_id": f"r{i}", "prompt": "Kafka ", "max_new_tokens": 5}) for i in range(3)]
+    source = Source(reqs, clock, lambda poll: loop.stop("test") if poll == 60 else None)
+    assert loop.run(source) == 0
+    reg = loop.metrics.registry
+
+    def value(name: str, **labels: str) -> float:
+        got = reg.get_sample_value(name, {"pipeline": "generate", **labels})
+        assert got is not None, name
+        return got
+
+    assert value("tidebatch_end_to_end_latency_seconds_count") == len(producer.finals()) == 3
+    assert value("tidebatch_stage_seconds_count", stage="to_worker") == 3
+    steps = value("tidebatch_batch_rows_count", policy="continuous")
+    assert steps >= 4 and value("tidebatch_batch_rows_sum", policy="continuous") > steps  # 2 slots mostly full
+    assert value("tidebatch_inference_seconds_count") >= steps
