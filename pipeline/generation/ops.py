@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pipeline.ops.http_config import MetricsConfig
 
@@ -65,8 +65,11 @@ class GenerateOpsView:
     """One generation loop, read as pipeline/ops/http.py reads a Worker."""
 
     def __init__(self, loop: GenerationLoop, *, policy: str, group_id: str, input_topic: str, provider: str,
-                 metrics_config: MetricsConfig | None = None) -> None:
+                 metrics_config: MetricsConfig | None = None, model: Any = None) -> None:
+        """model: what GET /model shows (name, version, onnx_path: the decoder's
+        models/registry.py ModelSpec); the decoder has no versions to reload."""
         self._loop = loop
+        self.model = model
         self.cfg = OpsConfig(loop.metrics.pipeline, group_id, input_topic,
                              _Batching(policy, loop.settings.deadline_ms), metrics_config or MetricsConfig())
         self.session = _Session(provider)

@@ -90,11 +90,12 @@ def serve_generate(svc: GenerateService) -> int:
     print(f"tidebatch generate: {svc.input_topic} -> {svc.output_topic} (policy {svc.policy})", flush=True)
     server = None
     if svc.metrics_port is not None:
+        from models.registry import load_spec
         from pipeline.generation.ops import GenerateOpsView
         from pipeline.ops.http import OpsServer
 
         view = GenerateOpsView(loop, policy=svc.policy, group_id=svc.group_id, input_topic=svc.input_topic,
-                               provider=getattr(session, "provider", svc.provider))
+                               provider=getattr(session, "provider", svc.provider), model=load_spec("decoder"))
         server = OpsServer(view, svc.metrics_host, svc.metrics_port).start()
         print(f"tidebatch generate metrics: {server.url}/metrics", flush=True)
     try:

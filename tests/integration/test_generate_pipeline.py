@@ -183,6 +183,8 @@ def test_every_request_gets_its_chunks_in_order_and_one_final_record(broker, top
         generated = [ln for ln in metrics.splitlines() if ln.startswith("tidebatch_records_total{")
                      and 'outcome="generated"' in ln]
         assert generated and float(generated[0].rsplit(" ", 1)[1]) == len(reqs), generated
+        code, model = _get(url + "/model")
+        assert code == 200 and orjson.loads(model)["model"] == "decoder_tiny"
         code, stats = _get(url + "/api/stats")
         assert code == 200 and orjson.loads(stats)["worker"]["pipeline"] == "generate"
         _stop(proc, log)
