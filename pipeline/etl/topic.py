@@ -21,7 +21,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
 
 from consumers.profiles import consumer_config
 from pipeline.codecs.base import Decoded, DecodeError
@@ -33,6 +40,7 @@ from pipeline.etl.inputs import Chunk, Reject
 _POLL_RECORDS = 5000
 _POLL_S = 0.2
 _STALL_S = 30.0  # no record and no EOF for this long: the broker is not serving the range
+_RESET_BACKOFF_S = 0.5  # before asking again for an offset the broker called out of range
 
 
 @dataclass(frozen=True)
@@ -51,6 +59,11 @@ class PartitionRange:
 def _consumer(bootstrap: str, profile: str, settings: Mapping[str, Any] | None) -> Consumer:
     conf = consumer_config(profile, bootstrap, "tidebatch-etl", settings)  # never joins: assign() only
     conf["enable.partition.eof"] = True
+    # An offset the broker calls out of range is an error event here (_records and
+    # _watermarks ask again), not the profile's silent "earliest": a range job that
+    # jumped back to the log's start re-read offsets before its range. Apache Kafka
+    # answered OFFSET_OUT_OF_RANGE once for an offset it held (CI, 2026-12-03).
+    conf["auto.offset.reset"] = "error"
     try:
         return Consumer(conf)
     except KafkaException as exc:
@@ -108,7 +121,8 @@ def _partitions(c: Consumer, topic: str, wanted: Sequence[int] | None, bootstrap
 def _watermarks(c: Consumer, topic: str, parts: list[int]) -> tuple[dict[int, int], dict[int, int]]:
     """Low and high watermarks from a real fetch: one record or the EOF event per
     partition, then the watermarks librdkafka cached from that fetch response."""
-    c.assign([TopicPartition(topic, p, 0) for p in parts])
+    at = dict.fromkeys(parts, 0)
+    c.assign([TopicPartition(topic, p, at[p]) for p in parts])
     seen: set[int] = set()
     deadline = time.monotonic() + _STALL_S
     while len(seen) < len(parts):
@@ -116,6 +130,11 @@ def _watermarks(c: Consumer, topic: str, parts: list[int]) -> tuple[dict[int, in
             raise UserError(f"topic {topic!r}: the broker did not answer a fetch within {_STALL_S:.0f} s")
         for m in c.consume(_POLL_RECORDS, _POLL_S):
             err = m.error()
+            if err is not None and err.code() == KafkaError._AUTO_OFFSET_RESET:
+                # offset 0 is gone (retention): start from the log's start instead
+                at[m.partition()] = OFFSET_BEGINNING
+                c.assign([TopicPartition(topic, p, at[p]) for p in parts])
+                continue
             if err is not None and err.code() != KafkaError._PARTITION_EOF:
                 if err.fatal():
                     raise UserError(f"topic {topic!r}: {err.str()}")
@@ -180,9 +199,18 @@ def _records(c: Consumer, rng: PartitionRange, at: int) -> Iterator[Any]:
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
                     return  # the log ends before the range did (e.g. records were deleted)
+                if err.code() == KafkaError._AUTO_OFFSET_RESET:
+                    # Out of range by the broker's word: ask for the same offset again
+                    # (the range was inside the watermarks when the job was made) until
+                    # _STALL_S without progress says the broker will not serve it.
+                    time.sleep(_RESET_BACKOFF_S)
+                    c.assign([TopicPartition(rng.topic, rng.partition, position)])
+                    continue
                 if err.fatal():
                     raise UserError(f"{rng.topic}[{rng.partition}]: {err.str()}")
                 continue
+            if m.offset() < position:
+                continue  # never a record before the one asked for
             last_progress = time.monotonic()
             position = m.offset() + 1
             if m.offset() >= rng.end:
