@@ -40,6 +40,7 @@ from models.decoder import tokenizer  # noqa: E402
 from pipeline.generation.budget import KvBudget  # noqa: E402
 from pipeline.generation.cost import plan_counts  # noqa: E402
 from pipeline.generation.policies import make_generation_policy  # noqa: E402
+from pipeline.generation.profile import runner_counts  # noqa: E402
 from pipeline.generation.runner import DecoderRunner, Session, gen_request, open_decoder  # noqa: E402
 from pipeline.generation.scheduler import GenerationScheduler  # noqa: E402
 from pipeline.generation.slot_decoder import InPlaceDecoder, open_in_place  # noqa: E402
@@ -121,7 +122,7 @@ def drain(policy: str, pool: GenPool, n: int, slots: int, session: Session, shap
         for seq in plan.emitting:
             seq.request.item.chunk(d, 16, 0.1)
         e = time.perf_counter()
-        clocks.steps.append((*plan_counts(plan, "computed" if in_place is not None else "live"), e - a))
+        clocks.steps.append((*plan_counts(plan, runner_counts(runner)), e - a))
         clocks.add("schedule", (b - a) + (d - c))
         clocks.add("runner", c - b)
         clocks.add("chunks", e - d)

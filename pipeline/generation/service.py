@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from consumers.dead_letter import record_bytes
 from consumers.offsets import OffsetTracker
 from consumers.records import Producer, SendError, Source, SourceRecord, TopicPartition
-from pipeline.batching.backpressure import Backpressure, Intake
+from pipeline.batching.backpressure import Backpressure
 from pipeline.clock import wall_ms
 from pipeline.generation.records import FINISH_DEADLINE, Timing, chunk_value, final_value
 from pipeline.generation.requests import BadRequest, parse_request
@@ -40,6 +40,7 @@ from pipeline.generation.sequence import FINISH_LENGTH, FINISH_STOP, REFUSED, Ou
 from pipeline.generation.stream import Chunk, Generation
 from pipeline.metrics import WorkerMetrics
 from pipeline.outcomes import Outcomes
+from pipeline.worker.intake import follow_intake
 from pipeline.worker.partitions import Partitions
 from pipeline.worker.stats import WorkerStats
 
@@ -190,15 +191,8 @@ class GenerationLoop:
         source.close()
 
     def _poll(self, source: Source) -> None:
-        intake = self.backpressure.step(self.scheduler.waiting, self.clock())
-        if intake.started_hold:
-            self.metrics.pauses.labels(PIPELINE).inc()
-            self.stats.count("pauses")
-        if intake.state is Intake.PAUSED and not source.paused:
-            log.warning("%d requests waiting and not draining: pausing the partitions", self.scheduler.waiting)
-            source.pause_all()
-        elif intake.state is not Intake.PAUSED and source.paused:
-            source.resume_all()
+        intake = follow_intake(self.backpressure, self.scheduler.waiting, self.clock(), source, self.metrics,
+                               PIPELINE, self.stats, "%d requests waiting")
         if not intake.max_records:
             self.last_poll_ok = self.clock()  # holding: the decoder works through what waits
             return

@@ -30,7 +30,7 @@ from consumers.dead_letter import Origin, class_path, member_id
 from consumers.offsets import OffsetTracker
 from consumers.records import KafkaRefused, Source, SourceRecord, TopicPartition
 from models.registry import ModelSpec
-from pipeline.batching.backpressure import Intake, IntakeDecision
+from pipeline.batching.backpressure import IntakeDecision
 from pipeline.clock import Clock, wall_ms
 from pipeline.config import WorkerConfig
 from pipeline.hooks import WorkerHook
@@ -45,6 +45,7 @@ from pipeline.tenants_config import max_budget_ms, tenant_budget_ms
 from pipeline.worker.admission import Admission
 from pipeline.worker.compose import WorkerParts, build_parts
 from pipeline.worker.executors import Executors
+from pipeline.worker.intake import follow_intake
 from pipeline.worker.late_routing import route_late
 from pipeline.worker.partitions import Partitions
 from pipeline.worker.publisher import Publisher
@@ -363,23 +364,8 @@ class Worker:
     def _apply_backpressure(self) -> IntakeDecision:
         """Hold or pause consumption by the queue's backpressure rows (batching/backpressure.py
         says why holding, not pausing, is the usual answer)."""
-        before = self.backpressure.state
-        intake = self.backpressure.step(self.queue.backpressure_rows, time.monotonic())
-        if intake.started_hold:
-            self.metrics.pauses.labels(self.cfg.pipeline).inc()
-            self.stats.count("pauses")
-        if intake.state is not before:
-            self.metrics.paused.labels(self.cfg.pipeline).set(0 if intake.state is Intake.OPEN else 1)
-        if self.source is not None:
-            if intake.state is Intake.PAUSED and not self.source.paused:
-                log.warning(
-                    "queue at %d rows and not draining: pausing the partitions",
-                    self.queue.backpressure_rows,
-                )
-                self.source.pause_all()
-            elif intake.state is not Intake.PAUSED and self.source.paused:
-                self.source.resume_all()
-        return intake
+        return follow_intake(self.backpressure, self.queue.backpressure_rows, time.monotonic(), self.source,
+                             self.metrics, self.cfg.pipeline, self.stats, "queue at %d rows")
 
     @property
     def assigned(self) -> list[TopicPartition]:
