@@ -7,6 +7,9 @@ producers send.
         (within the share), yellow (over it), red (over the ceiling)
     tidebatch_tenant_shed_rows_total{pipeline, tenant_class}     rows shed to the late topic
     tidebatch_tenant_share_used{pipeline, tenant_class}          recent rate / guaranteed rate
+    tidebatch_tenant_share_served{pipeline, tenant_class}        recent rows taken into batches /
+        guaranteed rate: 1 or more, its guarantee met (a class over its share and served it
+        yields within green, pipeline/batching/tenants.py tier_of)
     tidebatch_tenant_requests_total{pipeline, tenant_class, outcome}  one outcome per request
         the gate marked: ok (scored in time), late (scored late), routed_late (to the late
         topic unscored: expired, or shed over the ceiling); goodput = ok / all three
@@ -44,20 +47,26 @@ class TenantCollector(Collector):
             "tidebatch_tenant_share_used", "A tenant class's recent rate over its guaranteed rate "
             "(1: at its share); absent for classes without a share", labels=["pipeline", "tenant_class"],
         )
+        served = GaugeMetricFamily(
+            "tidebatch_tenant_share_served", "A tenant class's recent rows taken into batches over its "
+            "guaranteed rate (1 or more: its guarantee met); absent for classes without a share",
+            labels=["pipeline", "tenant_class"],
+        )
         now = self.now()
         for name, c in sorted(self.gate.counters.items()):
             for colour in COLOURS:
                 rows.add_metric([self.pipeline, name, colour], c.rows[colour])
             shed.add_metric([self.pipeline, name], c.shed_rows)
-            share = self.gate.share_used(name, now)
-            if share is not None:
-                used.add_metric([self.pipeline, name], share)
-        yield from (rows, shed, used)
+            for family, share in ((used, self.gate.share_used(name, now)), (served, self.gate.served_share(name, now))):
+                if share is not None:
+                    family.add_metric([self.pipeline, name], share)
+        yield from (rows, shed, used, served)
 
     def describe(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         yield CounterMetricFamily("tidebatch_tenant_rows", "", labels=["pipeline", "tenant_class", "colour"])
         yield CounterMetricFamily("tidebatch_tenant_shed_rows", "", labels=["pipeline", "tenant_class"])
         yield GaugeMetricFamily("tidebatch_tenant_share_used", "", labels=["pipeline", "tenant_class"])
+        yield GaugeMetricFamily("tidebatch_tenant_share_served", "", labels=["pipeline", "tenant_class"])
 
 
 class TenantOutcomes:

@@ -219,6 +219,8 @@ class Batcher:
     def _form(self, d: Dispatch, now: float) -> Batch:
         max_rows = min(d.max_rows, self.max_batch_rows) if d.max_rows else 0
         reqs = self._queue.take(d.bucket, max_rows, d.fits)
+        if self.tenants is not None:
+            self.tenants.served(reqs, now)
         return self._finish(reqs, d.bucket, d.reason, now)
 
     def _finish(self, reqs: list[Request], bucket, reason: str, now: float, late: bool = False) -> Batch:

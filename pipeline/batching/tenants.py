@@ -5,12 +5,24 @@ Each class has a guaranteed share of capacity (the committed rate) and an option
 burst ceiling (the peak rate), each a token bucket in rows. A request is
 - green within its class's share: queued at its own priority;
 - yellow over the share but within the ceiling: queued below every green request, in
-  one of YELLOW_LEVELS tiers by how far its class is over its share lately (its
+  one of YELLOW_LEVELS levels by how far its class is over its share lately (its
   recent rate over its guaranteed rate, in steps of OVER_STEP): a tenant at its share
   whose Poisson noise emptied its bucket for a moment is served before one sending
   twice its share (weighted fair queuing, in coarse steps, among the over-share);
 - red beyond the ceiling: what the class says, `queue` (below every yellow tier),
   `shed` (routed unscored to the late topic) or `score_late` (the late lane).
+
+Tiers, best first (`tier_of`): green; yellow level 1 (a class at most OVER_STEP over
+its share lately: noise at its share); green of a class over its share that has lately
+been *served* its share (`served`), whose guarantee is met; yellow levels 2.. ; red.
+Why that third tier: the shares may add up to the whole capacity, so the green load
+alone can be critical, and at a critical load someone's deadlines go. Green all in one
+tier spread those misses over every class by deadline, so a steady tenant at its share
+lost 2.6-4.5 % of its rows while a burster at twice its share was answered 27-41 % beyond
+its share (docs/BATCHING.md, "Tenants in the simulator"). A burster whose share is
+already served yields to the others' green and to their moments at their share; once
+it is served less than its share its green ranks first again, so its guarantee holds
+even when the others run up to OVER_STEP over theirs.
 
 Why tiers on one queue rather than a queue per tenant: requests of every tenant stay
 in the same EDF heap of their tier, so a batch still takes the tightest deadlines of
@@ -27,7 +39,7 @@ Pure: the clock comes in as an argument; no locks, no I/O.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from pipeline.batching.rate import RateEstimator
@@ -41,7 +53,9 @@ DEFAULT_CLASS = "default"
 # overlaps the priority levels of the tier above it.
 TIER_STEP = 1 << 20
 YELLOW_LEVELS = 8
-OVER_STEP = 0.25  # a yellow tier per 25 % over the share
+OVER_STEP = 0.25  # a yellow level per 25 % over the share
+TIER_SERVED_GREEN = 2  # green of an over-share class already served its share (tier_of)
+TIER_RED = YELLOW_LEVELS + 2  # red, beyond: queue
 # Half-life of a class's rate estimate: long against the Poisson noise of a tenant at
 # its share (hundreds of requests a second), short against a burst's length.
 RATE_HALF_LIFE = 1.0
@@ -123,6 +137,9 @@ class TenantGate:
             n: TokenBucket(c.ceiling, c.ceiling_depth) for n, c in self.classes.items() if c.ceiling is not None
         }
         self._rates = {n: RateEstimator(RATE_HALF_LIFE) for n in self.classes}
+        # Rows taken into batches, per class (served): whether an over-share class's
+        # guarantee is being met decides where its green rows rank.
+        self._served = {n: RateEstimator(RATE_HALF_LIFE) for n in self.classes}
         self.counters = {n: TenantCounters() for n in self.classes}
 
     def class_of(self, tenant: str | None) -> str:
@@ -153,9 +170,21 @@ class TenantGate:
         c = self.counters[name]
         c.rows[colour] += req.rows
         c.requests += 1
-        tier = 0 if colour == GREEN else self._over_level(name, now) if colour == YELLOW else YELLOW_LEVELS + 1
-        req.priority += TIER_STEP * tier
+        req.priority += TIER_STEP * self.tier_of(name, colour, now)
         return colour
+
+    def tier_of(self, name: str, colour: str, now: float) -> int:
+        """0 green; 1 yellow at most OVER_STEP over the share lately; 2 green of a class
+        over its share and lately served at least it; 3.. yellow further over; red last."""
+        if colour == RED:
+            return TIER_RED
+        if colour == YELLOW:
+            level = self._over_level(name, now)
+            return level if level == 1 else level + 1
+        used, served = self.share_used(name, now), self.served_share(name, now)
+        if used is not None and served is not None and used > 1.0 + OVER_STEP and served >= 1.0:
+            return TIER_SERVED_GREEN
+        return 0
 
     def _over_level(self, name: str, now: float) -> int:
         """1 (at most OVER_STEP over the share lately) .. YELLOW_LEVELS (far over, or no share)."""
@@ -179,6 +208,17 @@ class TenantGate:
         whose Poisson noise empties its bucket for a moment is not over."""
         used = self.share_used(self.class_of(tenant), now)
         return used is None or used > 1.0 + OVER_STEP
+
+    def served(self, reqs: Iterable[Request], now: float) -> None:
+        """Requests just taken into a batch for the model (not the late lane's: rows
+        scored past their deadline are no service a guarantee counts)."""
+        for r in reqs:
+            self._served[r.tenant_class or DEFAULT_CLASS].observe(now, r.rows)
+
+    def served_share(self, name: str, now: float) -> float | None:
+        """A class's recent rows served over its guaranteed rate; None without a share."""
+        rate = self.classes[name].rate
+        return self._served[name].rate(now) / rate if rate > 0 else None
 
     def beyond(self, req: Request) -> str:
         return self.classes[req.tenant_class or DEFAULT_CLASS].beyond

@@ -8,10 +8,13 @@ import pytest
 from pipeline.batching.batcher import Batcher
 from pipeline.batching.cost import AffineCost, CostModel
 from pipeline.batching.policies import AdaptivePolicy, GreedyPolicy
+from pipeline.batching.queue import RequestQueue
 from pipeline.batching.request import Request
 from pipeline.batching.tenants import (
     GREEN,
     RED,
+    TIER_RED,
+    TIER_SERVED_GREEN,
     TIER_STEP,
     YELLOW,
     YELLOW_LEVELS,
@@ -142,7 +145,7 @@ def test_red_score_late_goes_to_the_late_lane_and_queue_goes_below_every_yellow(
     g = gate(q=queued)
     over = req("q")
     g.mark(req("q"), 0.0)
-    assert g.mark(over, 0.0) == RED and over.priority == (YELLOW_LEVELS + 1) * TIER_STEP
+    assert g.mark(over, 0.0) == RED and over.priority == TIER_RED * TIER_STEP > (YELLOW_LEVELS + 1) * TIER_STEP
 
 
 def test_adaptive_policy_keeps_green_deadlines_under_a_bursting_tenant():
@@ -177,6 +180,68 @@ def test_yellow_tiers_order_the_over_share_by_how_far_over_they_are():
     assert TIER_STEP <= calm.priority < loud.priority
 
 
+def _steady_and_burster(served_share: float) -> tuple[TenantGate, float]:
+    """Two classes of 100 rows/s, each with a one-row bucket, for two seconds: steady at
+    its share and served all of it, burst at three times its share and served
+    `served_share` of its share; then 50 ms of quiet, so both buckets are full."""
+    g = TenantGate({"steady": TenantClass("steady", 100.0, 1.0), "burst": TenantClass("burst", 100.0, 1.0)})
+    t = 0.0
+    for tick in range(200):  # 10 ms each
+        t += 0.01
+        steady, burst = req("steady"), req("burst", rows=3)
+        g.mark(steady, t)
+        g.mark(burst, t)
+        g.served([steady], t)
+        if tick % 10 == 0:  # a tenth of a second's worth at served_share × 100 rows/s
+            burst.rows = round(served_share * 10)
+            g.served([burst], t)
+    return g, t + 0.05
+
+
+def test_an_over_share_class_already_served_its_share_yields_within_green():
+    """The shares may add up to the whole capacity, so green alone can be critical: a
+    burster whose share is already served ranks its green after the other classes'
+    green and after their moments over their share (yellow level 1), still before
+    anyone's excess further over (docs/BATCHING.md, "Tenants in the simulator")."""
+    g, t = _steady_and_burster(served_share=1.2)
+    steady_green, burst_green = req("steady"), req("burst")
+    assert g.mark(steady_green, t) == GREEN and g.mark(burst_green, t) == GREEN
+    steady_yellow, burst_yellow = req("steady"), req("burst")
+    assert g.mark(steady_yellow, t) == YELLOW and g.mark(burst_yellow, t) == YELLOW
+    assert g.served_share("burst", t) >= 1.0 and g.share_used("burst", t) > 1.25
+    assert [r.priority // TIER_STEP for r in (steady_green, steady_yellow, burst_green)] == [0, 1, TIER_SERVED_GREEN]
+    assert burst_yellow.priority // TIER_STEP > TIER_SERVED_GREEN
+
+    q = RequestQueue("edf")  # the batcher's queue, as marked
+    for r, item in ((burst_green, "burst green"), (steady_yellow, "steady yellow"), (steady_green, "steady green")):
+        r.item = item
+        q.push(r)
+    assert [r.item for r in q.take(0, 2)] == ["steady green", "steady yellow"]
+
+
+def test_an_over_share_class_served_less_than_its_share_keeps_its_green_first():
+    """Its guarantee is not met: its green ranks with everyone's, ahead of any yellow,
+    however far over its share it sends."""
+    g, t = _steady_and_burster(served_share=0.5)
+    burst_green = req("burst")
+    assert g.mark(burst_green, t) == GREEN and g.share_used("burst", t) > 1.25
+    assert g.served_share("burst", t) < 1.0 and burst_green.priority == 0
+
+
+def test_the_batcher_counts_rows_served_per_class_but_not_the_late_lanes():
+    g = gate(gold=GOLD)
+    b = Batcher(AdaptivePolicy(max_batch_rows=4), CostModel(prior=AffineCost(1e-3, 1e-3)), tenants=g,
+                expiry_action="score_late")
+    b.add(req("gold", rows=2, item="on time"), 0.0)
+    b.add(req("gold", rows=1, item="hopeless", deadline=-1.0), 0.0)  # to the late lane
+    assert b.late_rows == 1
+    assert g.served_share("gold", 0.0) == 0.0
+    assert [r.item for r in b.next_batch(0.0).requests] == ["on time"]
+    served = g.served_share("gold", 0.0)
+    assert served > 0.0
+    assert b.next_batch(0.0).late and g.served_share("gold", 0.0) == served
+
+
 def test_metrics_per_class_never_per_raw_tenant_id():
     from prometheus_client import CollectorRegistry
 
@@ -198,6 +263,10 @@ def test_metrics_per_class_never_per_raw_tenant_id():
     assert value("tidebatch_tenant_shed_rows_total", tenant_class="capped") == 1
     assert value("tidebatch_tenant_rows_total", tenant_class="default", colour=YELLOW) == 1
     assert value("tidebatch_tenant_share_used", tenant_class="capped") > 1  # three rows at once, on a 10 rows/s share
+    assert value("tidebatch_tenant_share_served", tenant_class="capped") == 0  # no batch taken yet
+    b.next_batch(0.0)
+    assert value("tidebatch_tenant_share_served", tenant_class="capped") > 0
+    assert value("tidebatch_tenant_share_served", tenant_class="default") is None  # best effort: no share
     assert value("tidebatch_tenant_share_used", tenant_class="default") is None  # no share
     names = {s.labels.get("tenant_class") for m in registry.collect() for s in m.samples}
     assert names == {"capped", "default"}
