@@ -57,9 +57,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--scenario", default="poisson",
         help="poisson, onoff[:ON_S:OFF_S], diurnal, burst (50%% load, 10 s at 150%%), "
              "overload (120%%), priorities (20%% high / 80%% low at 110%%), "
-             "tenants[:FACTOR[:STEADY]] (three tenants at STEADY=0.3 of capacity, a fourth at "
-             "FACTOR=2 times its 10%% share; with and without the tenant gate, first policy "
-             "only), or trace:FILE (CSV/JSONL: time, rows[, priority, deadline]) (default: poisson)",
+             "tenants[:FACTOR[:STEADY[:spiky]]] (three tenants at STEADY=0.3 of capacity, a fourth at "
+             "FACTOR=2 times its 10%% share; spiky: steady-a sends its load in 100 ms spikes every 300 ms; "
+             "with and without the tenant gate, first policy only), or trace:FILE (CSV/JSONL: time, rows[, priority, deadline]) (default: poisson)",
     )
     parser.add_argument(
         "--load", type=_floats, default=None,
@@ -77,6 +77,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--tenant-slo", default=None, metavar="NAME=MS,...",
         help="tenants scenario: a tenant's own SLA (steady-a, steady-b, steady-c, burster); "
              "goodput is counted against it (default: the curve's budget for all)",
+    )
+    parser.add_argument(
+        "--tenant-burst-ms", type=float, default=None, metavar="MS",
+        help="tenants scenario: every class's bucket MS of its rate deep, as a class's burst_ms in the "
+             "worker (default: its SLA)",
     )
     parser.add_argument("--duration", type=float, default=None,
                         help="simulated seconds (default: 10; burst 25; priorities 20; generate 60)")
@@ -250,12 +255,14 @@ def _tenants(args: argparse.Namespace, curve, cfg) -> int:
     policy = args.policies[0] if args.policies else "adaptive"
     comp = compare_tenants(curve, args.scenario, policy=policy, duration=args.duration,
                            rows=args.rows or DEFAULT_ROWS, seed=args.seed, cfg=cfg,
-                           slo=parse_tenant_slo(args.tenant_slo))
+                           slo=parse_tenant_slo(args.tenant_slo),
+                           burst_s=args.tenant_burst_ms / 1000.0 if args.tenant_burst_ms is not None else None)
     if args.json:
         print(json.dumps(comp.to_dict(), indent=2))
         return 0
     print(f"curve {curve.name}: capacity {curve.capacity:,.0f} rows/s; SLO {curve.budget(0) * 1e3:g} ms; "
-          f"policy {policy}; scenario {comp.scenario}, seed {args.seed}")
+          f"policy {policy}; scenario {comp.scenario}, seed {args.seed}"
+          + (f"; buckets {args.tenant_burst_ms:g} ms of each class's rate" if args.tenant_burst_ms is not None else ""))
     print(format_tenant_table(comp))
     print("single: one tenant at the same total load; shared: one queue for all tenants; tenants: "
           "the tenant gate (pipeline/batching/tenants.py). offered, good/cap: rows/s over capacity; "

@@ -10,9 +10,13 @@ from pipeline.errors import UserError
 from pipeline.simulate import load_curve
 from pipeline.simulate_tenants import (
     BURSTER,
+    SPIKE_ON,
+    SPIKE_PERIOD,
+    SPIKY,
     STEADY,
     compare_tenants,
     format_tenant_table,
+    is_spiky,
     parse_tenant_slo,
     scenario_loads,
     tenant_classes,
@@ -26,9 +30,19 @@ def test_scenario_names():
     assert scenario_loads("tenants") == (2.0, 0.3)
     assert scenario_loads("tenants:5") == (5.0, 0.3)
     assert scenario_loads("tenants:5:0.28") == (5.0, 0.28)
-    for bad in ("tenants:x", "tenants:0", "tenants:2:0.3:1", "tenant"):
+    assert scenario_loads("tenants:2:0.3:spiky") == (2.0, 0.3) and is_spiky("tenants:2:0.3:spiky")
+    assert not is_spiky("tenants:2:0.3")
+    for bad in ("tenants:x", "tenants:0", "tenants:2:0.3:1", "tenants:2:0.3:spiky:1", "tenant"):
         with pytest.raises(UserError, match="bad scenario"):
             scenario_loads(bad)
+
+
+def test_the_spiky_tenant_sends_its_load_in_spikes():
+    w = tenant_workload(CURVE, 2.0, 6.0, spiky=True)
+    spiky = [a for a in w.arrivals if a.tenant == SPIKY]
+    assert sum(a.rows for a in spiky) / 6.0 / CURVE.capacity == pytest.approx(0.3, rel=0.1)
+    assert all(a.t % SPIKE_PERIOD < SPIKE_ON for a in spiky)
+    assert w.name == "tenants:2:0.3:spiky"
 
 
 def test_each_tenant_offers_its_load():
@@ -75,6 +89,9 @@ def test_the_cli_prints_the_side_by_side_table(capsys):
     assert main(["simulate", "--scenario", "tenants:2", "--duration", "1"]) == 0
     out = capsys.readouterr().out
     assert "scenario tenants:2:0.3" in out and out.count("burster") == 2
+    assert main(["simulate", "--scenario", "tenants:2:0.3:spiky", "--duration", "1", "--tenant-burst-ms", "200"]) == 0
+    out = capsys.readouterr().out
+    assert "scenario tenants:2:0.3:spiky, seed 1; buckets 200 ms of each class's rate" in out
 
 
 def test_goodput_is_counted_against_each_tenants_own_sla():
@@ -89,6 +106,23 @@ def test_goodput_is_counted_against_each_tenants_own_sla():
     table = format_tenant_table(own).splitlines()
     assert table[0].split()[3] == "sla_ms"
     assert {tuple(line.split()[:4]) for line in table[1:]} >= {("tenants", BURSTER, "0.1", "200"), ("tenants", "steady-a", "0.3", "30")}
+
+
+def test_buckets_deep_enough_for_noise_at_the_share_let_a_spiky_tenant_through():
+    """The bucket depth trades two things (docs/BATCHING.md, "Tenants in the simulator"):
+    one of 1 s of the rate keeps Poisson tenants at exactly their share green (more of
+    them in time than with one SLO), and lets a tenant at its share on average, in
+    spikes, take the others' deadlines."""
+    def steady(scenario: str, burst_s: float | None, names=STEADY) -> float:
+        gated = compare_tenants(CURVE, scenario, duration=3.0, burst_s=burst_s).runs["tenants"].by_tenant
+        return min(gated[n]["goodput"] for n in names)
+
+    assert steady("tenants:2", 1.0) > steady("tenants:2", None)
+    others = [n for n in STEADY if n != SPIKY]
+    assert steady("tenants:2:0.3:spiky", None, others) >= 0.98 > 0.96 > steady("tenants:2:0.3:spiky", 1.0, others)
+    assert tenant_classes(CURVE, burst_s=1.0)[BURSTER].depth == pytest.approx(0.1 * CURVE.capacity)
+    with pytest.raises(UserError, match="tenant-burst-ms"):
+        compare_tenants(CURVE, "tenants", duration=1.0, burst_s=0.0)
 
 
 def test_a_tenants_class_bucket_is_its_own_sla_deep():
