@@ -27,6 +27,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from consumers.admin import ensure_topics
 from consumers.brokers.embedded import EmbeddedBroker, LocalBroker, free_port
 from consumers.brokers.kafka import KafkaBroker
+from consumers.dead_letter import H_LATE_RULE
 from consumers.profiles import consumer_config, producer_config
 from consumers.records import H_PRODUCED_MS
 from pipeline.commands.produce import warm_up_producer
@@ -248,10 +249,12 @@ class Results:
         return float(np.percentile(lat, 50)), float(np.percentile(lat, 99))
 
 
-def read_request_ids(bootstrap: str, topic: str, run: str, idle_timeout: float = 3.0) -> set[str]:
+def read_request_ids(bootstrap: str, topic: str, run: str, idle_timeout: float = 3.0,
+                     rules: dict[str, str] | None = None) -> set[str]:
     """request_ids of this run in a topic of original requests (the late or DLQ topic),
     read until nothing new arrives for idle_timeout. Counted by reading, not by offsets:
-    ListOffsets "latest" is wrong on the embedded broker."""
+    ListOffsets "latest" is wrong on the embedded broker. rules, when given, gets each
+    id's late rule header (which rule routed it, consumers/dead_letter.py)."""
     from consumers.admin import existing_topics
 
     consumer = Consumer(consumer_config(profile_of(bootstrap), bootstrap, f"bench-ids-{uuid.uuid4().hex[:8]}"))
@@ -268,6 +271,8 @@ def read_request_ids(bootstrap: str, topic: str, run: str, idle_timeout: float =
                 if rid.startswith(run + "-") and rid not in ids:
                     ids.add(rid)
                     last_new = time.monotonic()
+                    if rules is not None:
+                        rules[rid] = dict(m.headers() or []).get(H_LATE_RULE, b"?").decode()
     finally:
         consumer.close()
     return ids

@@ -47,6 +47,7 @@ import sys
 import threading
 import time
 import uuid
+from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -92,13 +93,14 @@ def one_run(bs: str, pool: H.RequestPool, gated: bool, rates: dict[str, float], 
         with H.cpu_shares(bs, proc.pid) as cores, where_backlog_waits(proc.metrics_url) as waits:
             sent = H.open_loop(bs, inp, pool, total, seconds, run, seed=seed, tenant_fn=tenants)
         results = H.read_results(bs, out, sent, timeout=20, run=run)
-        routed = H.read_request_ids(bs, f"{inp}.late", run, idle_timeout=1.5)
+        rules: dict[str, str] = {}
+        routed = H.read_request_ids(bs, f"{inp}.late", run, idle_timeout=1.5, rules=rules)
         deadline = time.monotonic() + 60
         while len(results.docs) + len(routed) < sent and time.monotonic() < deadline:
             results = H.read_results(bs, out, sent - len(routed), timeout=10, run=run)
-            routed = H.read_request_ids(bs, f"{inp}.late", run, idle_timeout=1.0)
+            routed = H.read_request_ids(bs, f"{inp}.late", run, idle_timeout=1.0, rules=rules)
         stages = H.stages(proc)  # where the scored requests' time went: before the gate or after
-    return {"sent": sent, "cores": cores, "stages": stages, "waits": waits, **per_tenant(results, routed, run)}
+    return {"sent": sent, "cores": cores, "stages": stages, "waits": waits, **per_tenant(results, rules, run)}
 
 
 @contextmanager
@@ -149,11 +151,15 @@ def _tenant(rid: str, run: str) -> str:
     return rid[len(run) + 1:].rsplit("-", 1)[0]
 
 
-def per_tenant(results, routed: set[str], run: str) -> dict:
+def per_tenant(results, routed: dict[str, str], run: str) -> dict:
+    """Goodput and p99 per tenant; routed: request_id -> the rule that routed it late
+    (admission's `expired`/`shed` before the gate, the batcher's `hopeless`/`overdue`
+    after it), so a loss is told apart by where it happened."""
     lat = results.latency_ms if results.docs else np.array([])
     names = [_tenant(d["request_id"], run) for d in results.docs]
     out: dict = {"tenants": {}, "batch_rows": float(np.mean([d["batch_rows"] for d in results.docs])) if results.docs else 0.0}
     routed_by = [_tenant(r, run) for r in routed]
+    rule_by = list(routed.values())
     for name in SHARES:
         mine = np.array([n == name for n in names], dtype=bool)
         scored = lat[mine] if len(lat) else np.array([])
@@ -161,6 +167,7 @@ def per_tenant(results, routed: set[str], run: str) -> dict:
         total = int(mine.sum()) + n_routed
         out["tenants"][name] = {
             "sent": total, "routed_late": n_routed,
+            "routed_by_rule": dict(Counter(r for t, r in zip(routed_by, rule_by, strict=True) if t == name)),
             "goodput": float((scored <= SLO_MS).sum()) / total if total else float("nan"),
             "p99_ms": float(np.percentile(scored, 99)) if len(scored) else float("nan"),
             "p99_split_ms": p99_split([d for d, m in zip(results.docs, mine, strict=True) if m], scored),
@@ -266,11 +273,13 @@ def waits_text(r: dict) -> str:
     split = "; ".join(f"{n} " + "/".join(f"{v:.0f}" for v in t["p99_split_ms"].values())
                       for n, t in r["tenants"].items() if t["p99_split_ms"])
     colours = ", ".join(f"{k} {v:.0f}" for k, v in w.get("colours", {}).items() if v)
+    by_rule = "; ".join(f"{n} " + ", ".join(f"{k} {v}" for k, v in sorted(t["routed_by_rule"].items()))
+                        for n, t in r["tenants"].items() if t.get("routed_by_rule"))
     if colours:
         colours += f"; routed late {w['routed_total']:.0f}, counted per class {w['routed_per_class']:.0f}"
     return (f"lag mean/max {w['lag_mean']:.0f}/{w['lag_max']:.0f} records, queue rows mean/max "
             f"{w['queue_rows_mean']:.0f}/{w['queue_rows_max']:.0f}; p99 ms kafka/worker/after: {split}"
-            + (f"; gate rows: {colours}" if colours else ""))
+            + (f"; gate rows: {colours}" if colours else "") + (f"; routed by rule: {by_rule}" if by_rule else ""))
 
 
 def format_report(report: dict) -> str:
