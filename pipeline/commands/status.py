@@ -5,8 +5,8 @@
 
 Per pipeline it prints throughput, p99 end-to-end latency against the SLO, mean batch
 size, consumer lag and a verdict; with tenant classes (a `tenants:` section), per class
-its rate, goodput, p99 against its SLA and the rows throttled over its share and
-ceiling (pipeline/ops/tenant_stats.py):
+its rate, share used and served, goodput, p99 against its SLA and the rows throttled
+over its share and ceiling (pipeline/ops/tenant_stats.py):
 
     OK        serving, p99 within the SLO, lag not growing
     DEGRADED  p99 over the SLO (the pipeline's, or a tenant class's own), or lag growing

@@ -34,7 +34,10 @@ ASSIGNED = "tidebatch_assigned_partitions"
 READY = "tidebatch_ready"
 
 # Gauges that mean the same on every worker: merging takes the max, not the sum.
-_MERGE_MAX = frozenset({SLO, "tidebatch_tenant_slo_seconds"})
+# Shared, or each worker's own ratio (a tenant class's share used and served are per
+# worker: each worker's gate holds the class's share of capacity_rows_per_s): max.
+_MERGE_MAX = frozenset({SLO, "tidebatch_tenant_slo_seconds", "tidebatch_tenant_share_used",
+                        "tidebatch_tenant_share_served"})
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,8 @@ def from_text(text: str) -> Samples:
 
 def merge(snapshots: Iterable[Samples]) -> Samples:
     """Add up the snapshots of several workers: counters, histogram buckets and most
-    gauges sum (partitions and queues are disjoint); the SLO is shared, so max."""
+    gauges sum (partitions and queues are disjoint); the SLO is shared and a tenant
+    class's share used or served is a worker's own ratio, so those take the max."""
     out: Samples = {}
     for snap in snapshots:
         for name, series in snap.items():

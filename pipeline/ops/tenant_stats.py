@@ -2,11 +2,14 @@
 status.py), from two snapshots of a worker's metrics or from Prometheus: the
 arithmetic of pipeline/ops/stats.py applied to the series of pipeline/tenant_metrics.py.
 
-Per class: the rate of outcomes (requests/s), goodput (requests scored in time over
-every outcome of the class in the window: ok, late, routed_late), p99 of the scored
-ones against the class's SLA, and the rows throttled: over the class's share (yellow,
-queued below every in-share request) and over its ceiling (red: queued last, shed or
-scored late, as the class's `beyond` says), with the rows shed.
+Per class: the rate of outcomes (requests/s), its share used and served (its recent
+rate and its recent rows taken into batches over its guaranteed rate: at the newer
+snapshot, or averaged over the window from Prometheus; the highest of its workers'),
+goodput (requests scored in time over every outcome of the class in the window: ok,
+late, routed_late), p99 of the scored ones against the class's SLA, and the rows
+throttled: over the class's share (yellow, queued below every in-share request) and over
+its ceiling (red: queued last, shed or scored late, as the class's `beyond` says), with
+the rows shed.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ SHED = "tidebatch_tenant_shed_rows_total"
 REQUESTS = "tidebatch_tenant_requests_total"
 LATENCY = "tidebatch_tenant_latency_seconds"
 SLO = "tidebatch_tenant_slo_seconds"
+USED = "tidebatch_tenant_share_used"
+SERVED = "tidebatch_tenant_share_served"
 
 
 @dataclass(frozen=True)
@@ -35,6 +40,8 @@ class TenantStats:
     over_share_rows: float  # yellow
     over_ceiling_rows: float  # red
     shed_rows: float
+    share_used: float | None = None  # recent rate / guaranteed rate; None without a share
+    share_served: float | None = None  # recent rows taken into batches / guaranteed rate
 
     @property
     def throttled_rows(self) -> float:
@@ -71,6 +78,11 @@ def tenant_window_stats(old: Samples | None, new: Samples, seconds: float, pipel
         ok = _delta(old, new, REQUESTS, pipeline, lambda lb: this(lb) and lb.get("outcome") == "ok")
         p99 = histogram_quantile(0.99, _bucket_deltas(old, new, LATENCY, pipeline, this))
         slo = [v for labels, v in _series(new, SLO, pipeline).items() if this(dict(labels))]
+
+        def gauge(metric: str, this=this) -> float | None:
+            values = [v for labels, v in _series(new, metric, pipeline).items() if this(dict(labels))]
+            return max(values) if values else None
+
         out.append(TenantStats(
             tenant_class=name,
             rate_rps=outcomes / seconds if old is not None and seconds > 0 else None,
@@ -80,6 +92,8 @@ def tenant_window_stats(old: Samples | None, new: Samples, seconds: float, pipel
             over_share_rows=colour("yellow"),
             over_ceiling_rows=colour("red"),
             shed_rows=_delta(old, new, SHED, pipeline, this),
+            share_used=gauge(USED),
+            share_served=gauge(SERVED),
         ))
     return out
 
@@ -101,6 +115,9 @@ def tenant_queries(sel: str, window: str) -> dict[str, str]:
         "yellow": inc(ROWS, ',colour="yellow"'),
         "red": inc(ROWS, ',colour="red"'),
         "shed": inc(SHED),
+        # Each worker's mean over the window, the highest worker's (as the merge does).
+        "used": f"max by (pipeline, tenant_class) (avg_over_time({USED}{{{sel}}}[{window}]))",
+        "served": f"max by (pipeline, tenant_class) (avg_over_time({SERVED}{{{sel}}}[{window}]))",
     }
 
 
@@ -118,8 +135,14 @@ def from_prom_values(values: dict[str, dict[str, float | None]]) -> list[TenantS
             over_share_rows=v.get("yellow") or 0.0,
             over_ceiling_rows=v.get("red") or 0.0,
             shed_rows=v.get("shed") or 0.0,
+            share_used=_number(v.get("used")),
+            share_served=_number(v.get("served")),
         ))
     return out
+
+
+def _number(v: float | None) -> float | None:
+    return None if v is None or math.isnan(v) else v
 
 
 def format_tenants(pipeline: str, tenants: list[TenantStats]) -> list[str]:
@@ -130,10 +153,12 @@ def format_tenants(pipeline: str, tenants: list[TenantStats]) -> list[str]:
     def num(v: float | None, fmt: str) -> str:
         return "-" if v is None else format(v, fmt)
 
-    head = ("TENANT CLASS", "RATE", "GOODPUT", "P99 / SLA", "ROWS OVER SHARE / CEILING", "SHED ROWS")
+    head = ("TENANT CLASS", "RATE", "SHARE USED / SERVED", "GOODPUT", "P99 / SLA", "ROWS OVER SHARE / CEILING",
+            "SHED ROWS")
     rows = [head] + [(
         f"{pipeline}/{t.tenant_class}",
         f"{num(t.rate_rps, ',.1f')} req/s",
+        f"{num(t.share_used, '.2f')} / {num(t.share_served, '.2f')}",
         f"{num(None if t.goodput is None else 100 * t.goodput, '.2f')} %",
         f"{num(t.p99_ms, ',.1f')} / {num(t.slo_ms, '.0f')} ms" + (" OVER" if t.over_sla else ""),
         f"{t.over_share_rows:,.0f} / {t.over_ceiling_rows:,.0f}",

@@ -151,4 +151,8 @@ def test_a_flooding_tenant_is_shed_and_the_steady_ones_are_all_scored_in_time(
     assert classes["bronze"].throttled_rows > 0
     assert classes["gold"].throttled_rows == 0 and classes["silver"].throttled_rows == 0
     assert classes["gold"].goodput == 1.0 and classes["silver"].goodput == 1.0
+    # Share used and served, from the worker's gauges: every class here has a share,
+    # and each had rows taken into batches (the estimates decay, never to zero).
+    for name in ("gold", "silver", "bronze"):
+        assert classes[name].share_used > 0 and classes[name].share_served > 0, name
     assert classes["bronze"].goodput == pytest.approx(1 - noisy["late"] / FLOOD - late_bronze / FLOOD)

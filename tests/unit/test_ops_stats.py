@@ -381,6 +381,7 @@ def test_status_shows_each_tenant_class_rate_goodput_p99_and_throttled_rows():
     send("gold", 2)  # 10 rows, yellow: the bucket is empty at time 0
     send("burst", 6)  # 30 rows: 2 green (10), 2 yellow (10, the ceiling's 20 now spent), 2 red
     gate.shed(SimpleNamespace(rows=10, tenant_class="burst"))
+    gate.served([SimpleNamespace(rows=20, tenant_class="gold")], 0.0)  # a batch took 20 of gold's rows
     outcomes.observe([("gold", False, 0.004)] * 3 + [("gold", True, 0.5)])
     outcomes.observe([("burst", False, 0.004)] * 4)
     outcomes.routed(["burst"] * 2)
@@ -389,6 +390,10 @@ def test_status_shows_each_tenant_class_rate_goodput_p99_and_throttled_rows():
     t = {x.tenant_class: x for x in ctr.tenants}
     assert set(t) == {"gold", "burst", "default"}
     assert t["gold"].rate_rps == pytest.approx(2.0) and t["gold"].goodput == pytest.approx(0.75)
+    # Share used and served: the gauges at the newer snapshot; none for a class without a share.
+    assert t["gold"].share_used == pytest.approx(gate.share_used("gold", 0.0)) and t["gold"].share_used > 1.0
+    assert t["gold"].share_served == pytest.approx(gate.served_share("gold", 0.0)) and t["gold"].share_served > 0.0
+    assert t["burst"].share_served == 0.0 and t["default"].share_used is t["default"].share_served is None
     assert t["gold"].slo_ms == pytest.approx(50.0) and t["gold"].p99_ms > 50.0  # one of four at 0.5 s
     assert (t["gold"].over_share_rows, t["gold"].over_ceiling_rows, t["gold"].shed_rows) == (10, 0, 0)
     assert t["burst"].goodput == pytest.approx(4 / 6) and t["burst"].rate_rps == pytest.approx(3.0)
@@ -399,6 +404,21 @@ def test_status_shows_each_tenant_class_rate_goodput_p99_and_throttled_rows():
     text = status.format_report(report)
     assert "TENANT CLASS" in text and "ctr/burst" in text and "66.67 %" in text
     assert status.json.loads(status.json.dumps(report.as_dict()))["pipelines"][0]["tenants"][0]["tenant_class"] == "burst"
+
+
+def test_a_tenant_class_share_used_over_two_workers_is_the_higher_not_the_sum():
+    """Each worker's gate holds the class's share of capacity_rows_per_s, so the ratio
+    is per worker: adding two workers' would show a class at its share on both as twice
+    over it."""
+    m1, (_, send1), _ = _tenant_worker()
+    m2, (g2, send2), _ = _tenant_worker()
+    send1("gold", 1)
+    send2("gold", 4)
+    snaps = {w: (S.from_registry(m.registry), S.from_registry(m.registry)) for w, m in (("w1", m1), ("w2", m2))}
+    report = status.report_from_snapshots(snaps, 2.0, {})
+    gold = next(x for x in report.pipelines[0].tenants if x.tenant_class == "gold")
+    assert gold.share_used == pytest.approx(g2.share_used("gold", 0.0))
+    assert "SHARE USED / SERVED" in status.format_report(report)
 
 
 def test_status_without_tenant_classes_has_no_tenant_lines():
@@ -415,7 +435,10 @@ def test_tenant_status_from_prometheus_values():
 
     queries = tenant_queries('job="w"', "1m")
     assert 'outcome="ok"' in queries["ok"] and "tenant_class" in queries["p99"]
+    assert "avg_over_time(tidebatch_tenant_share_used" in queries["used"] and "max by" in queries["served"]
     (gold,) = from_prom_values({"gold": {"rate": 5.0, "outcomes": 300.0, "ok": 297.0, "p99": 0.02,
-                                         "slo": 0.03, "yellow": 40.0, "red": None, "shed": None}})
+                                         "slo": 0.03, "yellow": 40.0, "red": None, "shed": None,
+                                         "used": 1.3, "served": float("nan")}})
+    assert gold.share_used == 1.3 and gold.share_served is None
     assert gold.goodput == pytest.approx(0.99) and gold.p99_ms == pytest.approx(20.0) and not gold.over_sla
     assert gold.throttled_rows == 40 and gold.shed_rows == 0
