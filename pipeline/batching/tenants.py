@@ -188,16 +188,19 @@ class TenantGate:
 
     def _over_level(self, name: str, now: float) -> int:
         """1 (at most OVER_STEP over the share lately) .. YELLOW_LEVELS (far over, or no share)."""
-        rate = self.classes[name].rate
-        if rate <= 0:
+        used = self.share_used(name, now)
+        if used is None:
             return YELLOW_LEVELS
-        over = self._rates[name].rate(now) / rate - 1.0  # share_used - 1
-        return 1 + min(YELLOW_LEVELS - 1, max(0, math.ceil(over / OVER_STEP) - 1))
+        return 1 + min(YELLOW_LEVELS - 1, max(0, math.ceil((used - 1.0) / OVER_STEP) - 1))
+
+    def _of_share(self, estimates: dict[str, RateEstimator], name: str, now: float) -> float | None:
+        """A recent rate of a class over its guaranteed rate; None without a share."""
+        rate = self.classes[name].rate
+        return estimates[name].rate(now) / rate if rate > 0 else None
 
     def share_used(self, name: str, now: float) -> float | None:
         """A class's recent rate over its guaranteed rate; None without a share."""
-        rate = self.classes[name].rate
-        return self._rates[name].rate(now) / rate if rate > 0 else None
+        return self._of_share(self._rates, name, now)
 
     def over_share(self, tenant: str | None, now: float) -> bool:
         """Whether a tenant's class has lately sent more than OVER_STEP over its share
@@ -217,8 +220,7 @@ class TenantGate:
 
     def served_share(self, name: str, now: float) -> float | None:
         """A class's recent rows served over its guaranteed rate; None without a share."""
-        rate = self.classes[name].rate
-        return self._served[name].rate(now) / rate if rate > 0 else None
+        return self._of_share(self._served, name, now)
 
     def beyond(self, req: Request) -> str:
         return self.classes[req.tenant_class or DEFAULT_CLASS].beyond

@@ -77,18 +77,19 @@ def tenant_window_stats(old: Samples | None, new: Samples, seconds: float, pipel
         outcomes = _delta(old, new, REQUESTS, pipeline, this)
         ok = _delta(old, new, REQUESTS, pipeline, lambda lb: this(lb) and lb.get("outcome") == "ok")
         p99 = histogram_quantile(0.99, _bucket_deltas(old, new, LATENCY, pipeline, this))
-        slo = [v for labels, v in _series(new, SLO, pipeline).items() if this(dict(labels))]
 
         def gauge(metric: str, this=this) -> float | None:
+            """The class's gauge at the newer snapshot (merged by max, stats.py merge)."""
             values = [v for labels, v in _series(new, metric, pipeline).items() if this(dict(labels))]
             return max(values) if values else None
 
+        slo = gauge(SLO)
         out.append(TenantStats(
             tenant_class=name,
             rate_rps=outcomes / seconds if old is not None and seconds > 0 else None,
             goodput=ok / outcomes if outcomes > 0 else None,
             p99_ms=None if p99 is None else p99 * 1000.0,
-            slo_ms=max(slo) * 1000.0 if slo else None,
+            slo_ms=None if slo is None else slo * 1000.0,
             over_share_rows=colour("yellow"),
             over_ceiling_rows=colour("red"),
             shed_rows=_delta(old, new, SHED, pipeline, this),
@@ -125,12 +126,12 @@ def from_prom_values(values: dict[str, dict[str, float | None]]) -> list[TenantS
     """tenant class -> {query key of tenant_queries -> value} -> TenantStats."""
     out = []
     for name, v in sorted(values.items()):
-        outcomes, ok, p99, slo = v.get("outcomes"), v.get("ok"), v.get("p99"), v.get("slo")
+        outcomes, ok, p99, slo = v.get("outcomes"), v.get("ok"), _number(v.get("p99")), v.get("slo")
         out.append(TenantStats(
             tenant_class=name,
             rate_rps=v.get("rate"),
             goodput=(ok or 0.0) / outcomes if outcomes else None,
-            p99_ms=None if p99 is None or math.isnan(p99) else p99 * 1000.0,
+            p99_ms=None if p99 is None else p99 * 1000.0,
             slo_ms=None if slo is None else slo * 1000.0,
             over_share_rows=v.get("yellow") or 0.0,
             over_ceiling_rows=v.get("red") or 0.0,
@@ -142,6 +143,7 @@ def from_prom_values(values: dict[str, dict[str, float | None]]) -> list[TenantS
 
 
 def _number(v: float | None) -> float | None:
+    """A Prometheus value, None where it has none (absent, or NaN: an empty histogram)."""
     return None if v is None or math.isnan(v) else v
 
 
