@@ -73,6 +73,23 @@ def test_the_gate_keeps_the_steady_tenants_and_gives_the_burster_its_share(scena
     assert gated[BURSTER]["goodput"] < shared[BURSTER]["goodput"]  # its excess pays
 
 
+def test_the_burst_costs_the_steady_tenants_what_no_burst_at_all_does():
+    """What keeps the steady tenants under 99 % (docs/BATCHING.md, "The burst costs the
+    steady tenants nothing; the 100 % load does"): through the gate a 2x or 5x burst
+    leaves them where the burster at exactly its share leaves them with no gate at all,
+    and that load (100 % of capacity) is one a single tenant misses on too."""
+
+    def worst(comp, run):
+        return min(comp.runs[run].by_tenant[name]["goodput"] for name in STEADY)
+
+    at_share = compare_tenants(CURVE, "tenants:1")
+    assert 1.0 - at_share.runs["single"].slo_miss_rate < 0.99  # the load itself
+    for scenario in ("tenants:2", "tenants:5"):
+        burst = compare_tenants(CURVE, scenario)
+        assert worst(burst, "tenants") >= worst(at_share, "shared") - 0.01
+        assert worst(burst, "shared") < worst(at_share, "shared") - 0.05
+
+
 def test_batches_still_mix_tenants():
     comp = compare_tenants(CURVE, "tenants:5:0.28", duration=3.0)
     gated, single = comp.runs["tenants"], comp.runs["single"]
