@@ -4,6 +4,8 @@ Every `interval_s` the sampler snapshots the worker's registry and derives one p
 per pipeline from the snapshot `smooth_s` earlier: rates and latency quantiles over
 the last few seconds, smooth enough to read, recent enough to show a burst. The last
 `window_s` of points are kept, so a freshly opened dashboard shows history at once.
+A pipeline with a `tenants:` section also gets one point per tenant class
+(pipeline/ops/tenant_stats.py, the figures `tidebatch status` prints).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pipeline.ops import stats as S
+from pipeline.ops.tenant_stats import TenantStats, tenant_window_stats
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +26,8 @@ SERIES = (
     "throughput_rps", "rows_per_s", "dlq_per_s", "p50_ms", "p99_ms",
     "batch_rows", "queue_rows", "lag", "assigned",
 )
+TENANT_SERIES = ("rate_rps", "goodput", "p99_ms", "share_used", "share_served")
+Point = tuple[float, dict[str, S.PipelineStats], dict[str, list[TenantStats]]]
 
 
 class StatsWindow:
@@ -46,7 +51,7 @@ class StatsWindow:
         self._wall = wall
         self._lock = threading.Lock()
         self._snaps: deque[tuple[float, S.Samples]] = deque()
-        self._points: deque[tuple[float, dict[str, S.PipelineStats]]] = deque(
+        self._points: deque[Point] = deque(
             maxlen=max(int(window_s / interval_s), 1)
         )
         self._stop = threading.Event()
@@ -62,11 +67,10 @@ class StatsWindow:
                 self._snaps.popleft()
             base = self._snaps[0] if self._snaps else None
             self._snaps.append((now, snap))
-            if base is None:
-                point = S.window_stats(None, snap, 0.0)
-            else:
-                point = S.window_stats(base[1], snap, now - base[0])
-            self._points.append((self._wall(), point))
+            old, seconds = (None, 0.0) if base is None else (base[1], now - base[0])
+            point = S.window_stats(old, snap, seconds)
+            tenants = {p: t for p in point if (t := tenant_window_stats(old, snap, seconds, p))}
+            self._points.append((self._wall(), point, tenants))
 
     def latest(self) -> dict[str, S.PipelineStats]:
         with self._lock:
@@ -74,21 +78,28 @@ class StatsWindow:
 
     def as_json(self) -> dict[str, Any]:
         """{"interval_s", "window_s", "smooth_s", "pipelines": {name: {"slo_ms",
-        "t": [unix s], <series>: [...]}}, "latest": {name: {...}}}: one array per
-        series, aligned on "t"; null where a window had no data."""
+        "t": [unix s], <series>: [...], "tenants": {class: {"slo_ms", <series>: [...]}}}},
+        "latest": {name: {..., "tenants": [{...}, ...]}}}: one array per series, aligned
+        on the pipeline's "t"; null where a window had no data (or the class had not
+        appeared yet)."""
         with self._lock:
             points = list(self._points)
         pipes: dict[str, dict[str, Any]] = {}
-        for t, per_pipeline in points:
+        for t, per_pipeline, per_tenant in points:
             for name, st in per_pipeline.items():
                 d = st.as_dict()
-                entry = pipes.setdefault(name, {"slo_ms": None, "t": [], **{k: [] for k in SERIES}})
+                entry = pipes.setdefault(name, {"slo_ms": None, "t": [], **{k: [] for k in SERIES}, "tenants": {}})
                 entry["t"].append(round(t, 3))
                 for k in SERIES:
                     entry[k].append(d[k])
                 if d["slo_ms"] is not None:
                     entry["slo_ms"] = d["slo_ms"]
-        latest = {name: st.as_dict() for name, st in (points[-1][1].items() if points else [])}
+                _append_tenants(entry["tenants"], per_tenant.get(name, []), len(entry["t"]))
+        latest: dict[str, dict[str, Any]] = {}
+        if points:
+            _, per_pipeline, per_tenant = points[-1]
+            for name, st in per_pipeline.items():
+                latest[name] = {**st.as_dict(), "tenants": [ts.as_dict() for ts in per_tenant.get(name, [])]}
         return {
             "interval_s": self.interval_s,
             "window_s": self.window_s,
@@ -115,3 +126,18 @@ class StatsWindow:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+
+
+def _append_tenants(classes: dict[str, dict[str, Any]], stats: list[TenantStats], length: int) -> None:
+    """One point per class, padded with nulls so every series is `length` long: a class
+    first seen mid-window has nulls before, one gone quiet nulls after."""
+    for ts in stats:
+        entry = classes.setdefault(ts.tenant_class, {"slo_ms": None, **{k: [None] * (length - 1) for k in TENANT_SERIES}})
+        d = ts.as_dict()
+        for k in TENANT_SERIES:
+            entry[k].append(d[k])
+        if d["slo_ms"] is not None:
+            entry["slo_ms"] = d["slo_ms"]
+    for entry in classes.values():
+        for k in TENANT_SERIES:
+            entry[k].extend([None] * (length - len(entry[k])))

@@ -4,7 +4,8 @@ a steady pace inside their shares. Counts only, never timings: every request has
 exactly one outcome; the steady tenants' requests are all scored in time (their SLAs
 are generous: a stalled machine is no subject here) and all green; the only requests
 routed unscored are the flooding tenant's, shed over its ceiling as its class says
-(docs/BATCHING.md, "Tenants"); /metrics and `tidebatch status` show it per class."""
+(docs/BATCHING.md, "Tenants"); /metrics, `tidebatch status`, /api/stats and the
+worker's built-in dashboard (in headless Chromium) show it per class."""
 
 from __future__ import annotations
 
@@ -22,7 +23,10 @@ from pipeline.commands import status
 from pipeline.loadgen.ctr import CtrRequestFactory
 from pipeline.ops import stats as S
 from tests.integration import opsutil
+from tests.integration.chromium import HeadlessChromium, find_chromium
 from tests.integration.outcome_reader import OutcomeReader, exactly_one
+
+SCREENSHOT = Path(__file__).resolve().parents[2] / "out" / "dashboard-tenants.png"
 
 # Shares of a stated 2000 rows/s (a CTR request is ~20 rows). gold and silver buckets
 # are SLO-deep (16,000 and 18,000 rows), more than either sends here, so every request
@@ -109,6 +113,7 @@ def test_a_flooding_tenant_is_shed_and_the_steady_ones_are_all_scored_in_time(
         outcomes = reader.read_until(len(sent), timeout=120)
         text = opsutil.http_get(worker.url + "/metrics")[2]
         seconds = time.monotonic() - t0
+        _dashboard_shows_the_classes(worker.url)
         assert worker.stop() == 0, worker.log_tail()
     finally:
         reader.close()
@@ -156,3 +161,29 @@ def test_a_flooding_tenant_is_shed_and_the_steady_ones_are_all_scored_in_time(
     for name in ("gold", "silver", "bronze"):
         assert classes[name].share_used > 0 and classes[name].share_served > 0, name
     assert classes["bronze"].goodput == pytest.approx(1 - noisy["late"] / FLOOD - late_bronze / FLOOD)
+
+
+def _dashboard_shows_the_classes(url: str) -> None:
+    """/api/stats carries each class's series (pipeline/ops/window.py), and the built-in
+    dashboard draws them: a table row per class and the three tenant charts."""
+    status_code, api = opsutil.get_json(url + "/api/stats")
+    assert status_code == 200
+    ctr = api["pipelines"]["ctr"]
+    assert {"gold", "silver", "bronze"} <= set(ctr["tenants"])
+    assert all(len(ctr["tenants"]["gold"][k]) == len(ctr["t"]) for k in ("rate_rps", "goodput", "p99_ms", "share_used"))
+    assert ctr["tenants"]["gold"]["slo_ms"] == 20000 and any(v is not None for v in ctr["tenants"]["gold"]["rate_rps"])
+    if find_chromium() is None:  # scripts/test.sh installs it; without it the rest still runs
+        return
+    with HeadlessChromium(url + "/?poll=500", width=1400, height=1200) as browser:
+        rows = opsutil.wait_for(
+            lambda: browser.evaluate("[...document.querySelectorAll('table.tenants tr[data-tenant-class]')]"
+                                     ".map(r => r.dataset.tenantClass)"),
+            30, "the tenant table's rows",
+        )
+        assert {"gold", "silver", "bronze"} <= set(rows)
+        points = browser.evaluate(
+            "Object.fromEntries([...document.querySelectorAll('figure.chart')].map(f => [f.id, Number(f.dataset.points)]))"
+        )
+        assert all(points.get(f"ctr-tenant-{c}", 0) > 0 for c in ("p99", "goodput", "share")), points
+        SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+        browser.screenshot(SCREENSHOT)  # for a human to look at, as tests/integration/test_dashboard.py

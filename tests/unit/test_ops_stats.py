@@ -421,6 +421,41 @@ def test_a_tenant_class_share_used_over_two_workers_is_the_higher_not_the_sum():
     assert "SHARE USED / SERVED" in status.format_report(report)
 
 
+def test_the_dashboard_window_carries_each_tenant_class_aligned_on_the_pipelines_time():
+    """/api/stats feeds the built-in dashboard's tenant panels (pipeline/ops/static/
+    dashboard.js): per class the figures `tidebatch status` prints, one point a sample."""
+    m, (gate, send), outcomes = _tenant_worker()
+    now = [0.0]
+    w = StatsWindow(lambda: S.from_registry(m.registry), interval_s=1.0, window_s=10.0, smooth_s=2.0,
+                    clock=lambda: now[0], wall=lambda: 1000.0 + now[0])
+    for i in range(4):
+        send("gold", 2)
+        outcomes.observe([("gold", False, 0.004)] * 2)
+        if i >= 2:  # burst appears in the third window
+            outcomes.observe([("burst", False, 0.004), ("burst", True, 0.3)])
+        w.sample()
+        now[0] += 1.0
+    doc = w.as_json()
+    ctr = doc["pipelines"]["ctr"]
+    gold, burst = ctr["tenants"]["gold"], ctr["tenants"]["burst"]
+    assert all(len(series) == len(ctr["t"]) == 4 for series in (*gold.values(), *burst.values()) if isinstance(series, list))
+    assert gold["rate_rps"][-1] == pytest.approx(2.0) and gold["goodput"][-1] == 1.0
+    assert gold["slo_ms"] == pytest.approx(50.0) and burst["slo_ms"] == pytest.approx(500.0)
+    assert gold["share_used"][-1] == pytest.approx(gate.share_used("gold", 0.0), rel=1e-3)
+    assert burst["goodput"][:2] == [None, None] and burst["goodput"][-1] == pytest.approx(0.5)
+    latest = {x["tenant_class"]: x for x in doc["latest"]["ctr"]["tenants"]}
+    assert latest["burst"]["goodput"] == pytest.approx(0.5) and latest["gold"]["throttled_rows"] >= 0
+
+
+def test_the_dashboard_window_has_no_tenants_without_a_tenants_section():
+    m = _metrics()
+    w = StatsWindow(lambda: S.from_registry(m.registry), interval_s=1.0, window_s=10.0, smooth_s=2.0)
+    m.outcome("t", "ok", 1)
+    w.sample()
+    doc = w.as_json()
+    assert doc["pipelines"]["ctr"]["tenants"] == {} and doc["latest"]["ctr"]["tenants"] == []
+
+
 def test_status_without_tenant_classes_has_no_tenant_lines():
     m = _metrics()
     m.assigned.labels("ctr").set(1)

@@ -1,5 +1,8 @@
 /* The tidebatch worker dashboard: polls /api/stats and draws, per pipeline,
- * throughput, p50/p99 latency against the SLO, mean batch size, queue depth and lag.
+ * throughput, p50/p99 latency against the SLO, mean batch size, queue depth and lag;
+ * with tenant classes (a `tenants:` section), a table of each class's rate, goodput,
+ * p99 against its SLA, share used / served and throttled rows (what `tidebatch status`
+ * prints), and charts of p99 against each SLA, goodput and share used.
  * ?poll=MS sets the polling period (default 1000 ms).
  * Test hooks: body[data-polls] counts successful polls; each chart figure has
  * data-points.
@@ -9,6 +12,7 @@
   const params = new URLSearchParams(location.search);
   const POLL_MS = Math.max(parseInt(params.get("poll") || "1000", 10) || 1000, 100);
   const C = { blue: "#2563eb", orange: "#ea580c", red: "#dc2626", green: "#16a34a", violet: "#7c3aed", teal: "#0d9488", grey: "#6b7280" };
+  const PALETTE = [C.blue, C.orange, C.violet, C.teal, C.green, C.grey, C.red];
   const fmt = TinyChart.format;
   const sections = {};
   let polls = 0;
@@ -38,8 +42,71 @@
       queue: new TinyChart(grid, { title: "Queue depth", unit: "rows", id: name + "-queue", integer: true }),
       lag: new TinyChart(grid, { title: "Consumer lag", unit: "messages", id: name + "-lag", integer: true }),
     };
+    s.grid = grid;
     sections[name] = s;
     return s;
+  }
+
+  function tenantPanels(s, name) {
+    if (s.tenants) return s.tenants;
+    const table = el("table", "tenants");
+    table.id = name + "-tenants";
+    s.grid.before(table);
+    s.tenants = {
+      table,
+      p99: new TinyChart(s.grid, { title: "Tenant p99 against its SLA", unit: "ms", id: name + "-tenant-p99" }),
+      goodput: new TinyChart(s.grid, { title: "Tenant goodput", unit: "%", id: name + "-tenant-goodput" }),
+      share: new TinyChart(s.grid, { title: "Tenant share used", unit: "× share", id: name + "-tenant-share" }),
+    };
+    return s.tenants;
+  }
+
+  function pct(v) {
+    return v === null || v === undefined ? "–" : (100 * v).toFixed(2) + " %";
+  }
+
+  function renderTenants(s, name, p, latest) {
+    const classes = Object.keys(p.tenants || {}).sort();
+    if (!classes.length) return;
+    const tp = tenantPanels(s, name);
+    const head = el("tr");
+    for (const h of ["tenant class", "req/s", "goodput", "p99 / SLA", "share used / served", "throttled rows"]) head.append(el("th", null, h));
+    const rows = [head];
+    for (const x of latest || []) {
+      const tr = el("tr");
+      tr.dataset.tenantClass = x.tenant_class;
+      const over = x.p99_ms !== null && x.slo_ms !== null && x.p99_ms > x.slo_ms;
+      if (over) tr.className = "bad";
+      tr.append(
+        el("td", null, x.tenant_class),
+        el("td", null, fmt(x.rate_rps)),
+        el("td", null, pct(x.goodput)),
+        el("td", null, fmt(x.p99_ms) + " / " + fmt(x.slo_ms) + " ms"),
+        el("td", null, x.share_used === null ? "–" : fmt(x.share_used) + " / " + fmt(x.share_served)),
+        el("td", null, fmt(x.throttled_rows))
+      );
+      rows.push(tr);
+    }
+    tp.table.replaceChildren(...rows);
+    const color = (i) => PALETTE[i % PALETTE.length];
+    const series = (key, scale) => classes.map((c, i) => ({
+      label: c, color: color(i),
+      values: p.tenants[c][key].map((v) => (v === null ? null : v * (scale || 1))),
+    }));
+    // One line per distinct SLA (classes often share one), named by its classes.
+    const bySla = new Map();
+    classes.forEach((c, i) => {
+      const v = p.tenants[c].slo_ms;
+      if (v === null) return;
+      if (!bySla.has(v)) bySla.set(v, { color: color(i), names: [] });
+      bySla.get(v).names.push(c);
+    });
+    const slas = [...bySla].map(([value, g]) => ({
+      label: "SLA" + (bySla.size > 1 ? " " + g.names.join(", ") : ""), color: bySla.size > 1 ? g.color : C.red, value,
+    }));
+    tp.p99.update(p.t, series("p99_ms"), slas);
+    tp.goodput.update(p.t, series("goodput", 100), [{ label: "99 %", color: C.red, value: 99 }]);
+    tp.share.update(p.t, series("share_used"), [{ label: "share", color: C.red, value: 1 }]);
   }
 
   function kpi(label, value, bad) {
@@ -87,6 +154,7 @@
       s.batch.update(p.t, [{ label: "rows/batch", color: C.violet, values: p.batch_rows }]);
       s.queue.update(p.t, [{ label: "rows", color: C.green, values: p.queue_rows }]);
       s.lag.update(p.t, [{ label: "messages", color: C.grey, values: p.lag }]);
+      renderTenants(s, name, p, last.tenants);
     }
   }
 
