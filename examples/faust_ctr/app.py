@@ -18,6 +18,7 @@ from functools import cache
 
 from mode import CrashingSupervisor, OneForOneSupervisor
 
+from pipeline.config import load_config
 from pipeline.errors import UserError
 from pipeline.faust.app import add_metrics_page, make_app, processing_guarantee, serve_metrics
 from pipeline.faust.batching import BatchMetrics, adaptive_batches
@@ -37,6 +38,7 @@ APP_ID = _env("APP_ID", "tidebatch-faust-ctr")  # also the consumer group id
 INPUT_TOPIC = _env("INPUT", "ctr.requests")
 OUTPUT_TOPIC = _env("OUTPUT", "ctr.scores")
 DLQ_TOPIC = _env("DLQ", f"{INPUT_TOPIC}.dlq")
+LATE_TOPIC = _env("LATE", f"{INPUT_TOPIC}.late")  # records shed over a tenant class's ceiling
 POLICY = _env("POLICY", "adaptive")
 SLO_MS = float(_env("SLO_MS", "100"))
 MAX_BATCH_ROWS = int(_env("MAX_BATCH_ROWS", "512"))
@@ -55,8 +57,9 @@ METRICS_PORT = _env("METRICS_PORT", "")  # empty: only on the Faust web server
 ON_ERROR = _env("ON_ERROR", "crash")
 # Fault injection for the at-least-once test: the first batch body raises once.
 FAIL_FIRST_BATCH = _env("FAIL_FIRST_BATCH", "") not in ("", "0", "false")
-# A worker config file: only its `kafka:` block (SASL/TLS, client.id, ...) is used, with
-# TIDEBATCH_KAFKA__<BLOCK>__<KEY> on top, as `tidebatch run` reads them.
+# A worker config file: its `kafka:` block (SASL/TLS, client.id, ...), with
+# TIDEBATCH_KAFKA__<BLOCK>__<KEY> on top as `tidebatch run` reads them, and its
+# `tenants:` section (tenant classes: shares, ceilings, SLAs; docs/BATCHING.md).
 CONFIG = _env("CONFIG", "")
 
 # tidebatch's `delivery` key (at_least_once | exactly_once) -> Faust's processing_guarantee.
@@ -72,12 +75,14 @@ try:
         APP_ID, BROKER, profile=BROKER_PROFILE, kafka=load_kafka_block(CONFIG or None),
         web_metrics_enabled=True, processing_guarantee=PROCESSING_GUARANTEE,
     )
+    TENANTS = load_config(CONFIG, environ={}).tenants if CONFIG else None
 except UserError as exc:  # one line naming the setting (never a secret's value)
     raise SystemExit(str(exc)) from None
 _raw = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw"}
 requests_topic = app.topic(INPUT_TOPIC, **_raw)
 results_topic = app.topic(OUTPUT_TOPIC, **_raw)
 dlq_topic = app.topic(DLQ_TOPIC, **_raw)
+late_topic = app.topic(LATE_TOPIC, **_raw)
 
 metrics = BatchMetrics("ctr", POLICY)
 add_metrics_page(app, metrics.registry)  # http://<web host>:<web port>/tidebatch/metrics/
@@ -119,6 +124,7 @@ async def score_ctr(stream):  # a faust Stream of the raw request events
         prepare=s.decode,  # rows, priority and deadline_ms come from the decoded request
         cost_model=s.cost_model(),
         metrics=metrics,
+        tenants=TENANTS,  # tenant ids from the decoded request's `tenant`
     )
     async for batch in batches:
         if FAIL_FIRST_BATCH and not _failed_once and batch.items:
@@ -126,4 +132,4 @@ async def score_ctr(stream):  # a faust Stream of the raw request events
             ids = ",".join(d.request_id for d in batch.prepared)
             log.error("injected failure: batch of %d events not processed: %s", len(batch), ids)
             raise RuntimeError("injected failure (TIDEBATCH_FAUST_FAIL_FIRST_BATCH)")
-        await s.score_and_send(batch, results_topic, dlq_topic=dlq_topic)
+        await s.score_and_send(batch, results_topic, dlq_topic=dlq_topic, late_topic=late_topic)

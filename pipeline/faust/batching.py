@@ -25,15 +25,18 @@ Faust is never imported, so the core and its tests run without Faust installed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from pipeline.batching.cost import CostModel
-from pipeline.clock import Clock
+from pipeline.clock import Clock, MonotonicClock
 from pipeline.faust.acks import AckGate, PartitionKey, ack_gate_for
 from pipeline.faust.batch import REASON_REJECTED, REASON_ROUTED_LATE, FaustBatch, Rejected
 from pipeline.faust.core import BatchingCore, Pending, make_core
 from pipeline.faust.driver import AdaptiveBatches, BatchMetrics, PrepareFn
+from pipeline.metrics import LATENCY_BUCKETS
+from pipeline.tenant_metrics import watch_tenants
+from pipeline.tenants_config import TenantsConfig
 
 
 def adaptive_batches(
@@ -47,6 +50,8 @@ def adaptive_batches(
     priority: Callable[[Any], int] | None = None,
     bucket: Callable[[Any], Hashable] | None = None,
     deadline_ms: Callable[[Any], float | None] | None = None,
+    tenant: Callable[[Any], str | None] | None = None,
+    tenants: TenantsConfig | Mapping[str, Any] | None = None,
     max_queue_delay_ms: float = 10.0,
     policy_params: dict[str, Any] | None = None,
     cost_model: CostModel | None = None,
@@ -69,7 +74,17 @@ def adaptive_batches(
     ``cost_model`` seeds what a batch costs (e.g. from a warm-up profile); it then
     learns from every body's time. Policies and their parameters are the worker's
     (docs/BATCHING.md); ``max_queued_rows`` bounds the rows held here (backpressure).
+
+    ``tenants``: a worker config's `tenants` section (``load_config(path).tenants``) or
+    a mapping shaped like it (capacity_rows_per_s, classes with share, ceiling, beyond,
+    slo_ms, members): the
+    worker's tenant gate in front of the queue and each class's SLA as its events'
+    deadline budget (docs/BATCHING.md, "Tenants"). ``tenant`` reads an event's tenant
+    id (default: the prepared object's ``.tenant``, or a dict value's "tenant"). Events
+    shed over a ceiling come back in ``batch.routed_late``; with ``metrics`` the
+    per-class series of the worker (pipeline/tenant_metrics.py) are exported too.
     """
+    clock = clock or MonotonicClock()  # one clock for the driver and the tenant gate's gauges
     core = make_core(
         policy,
         slo_ms=slo_ms,
@@ -80,7 +95,14 @@ def adaptive_batches(
         expiry_action=expiry_action,
         late_share=late_share,
         allowed_batch_sizes=allowed_batch_sizes,
+        tenants=tenants,
     )
+    tenant_outcomes = None
+    if metrics is not None and core.batcher.tenants is not None:
+        tenant_outcomes = watch_tenants(
+            metrics.registry, metrics.pipeline, core.batcher.tenants, clock.now,
+            LATENCY_BUCKETS, core.class_slo_s,
+        )
     if rows is None and prepare is None:
         rows = _one_row
     return AdaptiveBatches(
@@ -91,9 +113,11 @@ def adaptive_batches(
         priority=priority,
         bucket=bucket,
         deadline_ms=deadline_ms,
+        tenant=tenant,
         max_queued_rows=max_queued_rows,
         max_pending_acks=max_pending_acks,
         metrics=metrics,
+        tenant_outcomes=tenant_outcomes,
         clock=clock,
     )
 

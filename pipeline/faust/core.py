@@ -4,13 +4,15 @@ in, batches out, acks only for batches that succeeded.
 No Faust, no asyncio, no clock of its own: ``now`` is passed in, so the unit tests
 drive it with a fake clock. It wraps the worker's ``Batcher`` (pipeline/batching:
 policy + cost model + late lane); each event's deadline is its Kafka timestamp plus the
-SLO (tightened by a codec's own ``deadline_ms``).
+SLO (tightened by a codec's own ``deadline_ms``). With tenant classes (the worker
+config's `tenants:` section, pipeline/tenants_config.py) the batcher has the worker's
+tenant gate, and an event's SLO is its class's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.batching.batcher import Batcher
@@ -19,6 +21,10 @@ from pipeline.batching.policies import make_policy
 from pipeline.batching.policies import policy_params as make_policy_params
 from pipeline.batching.request import Batch, Request
 from pipeline.clock import ClockAnchor
+from pipeline.faust.tenants import tenants_section
+from pipeline.tenants_config import TenantsConfig, class_slo_seconds, tenant_budget_ms, tenant_gate
+
+BudgetFn = Callable[[str | None, int], float]  # (tenant id, priority) -> deadline budget, ms
 
 
 @dataclass(slots=True, eq=False)
@@ -34,6 +40,16 @@ class Pending:
     timestamp_ms: float | None  # the event's Kafka timestamp
     deadline_wall_ms: float
     late_rule: str | None = None  # set when routed late (pipeline/batching/request.py RULE_*)
+    tenant_class: str | None = None  # the gate's class of its tenant; None without classes
+
+
+@dataclass(frozen=True)
+class _Budgets:
+    """What the tenants section reads of the worker's `batching:` (class_budget_ms):
+    the helper has one SLO and no per-priority ones."""
+
+    slo_ms: float
+    priority_slo_ms: dict[int, float] = field(default_factory=dict)
 
 
 class BatchingCore:
@@ -43,11 +59,13 @@ class BatchingCore:
     clock in ms where a Kafka timestamp has to be mapped; nothing here reads time.
     """
 
-    def __init__(self, batcher: Batcher, slo_ms: float = 100.0) -> None:
+    def __init__(self, batcher: Batcher, slo_ms: float = 100.0, budget_ms: BudgetFn | None = None) -> None:
         if slo_ms <= 0:
             raise ValueError("slo_ms must be > 0")
         self.batcher = batcher
         self.slo_ms = float(slo_ms)
+        self._budget_ms = budget_ms  # per tenant class (tenant_budget_ms); None: slo_ms
+        self.class_slo_s: dict[str, float] = {}  # each tenant class's SLA, for its metrics
         self._anchor = ClockAnchor()  # Kafka timestamps -> batcher clock, as the worker
         self._in_flight: dict[int, Batch] = {}  # id(batch) -> batch, until complete/fail
 
@@ -64,30 +82,33 @@ class BatchingCore:
         priority: int = 0,
         bucket: Hashable = 0,
         deadline_ms: float | None = None,
+        tenant: str | None = None,
     ) -> Pending:
         """Queue one event. Its deadline is its Kafka timestamp (now when it has none)
-        plus the SLO, tightened by its own ``deadline_ms``; its linger counts from
-        ``now``, the moment it was taken from the stream."""
+        plus the SLO (its tenant class's, with classes), tightened by its own
+        ``deadline_ms``; its linger counts from ``now``, the moment it was taken from
+        the stream."""
         if rows < 1:
             raise ValueError(f"an event must have at least 1 row, got {rows}")
-        budget_ms = self.slo_ms if deadline_ms is None else min(self.slo_ms, float(deadline_ms))
+        slo_ms = self._budget_ms(tenant, priority) if self._budget_ms is not None else self.slo_ms
+        budget_ms = slo_ms if deadline_ms is None else min(slo_ms, float(deadline_ms))
         ts = float(timestamp_ms) if timestamp_ms is not None else float(now_wall_ms)
         deadline_wall = ts + budget_ms
         anchor = self._anchor.pair(now, now_wall_ms)
         pending = Pending(
             event, prepared, rows, priority, now, now_wall_ms, timestamp_ms, deadline_wall
         )
-        self.batcher.add(
-            Request(
-                rows=rows,
-                arrival=now,
-                deadline=ClockAnchor.to_clock(anchor, deadline_wall),
-                priority=priority,
-                bucket=bucket,
-                item=pending,
-            ),
-            now,
+        req = Request(
+            rows=rows,
+            arrival=now,
+            deadline=ClockAnchor.to_clock(anchor, deadline_wall),
+            priority=priority,
+            bucket=bucket,
+            item=pending,
+            tenant=tenant,
         )
+        self.batcher.add(req, now)
+        pending.tenant_class = req.tenant_class
         return pending
 
     # -- dispatch ---------------------------------------------------------------
@@ -159,9 +180,15 @@ def make_core(
     expiry_action: str = "score_late",
     late_share: float = 0.05,
     allowed_batch_sizes: Sequence[int] | None = None,
+    tenants: TenantsConfig | Mapping[str, Any] | None = None,
 ) -> BatchingCore:
     """A BatchingCore with a policy built by name, as the worker builds its own
-    (``max_queue_delay_ms`` is the static policy's linger, ignored by the others)."""
+    (``max_queue_delay_ms`` is the static policy's linger, ignored by the others).
+    ``tenants``: a worker config's `tenants` section, or a mapping shaped like it, for
+    the worker's tenant gate and per-class SLAs (docs/BATCHING.md, "Tenants")."""
+    t = tenants_section(tenants) if tenants is not None else None
+    budgets = _Budgets(float(slo_ms))
+    gate = tenant_gate(t, budgets) if t is not None else None
     params = make_policy_params(policy, max_batch_rows=max_batch_rows, max_queue_delay_ms=max_queue_delay_ms)
     params.update(policy_params or {})
     batcher = Batcher(
@@ -170,5 +197,9 @@ def make_core(
         expiry_action=expiry_action,  # type: ignore[arg-type]
         late_share=late_share,
         allowed_batch_sizes=allowed_batch_sizes,
+        tenants=gate,
     )
-    return BatchingCore(batcher, slo_ms)
+    core = BatchingCore(batcher, slo_ms, tenant_budget_ms(t, budgets, gate) if t is not None else None)
+    if t is not None and gate is not None:
+        core.class_slo_s = class_slo_seconds(t, budgets)
+    return core

@@ -33,6 +33,7 @@ from pipeline.faust.acks import ack_gate_for
 from pipeline.faust.batch import REASON_REJECTED, REASON_ROUTED_LATE, FaustBatch, Rejected
 from pipeline.faust.core import BatchingCore, Pending
 from pipeline.faust.events import event_position, event_topic, kafka_timestamp_ms
+from pipeline.faust.tenants import TenantOutcomes, count_outcomes, tenant_of
 from pipeline.metrics import BatchingMetrics
 
 # Named after the public entry point, as before the split: logging set up for
@@ -59,9 +60,11 @@ class AdaptiveBatches:
         priority: Callable[[Any], int] | None = None,
         bucket: Callable[[Any], Hashable] | None = None,
         deadline_ms: Callable[[Any], float | None] | None = None,
+        tenant: Callable[[Any], str | None] | None = None,
         max_queued_rows: int = 20_000,
         max_pending_acks: int = 16,
         metrics: BatchMetrics | None = None,
+        tenant_outcomes: TenantOutcomes | None = None,
         clock: Clock | None = None,
         wall_clock_ms: Callable[[], int] = wall_ms,
     ) -> None:
@@ -84,6 +87,7 @@ class AdaptiveBatches:
         self._priority = priority
         self._bucket = bucket
         self._deadline_ms = deadline_ms
+        self._tenant, self._tenant_outcomes = tenant, tenant_outcomes  # pipeline/faust/tenants.py
         self._max_queued_rows = max_queued_rows
         self._max_pending_acks = max_pending_acks
         self._reader: asyncio.Task[None] | None = None
@@ -214,6 +218,7 @@ class AdaptiveBatches:
             priority = self._priority(basis) if self._priority is not None else int(getattr(prepared, "priority", 0) or 0)
             bucket = self._bucket(basis) if self._bucket is not None else getattr(prepared, "bucket", 0)
             deadline = self._deadline_ms(basis) if self._deadline_ms is not None else getattr(prepared, "deadline_ms", None)
+            tenant = self._tenant(basis) if self._tenant is not None else tenant_of(prepared)
             if int(rows) < 1:
                 raise ValueError(f"an event must have at least 1 row, got {rows}")
         except Exception as exc:  # invalid input: the body dead-letters it
@@ -230,6 +235,7 @@ class AdaptiveBatches:
             priority=int(priority),
             bucket=bucket,
             deadline_ms=deadline,
+            tenant=None if tenant is None else str(tenant),
         )
         self._offered += 1
         if self.metrics is not None:
@@ -340,13 +346,13 @@ class AdaptiveBatches:
         done_wall = self._wall_ms()
         counts: dict[tuple[str, str], int] = {}
         outcome_of = {id(p): fb.outcomes[i] for i, p in enumerate(fb.items) if i in fb.outcomes}
+        acked: list[tuple[Pending, str]] = []
         for p in done:
             outcome = outcome_of.get(id(p)) or ("late" if done_wall > p.deadline_wall_ms else "ok")
             await self._ack(p.event, outcome, counts)
+            acked.append((p, outcome))
             if self.metrics is not None and p.timestamp_ms is not None:
-                self.metrics.e2e.labels(self.metrics.pipeline).observe(
-                    max(done_wall - p.timestamp_ms, 0.0) / 1000.0
-                )
+                self.metrics.e2e.labels(self.metrics.pipeline).observe(max(done_wall - p.timestamp_ms, 0.0) / 1000.0)
         for r in fb.rejected:
             await self._ack(r.event, "dlq", counts)
         for p in fb.routed_late:
@@ -354,6 +360,8 @@ class AdaptiveBatches:
         if self.metrics is not None:
             for (topic, outcome), n in counts.items():
                 self.metrics.outcome(topic, outcome, n)
+        if self._tenant_outcomes is not None:
+            count_outcomes(self._tenant_outcomes, acked, fb.routed_late, done_wall)
 
     async def _ack(self, event: Any, outcome: str, counts: dict[tuple[str, str], int]) -> None:
         key = (event_topic(event), outcome)

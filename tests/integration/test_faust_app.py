@@ -328,3 +328,61 @@ def test_the_app_scores_through_sasl_ssl_with_scram(secured_kafka, secured_topic
         assert len(got) == n, f"see {log}"
         assert proc.poll() is None, f"faust worker exited; see {log}"
     assert user.password not in log.read_text()
+
+
+def test_tenant_classes_from_the_config_shed_a_flood_and_keep_the_steady_tenant(
+    broker, topic_factory, unique_group_id, tmp_path
+) -> None:
+    """The worker config's `tenants:` section in the Faust app (TIDEBATCH_FAUST_CONFIG):
+    the worker's tenant gate in front of the agent's batcher. A tenant flooding far past
+    its class's ceiling (`beyond: shed`) has its excess on the late topic, unscored, with
+    the over_ceiling rule; the steady tenant in its share is scored whole; the metrics
+    page has the per-class series. Counts only: the SLAs are generous."""
+    steady_n, flood_n = 60, 300
+    inp = topic_factory("faust-ten-req", partitions=1)
+    out = topic_factory("faust-ten-scores", partitions=1)
+    topic_factory(f"{inp}.dlq", exact=True)
+    late = topic_factory(f"{inp}.late", exact=True)
+    config = tmp_path / "worker.yaml"
+    config.write_text(
+        "tenants:\n"
+        "  capacity_rows_per_s: 2000\n"
+        "  classes:\n"
+        "    gold: {share: 0.5, slo_ms: 60000, members: [acme]}\n"
+        "    bronze: {share: 0.05, ceiling_rows_per_s: 200, burst_ms: 100, beyond: shed, slo_ms: 60000, members: [noisy]}\n"
+    )
+    steady = CtrRequestFactory(seed=35, tenant="acme")
+    noisy = CtrRequestFactory(seed=36, tenant="noisy")
+    requests = [noisy.make(i) for i in range(flood_n)] + [steady.make(i) for i in range(steady_n)]
+    tenant_of = {orjson.loads(v)["request_id"]: orjson.loads(v)["tenant"] for _, v in requests}
+    produce_values(broker.bootstrap_servers, inp, requests)
+    metrics_port = free_port()
+    with faust_worker(
+        broker.bootstrap_servers, inp, out, unique_group_id, tmp_path, "worker",
+        TIDEBATCH_FAUST_CONFIG=str(config), TIDEBATCH_FAUST_METRICS_PORT=str(metrics_port),
+        TIDEBATCH_FAUST_SLO_MS="60000",
+    ) as (proc, _web_port, log):
+        wanted = {rid for rid, t in tenant_of.items() if t == "acme"}
+        scored = distinct_results(broker.bootstrap_servers, out, wanted, timeout=120)
+        assert wanted <= set(scored), f"steady tenant not scored whole; see {log}"
+
+        def settled() -> bool:
+            text = http_get(metrics_port, "/metrics").decode()
+            return sample(text, "tidebatch_records_total", topic=inp) == len(requests)
+
+        wait_for(settled, 60, "every record counted")
+        text = http_get(metrics_port, "/metrics").decode()
+        shed = read_topic(broker.bootstrap_servers, late, 1, timeout=30)
+        assert proc.poll() is None, f"faust worker exited; see {log}"
+    shed = read_topic(broker.bootstrap_servers, late, 10**6, timeout=5)
+    shed_ids = {orjson.loads(m.value())["request_id"] for m in shed}
+    assert shed_ids and {tenant_of[r] for r in shed_ids} == {"noisy"}
+    assert {dict(m.headers())["tidebatch.late_rule"] for m in shed} == {b"over_ceiling"}
+    results = {d["request_id"] for d in result_docs(read_topic(broker.bootstrap_servers, out, 10**6, timeout=5))}
+    assert results | shed_ids == set(tenant_of) and not results & shed_ids  # one outcome each
+    assert sample(text, "tidebatch_tenant_requests_total", tenant_class="gold", outcome="ok") == steady_n
+    assert sample(text, "tidebatch_tenant_requests_total", tenant_class="bronze", outcome="routed_late") == len(shed_ids)
+    assert sample(text, "tidebatch_tenant_rows_total", tenant_class="bronze", colour="red") > 0
+    assert sample(text, "tidebatch_tenant_rows_total", tenant_class="gold", colour="red") == 0
+    assert sample(text, "tidebatch_tenant_slo_seconds", tenant_class="gold") == 60.0
+    assert proc.returncode == 0, f"faust worker exit code {proc.returncode}; see {log}"

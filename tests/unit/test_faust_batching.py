@@ -312,3 +312,80 @@ def test_embedded_app_gets_the_short_fetch_wait_transport() -> None:
     assert thread.__qualname__.startswith("_fetch_wait_transport")
     plain = make_app("unit-kafka", "kafka://127.0.0.1:1", profile="kafka")
     assert type(plain.transport).__module__ == "faust.transport.drivers.aiokafka"
+
+
+# ----------------------------------------------------------------------------- tenants
+# The worker's `tenants:` section, as a Faust user passes it: gold 50 % of 1000 rows/s
+# with a 20 ms SLA; bronze 10 % (100 rows/s, a bucket of one 100 ms SLA: 10 rows) with a
+# 200 rows/s ceiling (20 rows deep) beyond which it is shed; anyone else the helper's SLO.
+TENANTS = {
+    "capacity_rows_per_s": 1000,
+    "classes": {
+        "gold": {"share": 0.5, "slo_ms": 20, "members": ["acme"]},
+        "bronze": {"share": 0.1, "slo_ms": 100, "ceiling_rows_per_s": 200, "beyond": "shed"},
+    },
+}
+
+
+def test_tenant_classes_give_each_event_its_class_sla_and_shed_a_flood_over_its_ceiling() -> None:
+    from pipeline.batching.request import RULE_OVER_CEILING
+
+    clock = FakeClock(5.0)
+    core = make_core("adaptive", slo_ms=50, max_batch_rows=12, tenants=TENANTS,
+                     cost_model=CostModel(prior=AffineCost(a=1e-4, b=1e-6)))
+    now_wall = wall(clock)
+    flood = [core.offer(f"b{i}", now=clock.now(), now_wall_ms=now_wall, tenant="bronze") for i in range(50)]
+    gold = [core.offer(f"g{i}", now=clock.now(), now_wall_ms=now_wall, tenant="acme") for i in range(5)]
+    other = core.offer("x", now=clock.now(), now_wall_ms=now_wall, tenant="someone")
+    assert {p.tenant_class for p in gold} == {"gold"} and other.tenant_class == "default"
+    assert gold[0].deadline_wall_ms == now_wall + 20 and flood[0].deadline_wall_ms == now_wall + 100
+    assert other.deadline_wall_ms == now_wall + 50  # no class: the helper's SLO
+    # 10 green, 10 yellow (the ceiling's 20 rows), 30 red: shed, routed unscored at once.
+    routed = core.pop_routed_late()
+    assert [p.event for p in routed] == [f"b{i}" for i in range(20, 50)]
+    assert {p.late_rule for p in routed} == {RULE_OVER_CEILING}
+    # Gold first (green, tightest SLA: EDF), then bronze's green; its yellow waits below.
+    first = core.next_batch(clock.now())
+    assert first is not None
+    assert [r.item.event for r in first.requests][:5] == [f"g{i}" for i in range(5)]
+    assert not any(r.item.event in {f"b{i}" for i in range(10, 20)} for r in first.requests)
+    assert core.batcher.tenants is not None and core.batcher.tenants.counters["bronze"].shed_rows == 30
+
+
+def test_a_bad_tenants_section_is_one_line_naming_the_key() -> None:
+    from pipeline.errors import UserError
+
+    with pytest.raises(UserError, match=r"'tenants.classes.gold.share': must be within \[0, 1\]"):
+        make_core("greedy", tenants={"capacity_rows_per_s": 100, "classes": {"gold": {"share": 2}}})
+    with pytest.raises(UserError, match=r"'tenants.classes.gold.shares' is not known; did you mean 'tenants.classes.gold.share'"):
+        make_core("greedy", tenants={"capacity_rows_per_s": 100, "classes": {"gold": {"shares": 0.2}}})
+    with pytest.raises(UserError, match="'tenants.capacity_rows_per_s'"):
+        make_core("greedy", tenants={"classes": {"gold": {"share": 0.2}}})
+    assert make_core("greedy", tenants={}).batcher.tenants is None  # no classes: one shared queue
+
+
+def test_the_driver_reads_each_events_tenant_and_exports_the_per_class_series() -> None:
+    async def main() -> None:
+        stream = FakeStream()
+        stream.put(*({"tenant": "acme", "n": i} for i in range(3)), *({"tenant": "bronze", "n": i} for i in range(30)))
+        metrics = BatchMetrics("test", "greedy")
+        seen: list[dict] = []
+        routed: list[str | None] = []
+        async for batch in adaptive_batches(stream, policy="greedy", max_batch_rows=64, tenants=TENANTS, metrics=metrics):
+            seen.extend(batch.values)
+            routed.extend(p.tenant_class for p in batch.routed_late)
+            if len(seen) + len(routed) == 33:
+                stream.queue.put_nowait(None)
+        assert routed == ["bronze"] * 10  # 10 green + 10 yellow within the ceiling, 10 shed
+        assert len(stream.acked) == 33
+
+        def sample(name: str, **labels: str) -> float | None:
+            return metrics.registry.get_sample_value(name, {"pipeline": "test", **labels})
+
+        assert sample("tidebatch_tenant_requests_total", tenant_class="gold", outcome="ok") == 3
+        assert sample("tidebatch_tenant_requests_total", tenant_class="bronze", outcome="routed_late") == 10
+        assert sample("tidebatch_tenant_shed_rows_total", tenant_class="bronze") == 10
+        assert sample("tidebatch_tenant_slo_seconds", tenant_class="gold") == pytest.approx(0.02)
+        assert sample("tidebatch_tenant_rows_total", tenant_class="bronze", colour="red") == 10
+
+    asyncio.run(main())
