@@ -77,12 +77,11 @@ def adaptive_batches(
 
     ``tenants``: a worker config's `tenants` section (``load_config(path).tenants``) or
     a mapping shaped like it (capacity_rows_per_s, classes with share, ceiling, beyond,
-    slo_ms, members): the
-    worker's tenant gate in front of the queue and each class's SLA as its events'
-    deadline budget (docs/BATCHING.md, "Tenants"). ``tenant`` reads an event's tenant
-    id (default: the prepared object's ``.tenant``, or a dict value's "tenant"). Events
-    shed over a ceiling come back in ``batch.routed_late``; with ``metrics`` the
-    per-class series of the worker (pipeline/tenant_metrics.py) are exported too.
+    slo_ms, members): the worker's tenant gate in front of the queue, and each class's
+    SLA as its events' deadline budget (docs/BATCHING.md, "Tenants"). ``tenant`` reads
+    an event's tenant id (default: the prepared object's ``.tenant``, or a dict value's
+    "tenant"). Events shed over a ceiling come back in ``batch.routed_late``; with
+    ``metrics`` the worker's per-class series (pipeline/tenant_metrics.py) too.
     """
     clock = clock or MonotonicClock()  # one clock for the driver and the tenant gate's gauges
     core = make_core(
