@@ -12,7 +12,7 @@ tenant gate, and an event's SLO is its class's.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pipeline.batching.batcher import Batcher
@@ -21,6 +21,7 @@ from pipeline.batching.policies import make_policy
 from pipeline.batching.policies import policy_params as make_policy_params
 from pipeline.batching.request import Batch, Request
 from pipeline.clock import ClockAnchor
+from pipeline.config import BatchingConfig
 from pipeline.faust.tenants import tenants_section
 from pipeline.tenants_config import TenantsConfig, class_slo_seconds, tenant_budget_ms, tenant_gate
 
@@ -42,14 +43,6 @@ class Pending:
     late_rule: str | None = None  # set when routed late (pipeline/batching/request.py RULE_*)
     tenant_class: str | None = None  # the gate's class of its tenant; None without classes
 
-
-@dataclass(frozen=True)
-class _Budgets:
-    """What the tenants section reads of the worker's `batching:` (class_budget_ms):
-    the helper has one SLO and no per-priority ones."""
-
-    slo_ms: float
-    priority_slo_ms: dict[int, float] = field(default_factory=dict)
 
 
 class BatchingCore:
@@ -187,7 +180,9 @@ def make_core(
     ``tenants``: a worker config's `tenants` section, or a mapping shaped like it, for
     the worker's tenant gate and per-class SLAs (docs/BATCHING.md, "Tenants")."""
     t = tenants_section(tenants) if tenants is not None else None
-    budgets = _Budgets(float(slo_ms))
+    # The worker's `batching:` section as the tenants section reads it (class_budget_ms):
+    # the helper has one SLO and no per-priority ones.
+    budgets = BatchingConfig(slo_ms=float(slo_ms))
     gate = tenant_gate(t, budgets) if t is not None else None
     params = make_policy_params(policy, max_batch_rows=max_batch_rows, max_queue_delay_ms=max_queue_delay_ms)
     params.update(policy_params or {})
