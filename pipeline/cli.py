@@ -11,7 +11,7 @@ import sys
 from pipeline import logs
 from pipeline.commands.parser_tree import walk
 from pipeline.errors import UserError
-from pipeline.logs import FORMATS, LEVELS
+from pipeline.logs import FORMATS, LEVELS, scrub
 
 # One module per subcommand; import lazily so `tidebatch broker` never loads ONNX Runtime.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -76,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except UserError as exc:
-        print(f"tidebatch: error: {exc}", file=sys.stderr)
+        # The error may quote a library's text, which may quote a secret's value.
+        print(scrub(f"tidebatch: error: {exc}"), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -5,6 +5,11 @@ The level and format come from `--log-level` / `--log-format` (before or after t
 subcommand, pipeline/cli.py), else the worker config's `log_level` / `log_format`
 (`TIDEBATCH_LOG_LEVEL`, `TIDEBATCH_LOG_FORMAT`), else INFO and text. An unknown level
 is refused: it used to become INFO without a word.
+
+Every line, in either format and at every level, passes through
+consumers/secret_values.py `scrub` once it is formatted: a secret the process resolved
+never reaches the log, whoever wrote the text (librdkafka's debug lines, an exception's
+message, a traceback).
 """
 
 from __future__ import annotations
@@ -15,9 +20,18 @@ from datetime import UTC, datetime
 
 import orjson
 
+from consumers.secret_values import scrub, scrub_log_records
+
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 FORMATS = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class ScrubbingFormatter(logging.Formatter):
+    """TEXT_FORMAT lines with every known secret masked."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return scrub(super().format(record))
 
 
 class JsonFormatter(logging.Formatter):
@@ -33,11 +47,12 @@ class JsonFormatter(logging.Formatter):
         }
         if record.exc_info:
             doc["exception"] = self.formatException(record.exc_info)
-        return orjson.dumps(doc, default=str).decode()
+        return scrub(orjson.dumps(doc, default=str).decode())
 
 
 def configure(level: str = "INFO", fmt: str = "text") -> None:
     """(Re)configure the root logger: one stderr handler with `fmt`, at `level`."""
+    scrub_log_records()
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
+    handler.setFormatter(JsonFormatter() if fmt == "json" else ScrubbingFormatter(TEXT_FORMAT))
     logging.basicConfig(level=getattr(logging, level.upper()), handlers=[handler], force=True)

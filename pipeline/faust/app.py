@@ -16,6 +16,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from consumers.client_settings import KafkaBlock
 from consumers.profiles import EMBEDDED, FAUST_FETCH_MAX_WAIT_MS, faust_app_settings
+from consumers.secret_values import scrub_log_records
 from pipeline.extras import load
 from pipeline.faust.kafka_settings import describe, faust_kafka_settings
 from pipeline.kafka_keys import DELIVERY_MODES
@@ -33,11 +34,14 @@ def make_app(
     tunables; UserError for what Faust cannot honour), then explicit ``settings``; and,
     for the embedded broker, its fetch-wait transport."""
     faust = load("faust", "faust")
+    # `faust worker` logs through its own handlers, not pipeline/logs.py's: mask the
+    # secrets resolved below in every record's message there too.
+    scrub_log_records()
     from_block = faust_kafka_settings(kafka) if kafka is not None else {}
     app = faust.App(app_id, broker=broker, **faust_app_settings(profile, {**from_block, **settings}))
     use_broker_profile(app, profile)
     if from_block:
-        line = describe(from_block)  # no secret: credentials by kind and user only
+        line = describe(from_block)  # no secret: credentials by kind and mechanism only
 
         async def log_kafka_settings() -> None:
             # A task, not at import: `faust worker` sets logging up after importing the app.

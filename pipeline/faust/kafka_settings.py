@@ -228,14 +228,15 @@ def _path(key: str, value: Any) -> str:
 
 
 def describe(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """``settings`` fit for a log line: credentials by kind and user, no secret."""
+    """``settings`` fit for a log line: credentials by kind and mechanism, no secret (nor
+    the user name, which librdkafka counts as sensitive: consumers/client_settings.py)."""
     out = {k: (REDACTED if is_secret(k) else v) for k, v in settings.items() if k != "broker_credentials"}
     creds = settings.get("broker_credentials")
     if creds is not None:
         kind = type(creds).__name__
         mech = getattr(getattr(creds, "mechanism", None), "value", None)
         user = getattr(creds, "username", None)
-        out["broker_credentials"] = kind + (f"({mech}, user {user})" if user else f"({mech})" if mech else "")
+        out["broker_credentials"] = kind + (f"({mech}, user {REDACTED})" if user else f"({mech})" if mech else "")
     return out
 
 

@@ -34,6 +34,7 @@ from urllib.parse import urlsplit
 import orjson
 from prometheus_client.exposition import choose_encoder
 
+from consumers.secret_values import scrub
 from pipeline.errors import UserError
 from pipeline.ops import health
 from pipeline.ops import stats as S
@@ -297,4 +298,6 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def _json(obj: Any) -> bytes:
-    return orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY)
+    # Endpoints are printed text too: a secret the process resolved is masked here as in
+    # the logs (consumers/secret_values.py), whatever field a future change adds.
+    return scrub(orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY).decode()).encode()

@@ -6,6 +6,7 @@ import pytest
 
 from consumers.client_settings import REDACTED, is_secret, parse_x, redacted, settings_for
 from consumers.kafka_python_settings import kafka_python_settings
+from consumers.secret_values import SECRETS, scrub
 from pipeline.config import KafkaOverrides, load_config
 from pipeline.errors import UserError
 
@@ -39,11 +40,43 @@ def test_parse_x() -> None:
 
 
 def test_secret_keys() -> None:
-    for key in ("sasl.password", "ssl.key.password", "ssl.keystore.password", "sasl.oauthbearer.client.secret",
-                "my.PASSWORD.thing", "some.secret"):
+    # Every property librdkafka marks sensitive (rdkafka_conf.c _RK_SENSITIVE), the
+    # families the issue names, and the kafka-python / Java (Faust) names.
+    for key in ("sasl.password", "sasl.username", "ssl.key.password", "ssl.key.pem", "ssl.key.location",
+                "ssl.ca.pem", "ssl.keystore.password", "ssl.keystore.location", "sasl.oauthbearer.config",
+                "sasl.oauthbearer.client.secret", "sasl.oauthbearer.assertion.private.key.pem",
+                "sasl.oauthbearer.assertion.private.key.passphrase", "ssl.certificate.pem", "sasl.jaas.config",
+                "sasl_plain_password", "ssl_password", "my.PASSWORD.thing", "some.secret", "SSL.KEY.PEM"):
         assert is_secret(key), key
-    assert not is_secret("sasl.username")
-    assert redacted({"sasl.password": SECRET, "sasl.username": "u"}) == {"sasl.password": REDACTED, "sasl.username": "u"}
+    for key in ("security.protocol", "sasl.mechanism", "ssl.ca.location", "ssl.certificate.location",
+                "sasl.oauthbearer.token.endpoint.url", "sasl.oauthbearer.client.id", "client.id"):
+        assert not is_secret(key), key
+    assert redacted({"sasl.password": SECRET, "sasl.username": "u", "client.id": "c"}) == {
+        "sasl.password": REDACTED, "sasl.username": REDACTED, "client.id": "c"}
+
+
+def test_key_pem_from_file_keeps_its_lines(tmp_path: Path) -> None:
+    pem = "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n-----END PRIVATE KEY-----\n"
+    (tmp_path / "client.key").write_text(pem)
+    block = KafkaOverrides(common={"ssl.key.pem": f"@file:{tmp_path}/client.key", "ssl.key.location": "/etc/k.key"})
+    assert settings_for(block, "consumer", {}) == {"ssl.key.pem": pem, "ssl.key.location": "/etc/k.key"}
+
+
+def test_resolved_secrets_are_masked_in_any_text() -> None:
+    SECRETS.clear()
+    pem = "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7\n-----END PRIVATE KEY-----\n"
+    block = KafkaOverrides(common={"ssl.key.pem": pem, "sasl.oauthbearer.config": "principal=XoauthPrincipal81",
+                                   "sasl.password": "${PW}", "sasl.username": "tidebatch",
+                                   "ssl.key.location": "/etc/kafka/client.key"})
+    settings_for(block, "producer", {"PW": SECRET})
+    line = f"settings {block.common!r} {SECRET} {pem.splitlines()[1]} {{'pem': {pem!r}}}"
+    shown = scrub(line)
+    for leak in (SECRET, "XoauthPrincipal81", pem, pem.splitlines()[1], repr(pem)[1:-1]):
+        assert leak not in shown, leak
+    # Names and paths stay readable: they are not the secret.
+    assert "tidebatch" in shown and "/etc/kafka/client.key" in shown
+    assert scrub("nothing secret here") == "nothing secret here"
+    SECRETS.clear()
 
 
 def test_secret_from_env_and_file(tmp_path: Path) -> None:
