@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import queue
+import threading
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 
 from confluent_kafka import (
     TIMESTAMP_LOG_APPEND_TIME,
@@ -220,6 +224,12 @@ class ConfluentSource:
         # does not know it (the session expired), until the group is joined again.
         return bool(self._consumer.memberid())
 
+    def committed(self, tps: Sequence[TopicPartition], timeout: float) -> dict[TopicPartition, int]:
+        # librdkafka asks with require_stable: an offset of a transaction still being
+        # completed is waited for, never returned half done.
+        got = self._consumer.committed([CkTopicPartition(t, p) for t, p in tps], timeout=timeout)
+        return {(tp.topic, tp.partition): tp.offset for tp in got if tp.offset >= 0 and tp.error is None}
+
     def close(self) -> None:
         self._consumer.close()
 
@@ -248,7 +258,8 @@ def _send_error(err: KafkaError, topic: str, bootstrap: str) -> SendError:
 
 class ConfluentProducer:
     def __init__(self, config: Mapping[str, object]) -> None:
-        self._producer = Producer(dict(config))
+        self._config = dict(config)
+        self._producer = Producer(self._config)
         self._bootstrap = str(config.get("bootstrap.servers", ""))
         # The largest record this producer accepts (librdkafka counts key + value +
         # headers + a few bytes of framing against it).
@@ -307,17 +318,65 @@ def _transaction_error(step: str, exc: KafkaException) -> TransactionError:
     )
 
 
+class _StepThread:
+    """One daemon thread running calls in turn: a call stuck in librdkafka must hold
+    neither the caller nor the interpreter's exit (a ThreadPoolExecutor's threads are
+    joined at exit)."""
+
+    def __init__(self) -> None:
+        self._calls: queue.SimpleQueue[tuple[Callable[[], object], Future] | None] = queue.SimpleQueue()
+        threading.Thread(target=self._run, name="txn-step", daemon=True).start()
+
+    def submit(self, call: Callable[[], object]) -> Future:
+        future: Future = Future()
+        self._calls.put((call, future))
+        return future
+
+    def close(self) -> None:
+        self._calls.put(None)  # ends the thread once its current call returns
+
+    def _run(self) -> None:
+        while (item := self._calls.get()) is not None:
+            call, future = item
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(call())
+                except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                    future.set_exception(exc)
+
+
 class ConfluentTransactionalProducer(ConfluentProducer):
     """A ConfluentProducer with a transactional.id in its config: its records are
-    visible to read_committed readers only once commit_transaction() returns."""
+    visible to read_committed readers only once commit_transaction() returns.
+
+    Each transaction step runs in a helper thread that the caller waits for at most the
+    step's timeout plus CALL_MARGIN_S: librdkafka does not always keep the timeout it is
+    given (a worker whose cluster lost its quorum sat ~600 s in
+    send_offsets_to_transaction with 30 s passed, issue 49). A step that overruns is a
+    fatal TransactionError: the caller renews the producer (renew()), whose new epoch
+    fences whatever the stuck call may still do."""
+
+    CALL_MARGIN_S = 5.0
+
+    def __init__(self, config: Mapping[str, object]) -> None:
+        super().__init__(config)
+        self._steps = _StepThread()
+
+    def _step(self, step: str, call: Callable[[], None], timeout: float) -> None:
+        future = self._steps.submit(call)
+        try:
+            future.result(timeout=timeout + self.CALL_MARGIN_S)
+        except FutureTimeout:
+            raise TransactionError(
+                f"{step}: librdkafka did not return within {timeout + self.CALL_MARGIN_S:.0f} s", fatal=True
+            ) from None
+        except KafkaException as exc:
+            raise _transaction_error(step, exc) from exc
 
     def init_transactions(self, timeout: float) -> None:
         """Fences older producers with this transactional.id and aborts their open
         transaction (a killed predecessor's), so read_committed readers move on."""
-        try:
-            self._producer.init_transactions(timeout)
-        except KafkaException as exc:
-            raise _transaction_error("init_transactions", exc) from exc
+        self._step("init_transactions", lambda: self._producer.init_transactions(timeout), timeout)
 
     def begin_transaction(self) -> None:
         try:
@@ -329,17 +388,26 @@ class ConfluentTransactionalProducer(ConfluentProducer):
         self, offsets: Mapping[TopicPartition, int], group_metadata: object, timeout: float
     ) -> None:
         parts = [CkTopicPartition(t, p, o) for (t, p), o in offsets.items()]
-        try:
-            if parts:
-                self._producer.send_offsets_to_transaction(parts, group_metadata, timeout)
-            self._producer.commit_transaction(timeout)
-        except KafkaException as exc:
-            raise _transaction_error("commit_transaction", exc) from exc
+        producer = self._producer
+        if parts:
+            self._step("send_offsets_to_transaction",
+                       lambda: producer.send_offsets_to_transaction(parts, group_metadata, timeout), timeout)
+        self._step("commit_transaction", lambda: producer.commit_transaction(timeout), timeout)
 
     def abort_transaction(self, timeout: float) -> None:
         """Purges the records still queued (their delivery reports fail) and has the
         coordinator write abort markers: read_committed readers skip every record."""
-        try:
-            self._producer.abort_transaction(timeout)
-        except KafkaException as exc:
-            raise _transaction_error("abort_transaction", exc) from exc
+        self._step("abort_transaction", lambda: self._producer.abort_transaction(timeout), timeout)
+
+    def renew(self) -> None:
+        """A new librdkafka producer with the same settings (transactional.id too): its
+        init_transactions() bumps the epoch past the old one's and has the coordinator
+        abort the old one's open transaction. The old one's queued records are purged
+        and its delivery reports never served: the caller produces again what it needs."""
+        old, self._producer = self._producer, Producer(self._config)
+        with contextlib.suppress(KafkaException, RuntimeError):
+            old.purge(in_queue=True, in_flight=True, blocking=False)
+        # A step still stuck in the old client keeps its helper thread: new steps get a
+        # new one (the stuck call returns, fenced, whenever librdkafka lets it).
+        self._steps.close()
+        self._steps = _StepThread()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -116,6 +116,11 @@ class TransactionalSource(Source, Protocol):
         it has not since forgotten)."""
         ...
 
+    def committed(self, tps: Sequence[TopicPartition], timeout: float) -> dict[TopicPartition, int]:
+        """The group's committed offsets of `tps` (stable: none of an open transaction),
+        those without one left out. Raises KafkaError-derived exceptions on failure."""
+        ...
+
 
 class TransactionError(Exception):
     """A transaction step failed (consumers/confluent_backend.py says how librdkafka
@@ -152,6 +157,13 @@ class TransactionalProducer(Protocol):
         ...
 
     def abort_transaction(self, timeout: float) -> None: ...
+
+    def renew(self) -> None:
+        """Drop the client (and whatever it still queues) for a new one with the same
+        settings and transactional.id; init_transactions() must be called next. For a
+        client whose transaction state cannot be recovered in place (fenced, or an
+        abort that failed), pipeline/worker/transactions.py."""
+        ...
 
 
 class Producer(Protocol):

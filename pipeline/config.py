@@ -180,6 +180,8 @@ class WorkerConfig:
     # At start: how long to wait for a broker to answer before exiting 1 with one line
     # (consumers/kafka_reachable.py); an authentication or TLS failure exits at once.
     kafka_connect_timeout_s: float = 30.0
+    # Writes held up this long make an outage: not ready (pipeline/worker/kafka_progress.py).
+    outage_after_s: float = 10.0
     partitions: int = 4  # for topics this worker creates
     # Request headers copied onto each result (pipeline/outcomes.py): W3C trace context.
     result_headers: list[str] = field(default_factory=lambda: list(TRACE_HEADERS))
@@ -373,14 +375,13 @@ def validate(cfg: WorkerConfig) -> None:
         raise bad("partitions", "must be >= 1")
     if cfg.commit_interval_ms < 1:
         raise bad("commit_interval_ms", "must be >= 1")
-    if cfg.drain_timeout_s <= 0:
-        raise bad("drain_timeout_s", "must be > 0")
+    for key in ("drain_timeout_s", "outage_after_s", "kafka_connect_timeout_s"):
+        if getattr(cfg, key) <= 0:
+            raise bad(key, "must be > 0")
     validate_tracing(cfg.tracing, bad)
     for key, value, known in (("log_level", cfg.log_level.upper(), LEVELS), ("log_format", cfg.log_format, FORMATS)):
         if value not in known:
             raise bad(key, f"{value!r} is not one of {', '.join(known)}")
-    if cfg.kafka_connect_timeout_s <= 0:
-        raise bad("kafka_connect_timeout_s", "must be > 0")
     validate_delivery(cfg, bad)
     lim = cfg.limits
     if lim.max_request_bytes is not None and lim.max_request_bytes < 1024:

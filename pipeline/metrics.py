@@ -172,6 +172,14 @@ class WorkerMetrics(BatchingMetrics):
             "tidebatch_delivery_errors_total", "Produce attempts that Kafka did not acknowledge",
             ["pipeline", "topic"], registry=r,
         )
+        # pipeline/worker/kafka_progress.py: results or commits held up past outage_after_s.
+        self.outage = Gauge(
+            "tidebatch_kafka_outage", "1 while the worker's writes to Kafka are held up (an outage)",
+            ["pipeline"], registry=r,
+        )
+        self.outages = Counter(
+            "tidebatch_kafka_outages_total", "Outages the worker saw begin", ["pipeline"], registry=r,
+        )
         # delivery exactly_once (pipeline/worker/transactions.py): how long a commit
         # (producer and sink flush, offsets, EndTxn) holds the source loop; aborts count
         # as commits{result="aborted"}.

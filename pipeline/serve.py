@@ -39,7 +39,9 @@ def serve(cfg: WorkerConfig) -> int:
     # (docs/REDIS.md), nothing connects when all of it is off.
     parts = build_parts(cfg, sinks=build_sinks(cfg), redis=True)
     worker = Worker(cfg, parts=parts)
-    install_signal_handlers(worker)
+    from pipeline.worker.watchdog import EXIT_MARGIN_S
+
+    install_signal_handlers(worker, exit_after_s=cfg.drain_timeout_s + EXIT_MARGIN_S)
     server = None
     if cfg.metrics.enabled:
         from pipeline.ops.http import OpsServer
@@ -102,8 +104,13 @@ def prepare_topics(cfg: WorkerConfig) -> None:
         log.info("created topics %s", ", ".join(sorted(missing)))
 
 
-def install_signal_handlers(worker: Worker, on_signal: Callable[[], None] | None = None) -> None:
-    """SIGTERM/SIGINT: stop consuming, finish in-flight batches, commit, exit 0."""
+def install_signal_handlers(
+    worker: Worker, on_signal: Callable[[], None] | None = None, exit_after_s: float | None = None
+) -> None:
+    """SIGTERM/SIGINT: stop consuming, finish in-flight batches, commit, exit 0.
+    `exit_after_s`: with it, a watchdog thread (pipeline/worker/watchdog.py) acts on the
+    signal even while the main thread is inside a client call, and ends a process still
+    running that long after its stop began with exit code 1."""
     import signal
 
     def handler(signum: int, _frame: object) -> None:
@@ -113,3 +120,7 @@ def install_signal_handlers(worker: Worker, on_signal: Callable[[], None] | None
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
+    if exit_after_s is not None:
+        from pipeline.worker.watchdog import Watchdog
+
+        Watchdog(worker, exit_after_s).start()

@@ -6,15 +6,17 @@ thread the worker needs has died or the source loop has stopped going round. It 
 a restart fixes none of those.
 
 Readiness (/readyz) answers "is this worker serving?": partitions assigned, model
-loaded, broker answered a poll in the last few seconds, and Redis (when used) does not
-reject the worker's password or certificates. A worker that has no partition (more
+loaded, broker answered a poll in the last few seconds, its writes to Kafka getting
+through (no outage: results acknowledged and offsets committed within
+`outage_after_s` while work waits, pipeline/worker/kafka_progress.py), and Redis (when
+used) does not reject the worker's password or certificates. A worker that has no partition (more
 workers than partitions) is alive but not ready. A Redis outage leaves it ready: the
 worker scores on with default features (docs/REDIS.md "Outages"); a rejected password
 is a configuration fault that will not pass by itself.
 
 The worker is read through the attributes documented on pipeline.worker.Worker:
-`started`, `assigned`, `last_poll_ok`, `session.provider`, `stopping`, `failure` (why
-it failed, or None), `redis.link` (up, problem) and `threads()` (the executor and publisher threads it needs).
+`started`, `assigned`, `last_poll_ok`, `kafka_progress` (optional), `session.provider`,
+`stopping`, `failure` (why it failed, or None), `redis.link` (up, problem) and `threads()` (the executor and publisher threads it needs).
 
 A failed worker (a dead executor or publisher thread, an outcome it could not write)
 is neither alive nor ready from that moment, also while it shuts down: an
@@ -60,6 +62,10 @@ def liveness(
         last = worker.last_poll_ok
         if last is not None and now - last > stall_s:
             problems.append(f"source loop stalled: last poll {now - last:.0f} s ago")
+    calls = getattr(worker, "calls", None)  # pipeline/worker/watchdog.py
+    overdue = calls.overdue(now) if calls is not None else None
+    if overdue:
+        problems.append(overdue)
     if problems:
         body.update(alive=False, reason=problems[0], reasons=problems)
     return not problems, body
@@ -97,6 +103,11 @@ def readiness(worker: Any, now: float, *, max_poll_age_s: float = READY_POLL_S) 
         reasons.append("model not loaded")
     if not assigned:
         reasons.append("no partitions assigned")
+    progress = getattr(worker, "kafka_progress", None)
+    if progress is not None:
+        stalls = progress.stalled(now)
+        checks["kafka_writes"] = stalls or "ok"
+        reasons.extend(f"Kafka outage: {why}" for why in stalls)
     if poll_age is None:
         reasons.append("no successful broker poll yet")
     elif poll_age > max_poll_age_s:

@@ -46,13 +46,16 @@ from pipeline.worker.admission import Admission
 from pipeline.worker.compose import WorkerParts, build_parts
 from pipeline.worker.executors import Executors
 from pipeline.worker.intake import follow_intake
+from pipeline.worker.kafka_progress import DELIVERY, KafkaProgress
 from pipeline.worker.late_routing import route_late
+from pipeline.worker.outage_log import OutageLog
 from pipeline.worker.partitions import Partitions
 from pipeline.worker.publisher import Publisher
 from pipeline.worker.stats import WorkerStats
 from pipeline.worker.tenant_standing import gate_standing
 from pipeline.worker.topic_limits import described_limits, worker_limits
 from pipeline.worker.transactions import Transactions
+from pipeline.worker.watchdog import CallWatch
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +73,8 @@ class Worker:
     hooks: see each batch before and after the model (pipeline/hooks.py).
 
     Read by pipeline/ops/health.py and the tests: started, assigned, last_poll_ok, stopping,
-    failure, threads(), stats, session.provider, tracker, queue, redis.
+    failure, threads(), stats, session.provider, tracker, queue, redis, kafka_progress,
+    calls.
     """
 
     def __init__(
@@ -132,15 +136,22 @@ class Worker:
         self._fatal: str | None = None
         self._drain_deadline: float | None = None  # monotonic; set when shutdown starts
         self._restore_interpreter: Callable[[], None] | None = None
+        # Whether results and commits get through (read by pipeline/ops/health.py).
+        self.kafka_progress = KafkaProgress(time.monotonic(), cfg.outage_after_s)
+        # The blocking client call the source thread is in (read by /healthz and the watchdog).
+        self.calls = CallWatch()
+        self.outage_log = OutageLog(self.kafka_progress, self.metrics, cfg.pipeline, self.calls)
+        self.report_outage = self.outage_log.report  # the watchdog's tick
         self.transactions = None if cfg.delivery != "exactly_once" else Transactions(  # make_producer made it transactional
             self.producer, lambda: self.source, self.tracker, self.sinks,  # type: ignore[arg-type, return-value]
             cfg.transaction_interval_ms / 1000.0, self.metrics, cfg.pipeline, self.stats, self.fail,
-            owned=lambda: self.partitions.assigned,
+            owned=lambda: self.partitions.assigned, progress=self.kafka_progress, stopping=self._stop.is_set,
+            calls=self.calls,
         )
         # Until run() asks the broker for its topics' limits: the producer's own.
         self.outcomes = Outcomes(
             self.producer,
-            lambda rec: self.tracker.ack(rec.tp, rec.offset),
+            self._acked,
             self.topics,
             worker_limits(cfg, self.pipeline, self.producer, self.topics, {}),
             metrics=self.metrics,
@@ -169,7 +180,7 @@ class Worker:
         self.source: Source | None = None  # created in run(): joining the group is the last step
         self.partitions = Partitions(
             self.tracker, lambda: self.source, self.producer, self.sinks, self.metrics, cfg.pipeline,
-            self.stats, self._serve_outcomes, self.transactions,
+            self.stats, self._serve_outcomes, self.transactions, self.kafka_progress,
         )
         self.started = threading.Event()  # model loaded, source subscribed
         self.last_poll_ok: float | None = None
@@ -278,12 +289,18 @@ class Worker:
                 if now >= next_lag:
                     self._queue_rows_gauge.set(self.queue.rows)  # also while no records arrive
                     self.partitions.update_lag()
+                    self.outage_log.sample(now, len(self.producer), len(self.tracker.committable()))
                     next_lag = now + _LAG_INTERVAL
             return self._shutdown()
         except Exception as exc:  # a missing ACL (KafkaRefused) is its one line, not a traceback
             log.error("worker failed; offsets not committed past finished work", exc_info=not isinstance(exc, KafkaRefused))
             self.fail(str(exc) if isinstance(exc, KafkaRefused) else f"source loop failed: {type(exc).__name__}: {exc}")
             return self._shutdown(commit=True)
+
+    def _acked(self, rec: SourceRecord) -> None:
+        """An outcome record is durable: its offset is done, and Kafka takes writes."""
+        self.tracker.ack(rec.tp, rec.offset)
+        self.kafka_progress.ok(DELIVERY, time.monotonic())
 
     def _follow_backlog(self) -> None:
         """The queue's depth changed mode (batching/depth.py): say so, and switch the

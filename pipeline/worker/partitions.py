@@ -20,6 +20,7 @@ from consumers.offsets import OffsetTracker
 from consumers.records import Producer, Source, TopicPartition
 from pipeline.metrics import WorkerMetrics
 from pipeline.sinks import ResultSink, notify
+from pipeline.worker.kafka_progress import COMMIT, KafkaProgress
 from pipeline.worker.stats import WorkerStats
 from pipeline.worker.transactions import Transactions
 
@@ -31,7 +32,8 @@ REVOKE_WAIT = 10.0  # s a revoked partition's in-flight work may take before it 
 class Partitions:
     """tracker: the offsets of every consumed record; source(): the Kafka source, or
     None before run(); producer: to serve delivery reports while a revoke waits;
-    serve_outcomes(): routes late requests meanwhile (the source loop's other duty)."""
+    serve_outcomes(): routes late requests meanwhile (the source loop's other duty);
+    progress: told of each commit's success or failure (outage watch)."""
 
     def __init__(
         self,
@@ -44,6 +46,7 @@ class Partitions:
         stats: WorkerStats,
         serve_outcomes: Callable[[], None],
         transactions: Transactions | None = None,
+        progress: KafkaProgress | None = None,
     ) -> None:
         self.tracker = tracker
         self.source = source
@@ -54,6 +57,7 @@ class Partitions:
         self.stats = stats
         self.serve_outcomes = serve_outcomes
         self.transactions = transactions
+        self.progress = progress
         self.assigned: list[TopicPartition] = []
 
     # ------------------------------------------------------------------ commits
@@ -92,8 +96,12 @@ class Partitions:
             self.tracker.committed(offsets)
             self.metrics.commits.labels(self.pipeline, "ok").inc()
             self.stats.count("commits")
+            if self.progress is not None:
+                self.progress.ok(COMMIT, time.monotonic())
         else:  # not marked committed: offered again at the next interval (tracker.committable)
             self.metrics.commits.labels(self.pipeline, "error").inc()
+            if self.progress is not None:
+                self.progress.failed(COMMIT)
             log.warning("offset commit failed: %s", err)
 
     def update_lag(self) -> None:

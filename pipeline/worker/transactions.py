@@ -14,8 +14,9 @@ How (docs/DELIVERY.md):
   offset's latest outcome record) and produced again in the next one, so nothing is
   scored twice and the sinks see each row once; records of partitions being let go
   are dropped instead, and their next owner replays them from the committed offsets;
-- a fatal failure (fenced by a newer producer with our transactional.id) stops the
-  worker without committing.
+- a producer that cannot go on (fenced, as an epoch bump cut short by an outage
+  looks; an abort that failed) is renewed with the same transactional.id and its
+  records produced again: the worker rides out an outage (docs/DELIVERY.md, item 6).
 
 Single-threaded by design: produce, flush and commit all run in the source thread
 (release/commit) or in its rebalance callbacks, so no record can be produced while a
@@ -40,7 +41,9 @@ from consumers.release import OrderedRelease, Submitted
 from pipeline.errors import UserError
 from pipeline.metrics import WorkerMetrics
 from pipeline.sinks import ResultSink
+from pipeline.worker.kafka_progress import COMMIT, KafkaProgress
 from pipeline.worker.stats import WorkerStats
+from pipeline.worker.watchdog import CallWatch
 
 log = logging.getLogger(__name__)
 
@@ -51,13 +54,22 @@ INIT_TIMEOUT_S = 60.0
 STEP_TIMEOUT_S = 30.0  # commit and abort: a broker failover takes seconds
 FLUSH_TIMEOUT_S = 5.0  # records not acked by then: the commit waits for the next interval
 COMMIT_ATTEMPTS = 3  # retriable commit failures before the transaction is aborted
+# Renewals of the producer (a new client with the same transactional.id) allowed in a
+# window: two live processes with one transactional.id would fence each other for ever.
+MAX_RENEWALS = 3
+RENEW_WINDOW_S = 600.0
+RETRY_PAUSE_S = 1.0  # between attempts to reach the coordinator during an outage
+RENEW_STEP_TIMEOUT_S = 10.0  # short, so a stop asked for meanwhile is seen soon
 
 
 class Transactions:
     """producer: transactional (its transactional.id set). source(): the consumer, for
     the group metadata (None before run()). tracker: an offset is committed only once
     it is done there too, i.e. its sink rows are durable. fail(): stop the worker.
-    owned(): the partitions the worker holds now (None: not checked)."""
+    owned(): the partitions the worker holds now (None: not checked). progress: told of
+    each commit's success and each abort (outage watch). stopping(): a stop was asked
+    for (a renewal waiting for the cluster gives up then). calls: where each blocking
+    producer call is marked with its deadline (pipeline/worker/watchdog.py)."""
 
     def __init__(
         self,
@@ -71,6 +83,10 @@ class Transactions:
         stats: WorkerStats,
         fail: Callable[[str], None],
         owned: Callable[[], Collection[TopicPartition]] | None = None,
+        progress: KafkaProgress | None = None,
+        stopping: Callable[[], bool] = lambda: False,
+        sleep: Callable[[float], None] = time.sleep,
+        calls: CallWatch | None = None,
     ) -> None:
         self.producer = producer
         self.source = source
@@ -82,6 +98,12 @@ class Transactions:
         self.stats = stats
         self.fail = fail
         self.owned = owned
+        self.progress = progress
+        self.stopping = stopping
+        self.sleep = sleep
+        self.calls = calls or CallWatch()
+        self._renewals: list[float] = []  # monotonic times of recent renewals
+        self._renew_for: TransactionError | None = None  # the abort must renew the producer
         self._order: OrderedRelease[tuple[Key, Send]] = OrderedRelease()
         # The open transaction's records, by offset; a replacement (a refused result's
         # dead letter) takes its offset's place. Produced again after an abort.
@@ -154,7 +176,8 @@ class Transactions:
         if not offsets and not self._open and self._doomed is None:
             return True
         began = time.monotonic()
-        left = self.producer.flush(FLUSH_TIMEOUT_S)  # delivery reports: a failure dooms it
+        with self.calls.call("flush", FLUSH_TIMEOUT_S * 2):
+            left = self.producer.flush(FLUSH_TIMEOUT_S)  # delivery reports: a failure dooms it
         for sink in self.sinks:
             sink.flush()
         waiting = self._not_ready(offsets, left)
@@ -215,11 +238,14 @@ class Transactions:
             return False
         for attempt in range(1, COMMIT_ATTEMPTS + 1):
             try:
-                self.producer.commit_transaction(offsets, metadata, STEP_TIMEOUT_S)
+                # Two steps of STEP_TIMEOUT_S each: the offsets, then EndTxn.
+                with self.calls.call("commit_transaction", STEP_TIMEOUT_S * 2 + 5):
+                    self.producer.commit_transaction(offsets, metadata, STEP_TIMEOUT_S)
                 self.metrics.transaction_seconds.labels(self.pipeline).observe(time.monotonic() - began)
             except TransactionError as exc:
                 if exc.fatal:
-                    self._fatal(exc)
+                    # Aborting is the new producer's init_transactions(): _abort renews.
+                    self._doomed, self._renew_for = exc.reason, exc
                     return False
                 if exc.retriable and not exc.abortable and attempt < COMMIT_ATTEMPTS:
                     log.warning("transaction commit failed (attempt %d), retrying: %s", attempt, exc.reason)
@@ -229,6 +255,8 @@ class Transactions:
             break
         self._committed.update(offsets)
         self.tracker.committed(offsets)
+        if self.progress is not None:
+            self.progress.ok(COMMIT, time.monotonic())
         self.metrics.commits.labels(self.pipeline, "ok").inc()
         self.stats.count("commits")
         self._open.clear()
@@ -244,21 +272,43 @@ class Transactions:
             f", {len(dropped)} of partitions being let go are left to their next owner" if dropped else "",
         )
         self.metrics.commits.labels(self.pipeline, "aborted").inc()
+        if self.progress is not None:
+            self.progress.failed(COMMIT)
         self.stats.count("aborts")
-        self._aborting = True
-        try:
-            self.producer.abort_transaction(STEP_TIMEOUT_S)
-            self.producer.flush(FLUSH_TIMEOUT_S)  # the purged records' reports, ignored
-        except TransactionError as exc:
-            self._fatal(exc)
-            return
-        finally:
-            self._aborting = False
+        failed, self._renew_for = self._renew_for, None
+        if failed is None:
+            self._aborting = True
+            try:
+                failed = self._abort_call()
+            finally:
+                self._aborting = False
         for key in dropped:
             del self._open[key]
         self._order.forget(letting_go)
+        if failed is not None:
+            self._renew(failed)  # a new producer starts a new transaction and resends
+            return
         if not self._begin():
             return
+        self._resend()
+
+    def _abort_call(self) -> TransactionError | None:
+        """Abort; a retriable failure (the coordinator unreachable during an outage) is
+        tried again until it goes through or a stop is asked for. Returns the error
+        that ended the attempts, or None."""
+        while True:
+            try:
+                with self.calls.call("abort_transaction", STEP_TIMEOUT_S + FLUSH_TIMEOUT_S + 5):
+                    self.producer.abort_transaction(STEP_TIMEOUT_S)
+                    self.producer.flush(FLUSH_TIMEOUT_S)  # the purged records' reports, ignored
+                return None
+            except TransactionError as exc:
+                if not exc.retriable or exc.fatal or self.stopping():
+                    return exc
+                log.warning("transaction abort failed, trying again: %s", exc.reason)
+                self.sleep(RETRY_PAUSE_S)
+
+    def _resend(self) -> None:
         for send in list(self._open.values()):
             send()
 
@@ -266,8 +316,75 @@ class Transactions:
         try:
             self.producer.begin_transaction()
         except TransactionError as exc:
-            self._fatal(exc)
+            self._renew(exc)
             return False
+        return True
+
+    def _renew(self, why: TransactionError) -> None:
+        """The producer cannot go on (docs/DELIVERY.md, item 6): a new one with the same
+        transactional.id, initialised once the cluster answers (another new one if that
+        one fails for good too), its first transaction holding the old one's records."""
+        now = time.monotonic()
+        self._renewals = [t for t in self._renewals if now - t < RENEW_WINDOW_S]
+        if len(self._renewals) >= MAX_RENEWALS or self.stopping():
+            self._fatal(why)
+            return
+        self._renewals.append(now)
+        log.warning("transactional producer cannot go on (%s): a new one with the same transactional.id takes "
+                    "over, the open transaction's %d records go into its first", why.reason, len(self._open))
+        self.metrics.commits.labels(self.pipeline, "renewed").inc()
+        self._aborting, broken = True, 0  # the old client's reports, if any come, are for records resent below
+        try:
+            self.producer.renew()
+            while True:
+                try:
+                    with self.calls.call("init_transactions", RENEW_STEP_TIMEOUT_S + 5):
+                        self.producer.init_transactions(RENEW_STEP_TIMEOUT_S)
+                    break
+                except TransactionError as exc:
+                    broken += exc.fatal
+                    if self.stopping() or broken > MAX_RENEWALS:
+                        self._fatal(exc)
+                        return
+                    log.warning("new transactional producer waits for the cluster: %s", exc.reason)
+                    if exc.fatal:
+                        self.producer.renew()
+                    self.sleep(RETRY_PAUSE_S)
+        finally:
+            self._aborting = False
+        log.info("new transactional producer ready after %.1f s", time.monotonic() - now)
+        if not self._reconcile():
+            return
+        if self._begin():
+            self._resend()
+
+    def _reconcile(self) -> bool:
+        """The old producer's last transaction is settled now (the new epoch fenced it):
+        committed (a commit that reached the coordinator before its call was given up)
+        or aborted. The group's committed offsets, which commit with the records, tell
+        which: records below them are not produced again. False: stopped meanwhile."""
+        source = self.source()
+        tps = sorted({key[0] for key in self._open})
+        if source is None or not tps:
+            return True
+        while True:
+            try:
+                committed = source.committed(tps, STEP_TIMEOUT_S)
+                break
+            except Exception as exc:  # noqa: BLE001 - any client error: ask again
+                if self.stopping():
+                    self._fatal(TransactionError(f"reading the committed offsets: {exc}", fatal=True))
+                    return False
+                log.warning("committed offsets not readable yet, asking again: %s", exc)
+                self.sleep(RETRY_PAUSE_S)
+        settled = [key for key in self._open if key[1] < committed.get(key[0], -1)]
+        for key in settled:
+            del self._open[key]
+        moved = {tp: o for tp, o in committed.items() if o > self._committed.get(tp, -1)}
+        if settled:
+            log.warning("the old producer's last transaction had committed: %d records not produced again", len(settled))
+            self._committed.update(moved)
+            self.tracker.committed(moved)
         return True
 
     def _fatal(self, exc: TransactionError) -> None:

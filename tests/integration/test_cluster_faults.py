@@ -6,7 +6,10 @@ stopped or missing, and afterwards
   record); more than one only as at-least-once replays, which are counted and reported;
 - the worker process never exits (same pid throughout) and exits 0 on SIGTERM;
 - once ready, the worker's /readyz never fails: its source loop keeps polling (an
-  offset commit that waits for a dead replica to be fenced used to stop it for 8-10 s).
+  offset commit that waits for a dead replica to be fenced used to stop it for 8-10 s);
+  except when the cluster loses its quorum (issue 49): then /readyz must fail while the
+  worker's writes are held up, and come back by itself once they go through, with the
+  outage said in a few lines (pipeline/worker/kafka_progress.py).
 
 Each test also measures how long after the fault the p99 end-to-end latency (result
 record timestamp minus request timestamp, over a sliding 1 s window of results) is back
@@ -58,6 +61,7 @@ class ReadinessProbe:
     def __init__(self, url: str) -> None:
         self.max_poll_age_s = 0.0
         self.not_ready: list[str] = []
+        self.statuses: list[int] = []  # every answer once ready, in order
         self._url = url
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="readyz", daemon=True)
@@ -72,6 +76,8 @@ class ReadinessProbe:
                 continue
             age = body.get("checks", {}).get("last_poll_age_s")
             self.max_poll_age_s = max(self.max_poll_age_s, age or 0.0)
+            if was_ready:
+                self.statuses.append(status)
             if status == 200:
                 was_ready = True
             elif was_ready and not self._stop.is_set():
@@ -159,10 +165,12 @@ def fault_run(
     tmp_path: Path,
     *,
     before_worker: Callable[[], None] = lambda: None,
+    worker_env: dict[str, str] | None = None,
 ) -> Iterator[Run]:
     """Fresh topics, a worker process, an outcome reader; `before_worker` runs after
-    the topics exist (fully replicated) and before the worker starts. Every node runs
-    again at the end: the cluster is shared by the session."""
+    the topics exist (fully replicated) and before the worker starts; `worker_env`
+    adds to the worker's environment. Every node runs again at the end: the cluster
+    is shared by the session."""
     inp = cluster_topic_factory("faults-req", PARTITIONS)
     topics = opsutil.Topics(
         inp, cluster_topic_factory("faults-res", PARTITIONS),
@@ -171,7 +179,7 @@ def fault_run(
     try:
         before_worker()
         worker = opsutil.start_worker_process(kafka_cluster, topics, group, tmp_path, "worker",
-                                              TIDEBATCH_BATCHING__SLO_MS=str(SLO_MS))
+                                              TIDEBATCH_BATCHING__SLO_MS=str(SLO_MS), **(worker_env or {}))
         collector = OutcomeCollector(kafka_cluster.bootstrap_servers, topics, PARTITIONS)
         run = Run(kafka_cluster, topics, worker, worker.proc.pid, collector, ReadinessProbe(worker.url), group)
         try:
@@ -193,9 +201,12 @@ def traffic(run: Run, seed: int) -> PacedProducer:
     return run.producer
 
 
-def finish(run: Run, name: str, fault_ms: int, **extra: object) -> dict:
+def finish(run: Run, name: str, fault_ms: int, *, outage: bool = False, exactly_once: bool = False,
+           **extra: object) -> dict:
     """Wait for the traffic and every outcome, stop the worker (exit 0), check one
-    outcome per request, report the recovery time."""
+    outcome per request, report the recovery time. `outage`: the fault took the
+    cluster's quorum, so the worker must have turned unready for it, and ready again.
+    `exactly_once`: no request may have two outcomes (the reader is read_committed)."""
     assert run.producer is not None
     while run.producer.running:
         run.pause(0.5)
@@ -207,9 +218,13 @@ def finish(run: Run, name: str, fault_ms: int, **extra: object) -> dict:
     run.pause(1.5)  # a replayed duplicate would show up in this time
     run.alive()
     run.probe.close()
-    # The source loop kept polling through the fault: the worker never called itself
-    # unready for want of a broker answer while the cluster had a quorum.
-    assert not run.probe.not_ready, f"the worker turned unready: {run.probe.not_ready[:3]}"
+    if outage:
+        assert any(r.startswith("Kafka outage:") for r in run.probe.not_ready), run.probe.not_ready[:5]
+        assert run.probe.statuses and run.probe.statuses[-1] == 200, "not ready again after the outage"
+    else:
+        # The source loop kept polling through the fault: the worker never called itself
+        # unready for want of a broker answer while the cluster had a quorum.
+        assert not run.probe.not_ready, f"the worker turned unready: {run.probe.not_ready[:3]}"
     code = run.worker.stop()
     assert code == 0, f"worker exit code {code}:\n{run.worker.log_tail()}"
     outcomes = run.collector.close()
@@ -220,6 +235,8 @@ def finish(run: Run, name: str, fault_ms: int, **extra: object) -> dict:
     mixed = {i: k for i, k in outcomes.kinds.items() if len(set(k)) > 1}
     assert not mixed, f"requests with different outcomes: {list(mixed.items())[:5]}"
     duplicates = outcomes.duplicates
+    if exactly_once:
+        assert duplicates == 0, f"read_committed duplicates: {outcomes.duplicated_where()}"
     kinds = outcomes.by_kind()
     record = {
         "test": name,
@@ -232,7 +249,8 @@ def finish(run: Run, name: str, fault_ms: int, **extra: object) -> dict:
         "recovery_ms_at_1000": recovery_ms(outcomes.results, fault_ms, TIGHT_SLO_MS),
         "max_latency_ms": max(lat for _, lat in outcomes.results),
         "max_poll_age_s": run.probe.max_poll_age_s,
-        "not_ready": run.probe.not_ready,
+        "not_ready": sorted(set(run.probe.not_ready))[:10],
+        "unready_answers": sum(1 for st in run.probe.statuses if st != 200),
         "coordinator": coordinator(run),
         **extra,
         "p99_by_second": timeline(outcomes.results, fault_ms),
@@ -312,3 +330,42 @@ def test_worker_starts_with_a_broker_down(kafka_cluster, cluster_topic_factory, 
         kafka_cluster.restart(down)
         kafka_cluster.wait_in_sync()
         finish(run, "worker_starts_broker_down", fault, node=down.node_id)
+
+
+def lose_quorum(run: Run, kafka_cluster: KafkaBroker, name: str, seed: int, *, exactly_once: bool = False) -> None:
+    """2 of 3 nodes SIGKILLed for 20 s (no quorum for the metadata log nor for
+    min.insync.replicas 2), then restarted, under traffic: the worker waits, is unready
+    while its writes are held up, says so in a few lines, and recovers by itself with
+    every request answered."""
+    traffic(run, seed=seed)
+    run.pause(5)
+    down = kafka_cluster.nodes[1:]
+    fault = now_ms()
+    for node in down:
+        kafka_cluster.kill(node)
+    run.pause(20)
+    for node in down:
+        kafka_cluster.restart(node)
+    kafka_cluster.wait_in_sync()
+    log = run.worker.log_path.read_text(errors="replace")
+    finish(run, name, fault, outage=True, exactly_once=exactly_once, nodes=[n.node_id for n in down],
+           outage_lines=[line[:240] for line in log.splitlines() if "Kafka outage" in line or "producer" in line])
+    log = run.worker.log_path.read_text(errors="replace")
+    lines = [line for line in log.splitlines() if "Kafka outage" in line]
+    assert any("Kafka outage:" in line for line in lines), log[-3000:]
+    assert any("Kafka outage over after" in line for line in lines), log[-3000:]
+    assert len(lines) <= 8, lines  # a start, one per 10 s, an end: not a storm
+
+
+def test_quorum_lost_for_20_s(kafka_cluster, cluster_topic_factory, unique_group_id, tmp_path) -> None:
+    with fault_run(kafka_cluster, cluster_topic_factory, unique_group_id, tmp_path) as run:
+        lose_quorum(run, kafka_cluster, "quorum_lost_20s", seed=15)
+
+
+def test_quorum_lost_for_20_s_exactly_once(kafka_cluster, cluster_topic_factory, unique_group_id, tmp_path) -> None:
+    """The case that exited 1 or hung for 10 minutes (issue 49): records time out in the
+    open transaction, the epoch bump cannot finish, the producer is fenced; the same
+    worker renews its producer and goes on, read_committed readers see each request once."""
+    with fault_run(kafka_cluster, cluster_topic_factory, unique_group_id, tmp_path,
+                   worker_env={"TIDEBATCH_DELIVERY": "exactly_once"}) as run:
+        lose_quorum(run, kafka_cluster, "quorum_lost_20s_exactly_once", seed=16, exactly_once=True)

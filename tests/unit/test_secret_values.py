@@ -55,15 +55,20 @@ def test_short_and_empty_values_are_not_registered() -> None:
 def test_log_lines_and_tracebacks_are_masked(secrets: SecretValues, fmt: str,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     out = io.StringIO()
+    root = logging.getLogger()
+    before = (root.handlers[:], root.level)
     monkeypatch.setattr("sys.stderr", out)
     logs.configure("DEBUG", fmt)
-    log = logging.getLogger("tests.secret_values")
-    log.debug("settings %s", {"ssl.key.pem": PEM})
     try:
-        raise RuntimeError(f"cannot log in with {PASSWORD}")
-    except RuntimeError:
-        log.exception("failed")
-    logs.configure("INFO", "text")
+        log = logging.getLogger("tests.secret_values")
+        log.debug("settings %s", {"ssl.key.pem": PEM})
+        try:
+            raise RuntimeError(f"cannot log in with {PASSWORD}")
+        except RuntimeError:
+            log.exception("failed")
+    finally:
+        root.handlers[:] = before[0]  # the next tests log where they did before
+        root.setLevel(before[1])
     printed = out.getvalue()
     assert "settings" in printed and "Traceback" in printed
     assert PASSWORD not in printed

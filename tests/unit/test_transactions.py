@@ -32,7 +32,10 @@ class FakeProducer:
         self.fail_topics: set[str] = set()
         self.refuse_topics: set[str] = set()
         self.commit_errors: list[TransactionError] = []
+        self.abort_errors: list[TransactionError] = []
+        self.init_errors: list[TransactionError] = []
         self.begun = 0
+        self.renewed = 0
 
     def send(self, topic, key, value, headers, on_ack) -> None:
         if topic in self.refuse_topics:
@@ -51,7 +54,14 @@ class FakeProducer:
         return 0
 
     def init_transactions(self, timeout: float) -> None:
-        pass
+        if self.init_errors:
+            raise self.init_errors.pop(0)
+
+    def renew(self) -> None:
+        # A new client: the old one's queue and open transaction are gone, unreported.
+        self.renewed += 1
+        self.pending = []
+        self.txn = []
 
     def begin_transaction(self) -> None:
         self.begun += 1
@@ -64,6 +74,8 @@ class FakeProducer:
         self.committed.append((self.txn, dict(offsets)))
 
     def abort_transaction(self, timeout: float) -> None:
+        if self.abort_errors:
+            raise self.abort_errors.pop(0)
         for _topic, on_ack in self.pending:  # librdkafka purges what is still queued
             on_ack(SendError("purged"))
         self.pending = []
@@ -72,6 +84,11 @@ class FakeProducer:
 
 class FakeSource:
     member = True  # the class attribute: Rig hands Transactions the class as its source()
+    offsets: dict[TopicPartition, int] = {}  # the group's committed offsets
+
+    @staticmethod
+    def committed(tps, timeout: float) -> dict[TopicPartition, int]:
+        return {tp: o for tp, o in FakeSource.offsets.items() if tp in tps}
 
     def group_metadata(self) -> object:
         return "generation-7"
@@ -82,12 +99,16 @@ class FakeSource:
 
 class Rig:
     def __init__(self) -> None:
+        FakeSource.offsets = {}
         self.producer = FakeProducer()
         self.tracker = OffsetTracker()
         self.failures: list[str] = []
+        self.stop = False
+        self.slept: list[float] = []
         metrics = WorkerMetrics("ctr", "adaptive")
         self.txns = Transactions(
             self.producer, FakeSource, self.tracker, [], 0.1, metrics, "ctr", WorkerStats(), self.failures.append,
+            stopping=lambda: self.stop, sleep=self.slept.append,
         )
         limits = Limits(request_bytes=1_000_000, topic_bytes={}, producer_bytes=1_000_000, prefix_bytes=100)
         self.outcomes = Outcomes(
@@ -194,18 +215,96 @@ def test_a_retriable_commit_error_is_retried() -> None:
     assert rig.producer.aborted == [] and len(rig.producer.committed) == 1
 
 
-def test_a_fenced_producer_stops_the_worker_and_commits_nothing_more() -> None:
+def test_a_fenced_producer_is_renewed_and_its_records_commit_in_the_new_ones_transaction() -> None:
+    """What a cluster that lost its quorum left (issue 49): an epoch bump cut short, so
+    the producer is fenced. A new client with the same transactional.id takes over, its
+    init_transactions retried until the coordinator answers; nothing is aborted by
+    hand (the new client's init aborts the old one's transaction) and nothing is lost."""
     rig = Rig()
     (r0, r1) = rig.consume(0, 0, 1)
     rig.outcomes.result(r0, b"s0")
     rig.producer.commit_errors = [TransactionError("producer fenced", fatal=True)]
+    rig.producer.init_errors = [TransactionError("coordinator not available", retriable=True)] * 2
     assert rig.txns.commit() is False
+    assert not rig.failures and rig.producer.renewed == 1
+    assert rig.producer.aborted == [] and rig.slept == [1.0, 1.0]
+    assert rig.producer.txn == [("res", b"s0")]  # produced again in the new transaction
+    rig.outcomes.result(r1, b"s1")
+    rig.txns.release()
+    assert rig.txns.commit() is True
+    assert rig.producer.committed == [([("res", b"s0"), ("res", b"s1")], {("req", 0): 2})]
+
+
+def test_a_commit_that_went_through_unanswered_is_not_produced_again() -> None:
+    """A commit call that did not return in time is given up (fatal) and the producer
+    renewed; had the coordinator committed it meanwhile, the group's committed offsets
+    say so and its records are not produced again: no read_committed duplicate."""
+    rig = Rig()
+    (r0, r1) = rig.consume(0, 0, 1)
+    rig.outcomes.result(r0, b"s0")
+    rig.outcomes.result(r1, b"s1")
+
+    def committed_unanswered(offsets, group_metadata, timeout) -> None:
+        rig.producer.committed.append((rig.producer.txn, dict(offsets)))
+        FakeSource.offsets = dict(offsets)
+        raise TransactionError("commit_transaction: librdkafka did not return within 35 s", fatal=True)
+
+    rig.producer.commit_transaction = committed_unanswered  # type: ignore[method-assign]
+    assert rig.txns.commit() is False
+    assert rig.producer.renewed == 1 and not rig.failures
+    assert rig.producer.txn == []  # nothing produced again
+    del rig.producer.commit_transaction  # the class's again
+    assert rig.txns.commit() is True
+    assert rig.producer.committed == [([("res", b"s0"), ("res", b"s1")], {("req", 0): 2})]
+
+
+def test_an_abort_that_fails_renews_the_producer() -> None:
+    rig = Rig()
+    (r0,) = rig.consume(0, 0)
+    rig.outcomes.result(r0, b"s0")
+    rig.producer.fail_topics = {"res"}  # timed out records: the transaction must abort
+    rig.producer.abort_errors = [TransactionError("abort timed out", retriable=True),
+                                 TransactionError("fenced by a newer instance", fatal=True)]
+    assert rig.txns.commit() is False
+    assert rig.producer.renewed == 1 and not rig.failures and rig.slept == [1.0]
+    rig.producer.fail_topics = set()
+    assert rig.producer.txn == [("res", b"s0")]
+    assert rig.txns.commit() is True
+    assert rig.producer.committed == [([("res", b"s0")], {("req", 0): 1})]
+
+
+def test_a_producer_fenced_again_and_again_stops_the_worker_and_commits_nothing_more() -> None:
+    # Another live process with our transactional.id: renewing for ever would have the
+    # two fence each other. After MAX_RENEWALS in the window the worker stops.
+    from pipeline.worker.transactions import MAX_RENEWALS
+
+    rig = Rig()
+    (r0, r1) = rig.consume(0, 0, 1)
+    rig.outcomes.result(r0, b"s0")
+    for _ in range(MAX_RENEWALS + 1):
+        rig.producer.commit_errors = [TransactionError("producer fenced", fatal=True)]
+        assert rig.txns.commit() is False
+    assert rig.producer.renewed == MAX_RENEWALS
     assert len(rig.failures) == 1 and "producer fenced" in rig.failures[0]
-    assert rig.producer.aborted == []  # a fenced producer cannot abort either: not tried
     rig.outcomes.result(r1, b"s1")
     rig.txns.release()
     assert rig.txns.commit() is False
     assert rig.producer.committed == [] and ("res", b"s1") not in rig.producer.txn
+
+
+def test_a_stop_while_the_cluster_is_away_ends_the_renewal() -> None:
+    rig = Rig()
+    (r0,) = rig.consume(0, 0)
+    rig.outcomes.result(r0, b"s0")
+    rig.producer.commit_errors = [TransactionError("producer fenced", fatal=True)]
+
+    def refuse(timeout: float) -> None:
+        rig.stop = True  # SIGTERM arrives while init_transactions waits
+        raise TransactionError("coordinator not available", retriable=True)
+
+    rig.producer.init_transactions = refuse  # type: ignore[method-assign]
+    assert rig.txns.commit() is False
+    assert len(rig.failures) == 1 and rig.producer.committed == []
 
 
 @pytest.mark.parametrize("dropped", [True, False])

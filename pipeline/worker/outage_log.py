@@ -1,0 +1,47 @@
+"""The outage's lines and gauges (pipeline/worker/kafka_progress.py decides what they
+say): fed what waits on Kafka by the source loop every second, and asked for the lines
+due by the watchdog thread too (pipeline/worker/watchdog.py), since an outage may hold
+the source loop inside a client call for a while."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from pipeline.metrics import WorkerMetrics
+from pipeline.worker.kafka_progress import COMMIT, DELIVERY, KafkaProgress
+from pipeline.worker.watchdog import CallWatch
+
+log = logging.getLogger("pipeline.worker.core")  # where the worker's other lines come from
+
+
+class OutageLog:
+    """calls: the source thread's blocking client call, a wait of its own."""
+
+    def __init__(self, progress: KafkaProgress, metrics: WorkerMetrics, pipeline: str, calls: CallWatch) -> None:
+        self.progress = progress
+        self.calls = calls
+        self._outage = metrics.outage.labels(pipeline)
+        self._outages = metrics.outages.labels(pipeline)
+        self._lock = threading.Lock()  # two threads report; each line once
+
+    def sample(self, now: float, unacknowledged: int, uncommitted: int) -> None:
+        """Records produced and not acknowledged, partitions with done offsets not
+        committed (source thread), then the lines due."""
+        self.progress.waiting(DELIVERY, unacknowledged, now)
+        self.progress.waiting(COMMIT, uncommitted, now)
+        self.report(now)
+
+    def report(self, now: float) -> None:
+        """Log the lines due now; export the gauges."""
+        call = self.calls.current
+        with self._lock:
+            if call is None:
+                self.progress.in_call(None, now, now)
+            else:
+                self.progress.in_call(call.name, call.started, now)
+            began = self.progress.outages
+            for line in self.progress.step(now):
+                log.log(logging.WARNING if self.progress.in_outage else logging.INFO, line)
+            self._outages.inc(self.progress.outages - began)
+        self._outage.set(1 if self.progress.in_outage else 0)

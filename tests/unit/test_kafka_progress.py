@@ -1,0 +1,101 @@
+"""The outage watch (pipeline/worker/kafka_progress.py): work waiting on Kafka without
+a success for stall_s is an outage, said in one line at its start, one per report
+interval, one at its end with its length; readiness reads it (pipeline/ops/health.py)."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+from pipeline.ops.health import readiness
+from pipeline.worker.kafka_progress import COMMIT, DELIVERY, KafkaProgress
+
+
+def test_waiting_without_success_becomes_an_outage_and_ends() -> None:
+    p = KafkaProgress(0.0, stall_s=10.0, report_every_s=10.0)
+    lines: list[tuple[float, str]] = []
+    p.waiting(DELIVERY, 40, 1.0)
+    p.waiting(COMMIT, 3, 1.0)
+    for t in range(2, 45):
+        if t == 13:
+            p.failed(COMMIT)
+            p.failed(COMMIT)
+        if t < 35:
+            lines += [(t, line) for line in p.step(float(t))]
+            continue
+        p.ok(DELIVERY, float(t))
+        p.ok(COMMIT, float(t))
+        p.waiting(DELIVERY, 0, float(t))
+        p.waiting(COMMIT, 0, float(t))
+        lines += [(t, line) for line in p.step(float(t))]
+    assert [t for t, _ in lines] == [11, 21, 31, 35]
+    assert lines[0][1] == ("Kafka outage: no delivery acknowledged for 10 s (40 records waiting); "
+                           "no offset commit for 10 s (3 partitions waiting); not ready until it ends")
+    assert lines[1][1].startswith("Kafka outage for 20 s: no delivery acknowledged for 20 s")
+    assert "(2 commit failures meanwhile)" in lines[1][1]
+    assert lines[3][1] == ("Kafka outage over after 34.0 s: deliveries and commits go through again "
+                           "(2 commit failures meanwhile)")
+    assert p.outages == 1 and not p.in_outage and p.stalled(45.0) == []
+
+
+def test_successes_while_work_waits_are_no_outage() -> None:
+    # A busy worker always has records in flight; acks keep coming, so no stall.
+    p = KafkaProgress(0.0, stall_s=10.0)
+    for t in range(1, 60):
+        p.waiting(DELIVERY, 500, float(t))
+        p.ok(DELIVERY, float(t))
+        assert p.step(float(t)) == []
+    assert p.outages == 0
+
+
+def test_idle_worker_is_never_in_an_outage() -> None:
+    p = KafkaProgress(0.0, stall_s=10.0)
+    p.waiting(DELIVERY, 0, 1.0)
+    assert p.stalled(1000.0) == [] and p.step(1000.0) == []
+
+
+def test_waiting_counts_from_when_work_began_to_wait() -> None:
+    # Last success long ago, but the work has waited only 5 s: not yet an outage.
+    p = KafkaProgress(0.0, stall_s=10.0)
+    p.waiting(COMMIT, 1, 100.0)
+    assert p.stalled(105.0) == []
+    assert p.stalled(110.0) == ["no offset commit for 10 s (1 partitions waiting)"]
+
+
+def test_failures_before_a_success_are_not_the_outages() -> None:
+    p = KafkaProgress(0.0, stall_s=10.0)
+    p.failed(COMMIT)
+    p.ok(COMMIT, 1.0)
+    p.waiting(COMMIT, 1, 2.0)
+    assert p.step(12.0)[0].endswith("not ready until it ends")  # no "1 commit failures"
+
+
+def _worker(progress: KafkaProgress) -> SimpleNamespace:
+    started = threading.Event()
+    started.set()
+    return SimpleNamespace(started=started, assigned=[("t", 0)], last_poll_ok=99.0, kafka_progress=progress,
+                           session=SimpleNamespace(provider="CPUExecutionProvider"), stopping=False, failure=None)
+
+
+def test_readiness_fails_during_an_outage_and_recovers() -> None:
+    p = KafkaProgress(0.0, stall_s=10.0)
+    p.waiting(DELIVERY, 7, 80.0)
+    ready, body = readiness(_worker(p), 100.0)
+    assert not ready
+    assert body["reason"] == "Kafka outage: no delivery acknowledged for 20 s (7 records waiting)"
+    assert body["checks"]["kafka_writes"] == ["no delivery acknowledged for 20 s (7 records waiting)"]
+    p.ok(DELIVERY, 100.0)
+    ready, body = readiness(_worker(p), 100.5)
+    assert ready and body["checks"]["kafka_writes"] == "ok"
+
+
+def test_a_call_that_does_not_return_is_an_outage_of_its_own() -> None:
+    # The source thread inside abort_transaction samples nothing: the call itself,
+    # reported by the watchdog thread, is the wait (pipeline/worker/outage_log.py).
+    p = KafkaProgress(0.0, stall_s=10.0)
+    p.in_call(None, 5.0, 5.0)
+    p.in_call("abort_transaction", 6.0, 7.0)
+    assert p.step(15.0) == []
+    assert p.step(16.0) == ["Kafka outage: Kafka call abort_transaction not returned for 10 s; not ready until it ends"]
+    p.in_call(None, 30.0, 30.0)
+    assert p.step(30.0) == ["Kafka outage over after 24.0 s: deliveries and commits go through again"]
