@@ -21,6 +21,7 @@ import binascii
 import hmac
 import ipaddress
 import os
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -118,4 +119,15 @@ def exposure_warning(host: str, auth: HttpAuth | None) -> str | None:
         "(username + password for the dashboard, bearer_token for scripts; e.g. "
         "TIDEBATCH_METRICS__AUTH__BEARER_TOKEN='${OPS_TOKEN}') or bind metrics.host to 127.0.0.1 "
         "(docs/OPERATIONS.md, \"Endpoints\")"
+    )
+
+
+def cleartext_warning(host: str, auth: HttpAuth | None, tls: ssl.SSLContext | None) -> str | None:
+    """The start-up warning for credentials that cross the network unencrypted."""
+    if auth is None or tls is not None or is_loopback(host):
+        return None
+    return (
+        f"ops endpoints bound to {host} take credentials over plain HTTP: anyone on the path can read "
+        "the password or token a client sends. Set metrics.tls.cert_file and metrics.tls.key_file "
+        "(docs/OPERATIONS.md, \"HTTPS on the ops port\") or terminate TLS in front of the port"
     )

@@ -9,11 +9,15 @@ may read them (docs/OPERATIONS.md, "Endpoints").
         password: ${TIDEBATCH_OPS_PASSWORD}
         bearer_token: "@file:/var/run/secrets/tidebatch/ops-token"   # for machines
         protect_metrics: false            # /metrics stays open for Prometheus
+      tls:                                # HTTPS instead of HTTP (pipeline/ops/http_tls.py)
+        cert_file: /etc/tidebatch/tls/ops.crt   # PEM, the chain after the leaf if any
+        key_file: /etc/tidebatch/tls/ops.key    # PEM, unencrypted
 
 The password and the token are references like the `kafka:` block's secrets
 (consumers/client_settings.py), resolved when the server starts
 (pipeline/ops/http_auth.py); a dumped config shows them as ***. Environment
-overrides: TIDEBATCH_METRICS__AUTH__BEARER_TOKEN='${OPS_TOKEN}' and so on.
+overrides: TIDEBATCH_METRICS__AUTH__BEARER_TOKEN='${OPS_TOKEN}',
+TIDEBATCH_METRICS__TLS__CERT_FILE=/etc/tidebatch/tls/ops.crt and so on.
 """
 
 from __future__ import annotations
@@ -47,11 +51,24 @@ class HttpAuthConfig:
 
 
 @dataclass
+class HttpTlsConfig:
+    """Unset (the default): plain HTTP. Both files set: HTTPS only, on the same port."""
+
+    cert_file: str | None = None
+    key_file: str | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.cert_file is not None
+
+
+@dataclass
 class MetricsConfig:
     enabled: bool = True
     host: str = "127.0.0.1"
     port: int = 9400
     auth: HttpAuthConfig = field(default_factory=HttpAuthConfig)
+    tls: HttpTlsConfig = field(default_factory=HttpTlsConfig)
 
 
 def validate_metrics(metrics: MetricsConfig, bad: Callable[[str, str], Exception]) -> None:
@@ -69,3 +86,16 @@ def validate_metrics(metrics: MetricsConfig, bad: Callable[[str, str], Exception
         raise bad("metrics.auth.username", "must not contain ':' (basic auth separates user and password with it)")
     if auth.protect_metrics and not auth.enabled:
         raise bad("metrics.auth.protect_metrics", "needs credentials to check: set a password or a bearer_token")
+    tls = metrics.tls
+    for name in ("cert_file", "key_file"):
+        if getattr(tls, name) == "":
+            raise bad(f"metrics.tls.{name}", "is empty: leave it out, or give a path")
+    if (tls.cert_file is None) != (tls.key_file is None):
+        missing = "key_file" if tls.key_file is None else "cert_file"
+        raise bad(f"metrics.tls.{missing}", "HTTPS needs both metrics.tls.cert_file and metrics.tls.key_file")
+    if tls.enabled:
+        # Here, not when the server starts: a config that names a missing file or a key
+        # of another certificate fails `tidebatch config check` and the start alike.
+        from pipeline.ops.http_tls import server_context
+
+        server_context(tls, bad)

@@ -1,0 +1,135 @@
+"""`metrics.tls` (HTTPS on the ops port) and the credentials of `tidebatch status`:
+the config keys and their validation at load (pipeline/ops/http_config.py,
+pipeline/ops/http_tls.py), the warning for credentials over plain HTTP, and the
+status client's options (pipeline/ops/http_client.py). Serving over HTTPS against a
+real worker is tests/integration/test_ops_https.py."""
+
+from __future__ import annotations
+
+import base64
+import ssl
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import load_config
+from pipeline.errors import UserError
+from pipeline.ops.http_auth import HttpAuth, cleartext_warning
+from pipeline.ops.http_client import OpsClient
+from pipeline.ops.http_config import HttpAuthConfig, HttpTlsConfig
+from pipeline.ops.http_tls import server_context
+from tests.integration.certs import CertFiles, encrypt_key, make_ca, make_cert
+
+PASSWORD = "pw-Tq4LmX9c"
+TOKEN = "tok-Hs7Wn2Pk"
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, CertFiles]:
+    d = tmp_path_factory.mktemp("pki")
+    ca = make_ca(d)
+    return {"ca": ca, "server": make_cert(ca, d, "server", ["127.0.0.1"]), "other": make_cert(ca, d, "other")}
+
+
+def _tls(cert: object, key: object, environ: dict | None = None):
+    tls = {k: str(v) for k, v in (("cert_file", cert), ("key_file", key)) if v is not None}
+    return load_config(overrides={"metrics": {"tls": tls}}, environ=environ or {})
+
+
+# ----------------------------------------------------------------------------- config
+def test_tls_is_off_by_default_and_on_with_both_files(pki) -> None:
+    assert load_config(environ={}).metrics.tls == HttpTlsConfig()
+    assert not load_config(environ={}).metrics.tls.enabled
+    server = pki["server"]
+    cfg = _tls(server.cert, server.key)
+    assert cfg.metrics.tls.enabled and cfg.metrics.tls.cert_file == str(server.cert)
+    assert isinstance(server_context(cfg.metrics.tls, lambda k, w: UserError(w)), ssl.SSLContext)
+
+
+def test_tls_from_the_environment(pki) -> None:
+    server = pki["server"]
+    env = {"TIDEBATCH_METRICS__TLS__CERT_FILE": str(server.cert), "TIDEBATCH_METRICS__TLS__KEY_FILE": str(server.key)}
+    tls = load_config(environ=env).metrics.tls
+    assert (tls.cert_file, tls.key_file) == (str(server.cert), str(server.key))
+
+
+@pytest.mark.parametrize(("cert", "key", "message"), [
+    ("server.cert", None, r"'metrics.tls.key_file': HTTPS needs both metrics.tls.cert_file and metrics.tls.key_file"),
+    (None, "server.key", r"'metrics.tls.cert_file': HTTPS needs both"),
+    ("", "server.key", r"'metrics.tls.cert_file': is empty"),
+    ("missing.crt", "server.key", r"'metrics.tls.cert_file': cannot read .*/missing.crt: No such file or directory$"),
+    ("server.cert", "missing.key", r"'metrics.tls.key_file': cannot read .*/missing.key: No such file or directory$"),
+    ("server.cert", "other.key", r"'metrics.tls.key_file': .*/other.key is not the key of the certificate in "
+                                 r"metrics.tls.cert_file$"),
+    ("server.key", "server.key", r"'metrics.tls.cert_file': .*/server.key holds no PEM certificate$"),
+    ("server.cert", "server.cert", r"'metrics.tls.key_file': .*/server.crt holds no PEM private key$"),
+    ("server.cert", "encrypted", r"'metrics.tls.key_file': .*/server-encrypted.key is encrypted: give the key "
+                                 r"unencrypted"),
+])
+def test_tls_files_are_checked_when_the_config_loads(pki, tmp_path: Path, cert: str, key: str, message: str) -> None:
+    def path(spec: str | None) -> object:
+        if spec in (None, ""):
+            return spec
+        if spec.startswith("missing"):
+            return tmp_path / spec
+        if spec == "encrypted":  # never prompts for the passphrase: refused at once
+            return encrypt_key(pki["server"], tmp_path, "Xpassphrase1")
+        name, attr = spec.split(".")
+        return getattr(pki[name], attr)
+
+    with pytest.raises(UserError, match=message) as err:
+        _tls(path(cert), path(key))
+    assert "\n" not in str(err.value) and "PRIVATE KEY" not in str(err.value)
+
+
+# ----------------------------------------------------------------------------- warning
+def test_a_warning_when_credentials_would_cross_the_network_unencrypted(pki) -> None:
+    auth = HttpAuth.from_config(HttpAuthConfig(bearer_token=TOKEN), environ={})
+    tls = server_context(HttpTlsConfig(str(pki["server"].cert), str(pki["server"].key)), lambda k, w: UserError(w))
+    warning = cleartext_warning("0.0.0.0", auth, None)
+    assert warning is not None and "plain HTTP" in warning and "metrics.tls.cert_file" in warning
+    assert TOKEN not in warning
+    assert cleartext_warning("0.0.0.0", auth, tls) is None
+    assert cleartext_warning("127.0.0.1", auth, None) is None
+    assert cleartext_warning("0.0.0.0", None, None) is None  # exposure_warning's case, not this one
+
+
+# ----------------------------------------------------------------------------- status client
+def _decoded(client: OpsClient) -> str:
+    assert client.authorization is not None and client.authorization.startswith("Basic ")
+    return base64.b64decode(client.authorization.split()[1]).decode()
+
+
+def test_status_credentials_from_text_env_and_file(tmp_path: Path) -> None:
+    assert OpsClient.from_options().authorization is None
+    assert _decoded(OpsClient.from_options("ops", PASSWORD, environ={})) == f"ops:{PASSWORD}"
+    assert _decoded(OpsClient.from_options("ops", "${OPS_PW}", environ={"OPS_PW": PASSWORD})) == f"ops:{PASSWORD}"
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    client = OpsClient.from_options(token=f"@file:{token_file}", environ={})
+    assert client.authorization == f"Bearer {TOKEN}"
+    assert TOKEN not in repr(client) and repr(client) == "OpsClient(auth='Bearer', tls=False)"
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"username": "ops"}, r"^basic auth needs both --username and --password$"),
+    ({"password": PASSWORD}, r"^basic auth needs both"),
+    ({"username": "ops", "password": PASSWORD, "token": TOKEN}, r"^give --token or --username/--password, not both$"),
+    ({"username": "o:ps", "password": PASSWORD}, r"^--username must not contain ':'"),
+    ({"token": "${OPS_TOKEN}"}, r"^option --token: environment variable OPS_TOKEN is not set$"),
+    ({"token": "${EMPTY}"}, r"^option --token: resolves to an empty value$"),
+    ({"username": "ops", "password": "@file:/nonexistent/pw"}, r"^option --password: cannot read /nonexistent/pw"),
+    ({"ca_file": "/nonexistent/ca.crt"}, r"^--ca-file /nonexistent/ca.crt: no such file$"),
+])
+def test_status_credential_errors_are_one_line_without_the_secret(options: dict, message: str) -> None:
+    with pytest.raises(UserError, match=message) as err:
+        OpsClient.from_options(**options, environ={"EMPTY": ""})
+    assert PASSWORD not in str(err.value) and TOKEN not in str(err.value)
+
+
+def test_status_ca_file_must_hold_a_certificate(pki, tmp_path: Path) -> None:
+    assert OpsClient.from_options(ca_file=str(pki["ca"].cert), environ={}).tls is not None
+    not_pem = tmp_path / "ca.txt"
+    not_pem.write_text("not a certificate\n")
+    with pytest.raises(UserError, match=r"^--ca-file .*/ca.txt: holds no PEM certificate$"):
+        OpsClient.from_options(ca_file=str(not_pem), environ={})
