@@ -89,10 +89,10 @@ class OpsClient:
 
     def _refused(self, what: str, url: str, challenges: list[str]) -> str:
         takes = " or ".join(c.split(" ", 1)[0].lower() for c in challenges)
-        takes = f" (it takes {takes} auth)" if takes else ""
+        takes = f"it takes {takes} auth" if takes else "HTTP 401"
         if self.authorization is None:
-            return f"{what} {url} needs credentials{takes}: {_HOW}"
-        return f"{what} {url} refused the credentials given (401){takes}: check them; {_HOW}"
+            return f"{what} {url} needs credentials ({takes}): {_HOW}"
+        return f"{what} {url} refused the credentials given (HTTP 401, {takes}): check them; {_HOW}"
 
 
 def trust(ca_file: str) -> ssl.SSLContext:
