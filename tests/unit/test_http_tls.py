@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import base64
 import ssl
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -133,3 +136,33 @@ def test_status_ca_file_must_hold_a_certificate(pki, tmp_path: Path) -> None:
     not_pem.write_text("not a certificate\n")
     with pytest.raises(UserError, match=r"^--ca-file .*/ca.txt: holds no PEM certificate$"):
         OpsClient.from_options(ca_file=str(not_pem), environ={})
+
+
+@pytest.fixture
+def plain_http() -> Iterator[str]:
+    """A plain HTTP server (stdlib) on a free loopback port: its host:port."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"# nothing\n")
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_status_says_when_an_https_url_names_a_plain_http_port(plain_http: str) -> None:
+    client = OpsClient.from_options(token=TOKEN, environ={})
+    assert client.get(f"http://{plain_http}/metrics", "worker") == "# nothing\n"
+    with pytest.raises(UserError, match=rf"^worker https://{plain_http}/metrics does not speak TLS: use http://$"):
+        client.get(f"https://{plain_http}/metrics", "worker")
