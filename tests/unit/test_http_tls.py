@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.cli import main
 from pipeline.config import load_config
 from pipeline.errors import UserError
 from pipeline.ops.http_auth import HttpAuth, cleartext_warning
@@ -83,6 +84,19 @@ def test_tls_files_are_checked_when_the_config_loads(pki, tmp_path: Path, cert: 
     with pytest.raises(UserError, match=message) as err:
         _tls(path(cert), path(key))
     assert "\n" not in str(err.value) and "PRIVATE KEY" not in str(err.value)
+
+
+def test_config_check_and_run_refuse_a_key_of_another_certificate(pki, tmp_path: Path, capsys) -> None:
+    """Through the CLI: one line on stderr and exit 2, before `run` connects anywhere
+    (its bootstrap address here is a port nothing listens on)."""
+    config = tmp_path / "worker.yaml"
+    config.write_text(f"bootstrap_servers: 127.0.0.1:9\nmetrics:\n  tls:\n    cert_file: {pki['server'].cert}\n"
+                      f"    key_file: {pki['other'].key}\n")
+    for argv in (["config", "check", "--no-env", str(config)], ["run", "--config", str(config)]):
+        assert main(argv) == 2, argv
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1, err
+        assert err.startswith("tidebatch: error: config key 'metrics.tls.key_file': ") and "is not the key of" in err
 
 
 # ----------------------------------------------------------------------------- warning
