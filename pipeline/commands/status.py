@@ -65,6 +65,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     creds.add_argument("--password", help="basic auth password")
     creds.add_argument("--token", help="bearer token")
     creds.add_argument("--ca-file", metavar="PEM", help="CA certificate(s) to trust for https:// URLs")
+    creds.add_argument("--cert-file", metavar="PEM", help="client certificate, for workers with metrics.tls.client_ca_file")
+    creds.add_argument("--key-file", metavar="PEM", help="the client certificate's key (unencrypted)")
     p.set_defaults(func=run)
     return p
 
@@ -307,7 +309,8 @@ def format_report(report: StatusReport) -> str:
 def run(args: argparse.Namespace) -> int:
     if bool(args.urls) == bool(args.prometheus):
         raise UserError("give worker metrics URLs or --prometheus URL (one of them)")
-    client = OpsClient.from_options(args.username, args.password, args.token, args.ca_file)
+    client = OpsClient.from_options(args.username, args.password, args.token, args.ca_file,
+                                    args.cert_file, args.key_file)
     if args.prometheus:
         report = from_prometheus(args.prometheus, args.job, args.window, args.lag_min, client)
     else:

@@ -81,8 +81,8 @@ class OpsServer:
         self.registry = worker.metrics.registry
         # Resolved here, from the worker's own config, so no caller can start the
         # server without the credentials it was configured with.
-        self.auth = HttpAuth.from_config(worker.cfg.metrics.auth)
         tls = worker.cfg.metrics.tls
+        self.auth = HttpAuth.from_config(worker.cfg.metrics.auth, client_certs=tls.client_ca_file is not None)
         self.tls = server_context(tls, config_key_error) if tls.enabled else None
         self.window = StatsWindow(
             lambda: S.from_registry(self.registry),
@@ -256,9 +256,11 @@ class _Handler(BaseHTTPRequestHandler):
         path = urlsplit(self.path).path
         try:
             auth = self.ops.auth
-            if auth is not None and auth.protects(path) and not auth.allows(self.headers.get("Authorization")):
-                self._send(401, _json({"error": "authentication required"}), "application/json",
-                           [("WWW-Authenticate", c) for c in auth.challenges()])
+            if auth is not None and auth.protects(path) and not auth.allows(
+                self.headers.get("Authorization"), client_cert=self._client_cert()
+            ):
+                self._send(401, _json({"error": "authentication required", "schemes": auth.schemes()}),
+                           "application/json", [("WWW-Authenticate", c) for c in auth.challenges()])
                 return
             route(path)
         except (BrokenPipeError, ConnectionResetError):
@@ -266,6 +268,12 @@ class _Handler(BaseHTTPRequestHandler):
         except Exception as exc:  # never let a handler bug kill the server thread
             log.exception("ops endpoint %s failed", path)
             self._send(500, _json({"error": f"{type(exc).__name__}: {exc}"}), "application/json")
+
+    def _client_cert(self) -> bool:
+        """A client certificate was sent; the handshake verified it against
+        metrics.tls.client_ca_file (CERT_OPTIONAL: one that does not verify fails it)."""
+        conn = self.connection
+        return isinstance(conn, ssl.SSLSocket) and bool(conn.getpeercert())
 
     def _route(self, path: str) -> None:
         if path == "/metrics":

@@ -4,6 +4,7 @@ or Prometheus: with the credentials and the CA it was given.
     --username ops --password '${OPS_PASSWORD}'     # basic auth
     --token @file:/var/run/secrets/tidebatch/ops-token   # bearer
     --ca-file /etc/tidebatch/tls/ca.crt             # trust for https:// workers
+    --cert-file me.crt --key-file me.key            # a client certificate (client_ca_file)
 
 A secret is resolved like the worker's own (consumers/client_settings.resolve_secret):
 `${VAR}` from the environment, `@file:/path` from the file, else the text itself (which
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import http.client
+import json
 import os
 import ssl
 import urllib.error
@@ -28,7 +30,15 @@ from consumers.client_settings import resolve_secret
 from pipeline.errors import UserError
 
 TIMEOUT_S = 3.0
-_HOW = "give --token, or --username and --password (each may be '${VAR}' or @file:/path)"
+_HOW = ("give --token, --username and --password (each may be '${VAR}' or @file:/path), "
+        "or --cert-file and --key-file")
+
+
+# OpenSSL's names for the TLS alerts a server sends about a client's certificate.
+_CERT_ALERTS = frozenset({
+    "TLSV1_ALERT_UNKNOWN_CA", "SSLV3_ALERT_BAD_CERTIFICATE", "SSLV3_ALERT_CERTIFICATE_UNKNOWN",
+    "SSLV3_ALERT_CERTIFICATE_EXPIRED", "SSLV3_ALERT_UNSUPPORTED_CERTIFICATE", "TLSV13_ALERT_CERTIFICATE_REQUIRED",
+})
 
 
 class Unreachable(Exception):
@@ -37,14 +47,16 @@ class Unreachable(Exception):
 
 @dataclass(frozen=True, repr=False)
 class OpsClient:
-    """`authorization`: the header value, or None; `tls`: the context for https://."""
+    """`authorization`: the header value, or None; `tls`: the context for https://;
+    `client_cert`: `tls` presents a client certificate."""
 
     authorization: str | None = None
     tls: ssl.SSLContext | None = None
+    client_cert: bool = False
 
     def __repr__(self) -> str:  # never the credentials
         scheme = self.authorization.split(" ", 1)[0] if self.authorization else None
-        return f"OpsClient(auth={scheme!r}, tls={self.tls is not None})"
+        return f"OpsClient(auth={scheme!r}, tls={self.tls is not None}, client_cert={self.client_cert})"
 
     @classmethod
     def from_options(
@@ -53,6 +65,8 @@ class OpsClient:
         password: str | None = None,
         token: str | None = None,
         ca_file: str | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> OpsClient:
         env = os.environ if environ is None else environ
@@ -68,7 +82,13 @@ class OpsClient:
                 raise UserError("--username must not contain ':' (basic auth separates user and password with it)")
             pair = f"{username}:{_secret('--password', password, env)}"
             authorization = "Basic " + base64.b64encode(pair.encode()).decode()
-        return cls(authorization, None if ca_file is None else trust(ca_file))
+        if (cert_file is None) != (key_file is None):
+            raise UserError("a client certificate needs both --cert-file and --key-file")
+        tls = None if ca_file is None else trust(ca_file)
+        if cert_file is not None and key_file is not None:
+            tls = tls or ssl.create_default_context()
+            _present(tls, cert_file, key_file)
+        return cls(authorization, tls, cert_file is not None)
 
     def get(self, url: str, what: str, timeout: float = TIMEOUT_S) -> str:
         """The body of a 200 answer. `what` names the endpoint in errors ("worker URL").
@@ -80,17 +100,16 @@ class OpsClient:
                 return resp.read().decode()
         except urllib.error.HTTPError as exc:
             if exc.code == 401:
-                raise UserError(self._refused(what, url, exc.headers.get_all("WWW-Authenticate") or [])) from None
+                raise UserError(self._refused(what, url, _schemes(exc))) from None
             raise Unreachable(f"HTTP {exc.code} {exc.reason}") from None
         except urllib.error.URLError as exc:
             raise _why(what, url, exc.reason) from None
         except (OSError, http.client.HTTPException) as exc:
             raise _why(what, url, exc) from None
 
-    def _refused(self, what: str, url: str, challenges: list[str]) -> str:
-        takes = " or ".join(c.split(" ", 1)[0].lower() for c in challenges)
-        takes = f"it takes {takes} auth" if takes else "HTTP 401"
-        if self.authorization is None:
+    def _refused(self, what: str, url: str, schemes: list[str]) -> str:
+        takes = f"it takes {' or '.join(schemes)} auth" if schemes else "HTTP 401"
+        if self.authorization is None and not self.client_cert:
             return f"{what} {url} needs credentials ({takes}): {_HOW}"
         return f"{what} {url} refused the credentials given (HTTP 401, {takes}): check them; {_HOW}"
 
@@ -106,6 +125,43 @@ def trust(ca_file: str) -> ssl.SSLContext:
         raise UserError(f"--ca-file {ca_file}: {detail}") from None
 
 
+def _present(ctx: ssl.SSLContext, cert_file: str, key_file: str) -> None:
+    """The client certificate sent in the handshake; errors name the files only."""
+    for option, path in (("--cert-file", cert_file), ("--key-file", key_file)):
+        try:
+            open(path, "rb").close()
+        except OSError as exc:
+            raise UserError(f"{option} {path}: {exc.strerror}") from None
+    try:
+        ctx.load_cert_chain(cert_file, key_file, password=_no_password)
+    except _EncryptedKey:
+        raise UserError(f"--key-file {key_file}: is encrypted: give the key unencrypted") from None
+    except ssl.SSLError as exc:
+        if exc.reason == "KEY_VALUES_MISMATCH":
+            raise UserError(f"--key-file {key_file}: is not the key of --cert-file {cert_file}") from None
+        raise UserError(f"--cert-file {cert_file} / --key-file {key_file}: not a PEM certificate and its key") from None
+
+
+class _EncryptedKey(Exception):
+    pass
+
+
+def _no_password() -> bytes:
+    raise _EncryptedKey  # never a terminal prompt
+
+
+def _schemes(exc: urllib.error.HTTPError) -> list[str]:
+    """What a 401 says it takes: a tidebatch worker lists every scheme in its body
+    (a client certificate has no WWW-Authenticate challenge); else the challenges."""
+    try:
+        listed = json.loads(exc.read() or b"{}").get("schemes")
+    except (ValueError, AttributeError, OSError):
+        listed = None
+    if isinstance(listed, list) and all(isinstance(x, str) for x in listed):
+        return listed
+    return [c.split(" ", 1)[0].lower() for c in exc.headers.get_all("WWW-Authenticate") or []]
+
+
 def _secret(option: str, value: str, env: Mapping[str, str]) -> str:
     text = resolve_secret(option, value, env, what="option")
     if not text:  # an empty token sends "Bearer ", which no worker accepts
@@ -118,6 +174,10 @@ def _why(what: str, url: str, reason: object) -> Exception:
     if isinstance(reason, ssl.SSLCertVerificationError):
         return UserError(f"{what} {url}: its certificate does not verify ({reason.verify_message}): "
                          "give the CA that signed it with --ca-file")
+    if isinstance(reason, ssl.SSLError) and reason.reason in _CERT_ALERTS:
+        # An alert the server sent about the certificate this client presented.
+        return UserError(f"{what} {url} refused the client certificate ({reason.reason}): give one that the CA "
+                         "in its metrics.tls.client_ca_file signed")
     if isinstance(reason, ssl.SSLError) and reason.reason == "WRONG_VERSION_NUMBER":
         return UserError(f"{what} {url} does not speak TLS: use http://")
     if isinstance(reason, http.client.HTTPException | ConnectionResetError) and url.startswith("http://"):

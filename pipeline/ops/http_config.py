@@ -12,6 +12,7 @@ may read them (docs/OPERATIONS.md, "Endpoints").
       tls:                                # HTTPS instead of HTTP (pipeline/ops/http_tls.py)
         cert_file: /etc/tidebatch/tls/ops.crt   # PEM, the chain after the leaf if any
         key_file: /etc/tidebatch/tls/ops.key    # PEM, unencrypted
+        client_ca_file: /etc/tidebatch/tls/clients-ca.crt   # optional: client certificates
 
 The password and the token are references like the `kafka:` block's secrets
 (consumers/client_settings.py), resolved when the server starts
@@ -52,10 +53,13 @@ class HttpAuthConfig:
 
 @dataclass
 class HttpTlsConfig:
-    """Unset (the default): plain HTTP. Both files set: HTTPS only, on the same port."""
+    """Unset (the default): plain HTTP. Both files set: HTTPS only, on the same port.
+    `client_ca_file`: a client certificate this CA signed is a credential like the
+    password or the token (pipeline/ops/http_auth.py); a client may still send none."""
 
     cert_file: str | None = None
     key_file: str | None = None
+    client_ca_file: str | None = None
 
     @property
     def enabled(self) -> bool:
@@ -84,15 +88,18 @@ def validate_metrics(metrics: MetricsConfig, bad: Callable[[str, str], Exception
         raise bad(f"metrics.auth.{missing}", "basic auth needs both metrics.auth.username and metrics.auth.password")
     if auth.username is not None and ":" in auth.username:
         raise bad("metrics.auth.username", "must not contain ':' (basic auth separates user and password with it)")
-    if auth.protect_metrics and not auth.enabled:
-        raise bad("metrics.auth.protect_metrics", "needs credentials to check: set a password or a bearer_token")
     tls = metrics.tls
-    for name in ("cert_file", "key_file"):
+    if auth.protect_metrics and not auth.enabled and tls.client_ca_file is None:
+        raise bad("metrics.auth.protect_metrics",
+                  "needs credentials to check: set a password, a bearer_token or metrics.tls.client_ca_file")
+    for name in ("cert_file", "key_file", "client_ca_file"):
         if getattr(tls, name) == "":
             raise bad(f"metrics.tls.{name}", "is empty: leave it out, or give a path")
     if (tls.cert_file is None) != (tls.key_file is None):
         missing = "key_file" if tls.key_file is None else "cert_file"
         raise bad(f"metrics.tls.{missing}", "HTTPS needs both metrics.tls.cert_file and metrics.tls.key_file")
+    if tls.client_ca_file is not None and not tls.enabled:
+        raise bad("metrics.tls.client_ca_file", "client certificates need HTTPS: set metrics.tls.cert_file and key_file")
     if tls.enabled:
         # Here, not when the server starts: a config that names a missing file or a key
         # of another certificate fails `tidebatch config check` and the start alike.

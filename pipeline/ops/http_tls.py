@@ -1,4 +1,5 @@
-"""HTTPS for the ops endpoints: the `metrics.tls` section as an ssl.SSLContext.
+"""HTTPS for the ops endpoints: the `metrics.tls` section as an ssl.SSLContext (and,
+with `client_ca_file`, the CA whose client certificates count as credentials).
 
 Python's ssl module, no proxy in front: the same port then speaks TLS only (a plain
 HTTP request fails its handshake; the server logs that at debug level and goes on).
@@ -28,7 +29,10 @@ def server_context(tls: HttpTlsConfig, bad: Callable[[str, str], Exception]) -> 
     """A server context with the certificate chain and key of `tls` (both set);
     `bad(key, why)` makes the one-line error, which names files, never their text."""
     assert tls.cert_file is not None and tls.key_file is not None
-    for name, path in (("cert_file", tls.cert_file), ("key_file", tls.key_file)):
+    files = [("cert_file", tls.cert_file), ("key_file", tls.key_file), ("client_ca_file", tls.client_ca_file)]
+    for name, path in files:
+        if path is None:
+            continue
         try:
             Path(path).open("rb").close()
         except OSError as exc:
@@ -52,6 +56,14 @@ def server_context(tls: HttpTlsConfig, bad: Callable[[str, str], Exception]) -> 
         else:
             why = f"{tls.key_file} holds no PEM private key"
         raise bad("metrics.tls.key_file", why) from None
+    if tls.client_ca_file is not None:
+        # OPTIONAL, not REQUIRED: the kubelet's probes and a Prometheus with a token send
+        # no certificate. One that is sent must verify, or the handshake fails.
+        ctx.verify_mode = ssl.CERT_OPTIONAL
+        try:
+            ctx.load_verify_locations(cafile=tls.client_ca_file)
+        except ssl.SSLError:
+            raise bad("metrics.tls.client_ca_file", f"{tls.client_ca_file} holds no PEM certificate") from None
     return ctx
 
 

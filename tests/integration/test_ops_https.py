@@ -36,8 +36,11 @@ OPS_TOKEN = "XopsHttpsToken92"
 
 
 class HttpsWorker:
-    def __init__(self, proc: WorkerProcess, ca: CertFiles, token_file: Path) -> None:
+    def __init__(self, proc: WorkerProcess, ca: CertFiles, token_file: Path, client: CertFiles,
+                 stranger: CertFiles) -> None:
         self.proc, self.ca, self.token_file = proc, ca, token_file
+        self.client = client  # signed by the CA in metrics.tls.client_ca_file
+        self.stranger = stranger  # signed by another CA
         self.trust = ssl.create_default_context(cafile=str(ca.cert))
 
 
@@ -47,6 +50,8 @@ def https_worker(kafka_broker, tmp_path_factory: pytest.TempPathFactory) -> Iter
     d = tmp_path_factory.mktemp("ops-https")
     ca = make_ca(d / "pki")
     server = make_cert(ca, d / "pki", "ops", ["127.0.0.1", "localhost"])
+    client = make_cert(ca, d / "pki", "status-client")
+    stranger = make_cert(make_ca(d / "other-pki", "other-ca"), d / "other-pki", "stranger")
     token_file = d / "ops-token"
     token_file.write_text(OPS_TOKEN + "\n")
     suffix = uuid.uuid4().hex[:10]
@@ -57,13 +62,14 @@ def https_worker(kafka_broker, tmp_path_factory: pytest.TempPathFactory) -> Iter
         kafka_broker, Topics(*names), f"ops-https-{suffix}", d, "worker",
         TIDEBATCH_METRICS__TLS__CERT_FILE=str(server.cert),
         TIDEBATCH_METRICS__TLS__KEY_FILE=str(server.key),
+        TIDEBATCH_METRICS__TLS__CLIENT_CA_FILE=str(ca.cert),
         TIDEBATCH_METRICS__AUTH__USERNAME="ops",
         TIDEBATCH_METRICS__AUTH__PASSWORD="${OPS_TEST_PW}",
         OPS_TEST_PW=OPS_PASSWORD,
         TIDEBATCH_METRICS__AUTH__BEARER_TOKEN=f"@file:{token_file}",
         TIDEBATCH_METRICS__AUTH__PROTECT_METRICS="true",
     )
-    worker = HttpsWorker(proc, ca, token_file)
+    worker = HttpsWorker(proc, ca, token_file, client, stranger)
     try:
         assert proc.url.startswith("https://")
         wait_ready(proc.url, timeout=90, context=worker.trust)
@@ -127,9 +133,10 @@ def test_status_reads_the_worker_with_a_token_or_basic_auth(https_worker: HttpsW
 
 
 @pytest.mark.parametrize(("args", "expect"), [
-    ((), r"^worker https://127\.0\.0\.1:\d+/metrics needs credentials \(it takes basic or bearer auth\): "
-         r"give --token, or --username and --password"),
-    (("--token", "XwrongToken93"), r"^worker https://\S+ refused the credentials given \(HTTP 401, it takes basic or bearer auth\): check"),
+    ((), r"^worker https://127\.0\.0\.1:\d+/metrics needs credentials \(it takes basic or bearer or "
+         r"client-certificate auth\): give --token, --username and --password \(each may be .*, or --cert-file"),
+    (("--token", "XwrongToken93"), r"^worker https://\S+ refused the credentials given \(HTTP 401, it takes "
+                                   r"basic or bearer or client-certificate auth\): check"),
     (("--username", "ops", "--password", "XwrongPassword94"), r"^worker https://\S+ refused the credentials given"),
 ])
 def test_status_without_the_right_credentials_is_one_line(https_worker: HttpsWorker, args: tuple, expect: str) -> None:
@@ -140,6 +147,27 @@ def test_status_without_the_right_credentials_is_one_line(https_worker: HttpsWor
     (line,) = done.stderr.strip().splitlines()
     assert re.search(expect, line.removeprefix("tidebatch: error: ")), line
     assert "XwrongToken93" not in line and "XwrongPassword94" not in line
+
+
+def test_status_reads_the_worker_with_a_client_certificate(https_worker: HttpsWorker) -> None:
+    client = https_worker.client
+    done = _status(https_worker.proc.url, "--json", "--ca-file", str(https_worker.ca.cert),
+                   "--cert-file", str(client.cert), "--key-file", str(client.key))
+    _no_leak(done)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout)["pipelines"][0]["verdict"] == "OK"
+    # The probes stay open to a client without a certificate (the kubelet's).
+    assert get_json(https_worker.proc.url + "/readyz", https_worker.trust)[0] == 200
+
+
+def test_status_with_a_certificate_of_another_ca_is_one_line(https_worker: HttpsWorker) -> None:
+    stranger = https_worker.stranger
+    done = _status(https_worker.proc.url, "--ca-file", str(https_worker.ca.cert),
+                   "--cert-file", str(stranger.cert), "--key-file", str(stranger.key))
+    _no_leak(done)
+    assert done.returncode == 2, done.stdout + done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "refused the client certificate" in line, line
 
 
 def test_status_without_the_ca_or_with_the_wrong_scheme(https_worker: HttpsWorker) -> None:

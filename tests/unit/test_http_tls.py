@@ -99,6 +99,60 @@ def test_config_check_and_run_refuse_a_key_of_another_certificate(pki, tmp_path:
         assert err.startswith("tidebatch: error: config key 'metrics.tls.key_file': ") and "is not the key of" in err
 
 
+# ----------------------------------------------------------------------------- client certificates
+def test_client_certificates_from_a_ca_are_a_credential(pki) -> None:
+    server = pki["server"]
+    tls = {"cert_file": str(server.cert), "key_file": str(server.key), "client_ca_file": str(pki["ca"].cert)}
+    # Alone they guard the endpoints, /metrics too with protect_metrics.
+    cfg = load_config(overrides={"metrics": {"tls": tls, "auth": {"protect_metrics": True}}}, environ={})
+    assert server_context(cfg.metrics.tls, lambda k, w: UserError(w)).verify_mode == ssl.CERT_OPTIONAL
+    auth = HttpAuth.from_config(cfg.metrics.auth, environ={}, client_certs=True)
+    assert auth is not None and auth.schemes() == ["client-certificate"] and auth.protects("/metrics")
+    assert auth.allows(None, client_cert=True) and not auth.allows(None) and not auth.allows(f"Bearer {TOKEN}")
+    assert auth.challenges() == []
+    with_token = HttpAuth.from_config(HttpAuthConfig(bearer_token=TOKEN), environ={}, client_certs=True)
+    assert with_token is not None and with_token.schemes() == ["bearer", "client-certificate"]
+    assert with_token.allows(f"Bearer {TOKEN}") and with_token.allows("Bearer wrong", client_cert=True)
+    without = HttpAuth.from_config(HttpAuthConfig(bearer_token=TOKEN), environ={})
+    assert without is not None and not without.allows(None, client_cert=True), "no client_ca_file: a cert is nothing"
+    assert server_context(_tls(server.cert, server.key).metrics.tls, lambda k, w: UserError(w)).verify_mode == (
+        ssl.CERT_NONE)
+
+
+@pytest.mark.parametrize(("tls", "message"), [
+    ({"client_ca_file": "ca"}, r"'metrics.tls.client_ca_file': client certificates need HTTPS"),
+    ({"cert_file": "server.cert", "key_file": "server.key", "client_ca_file": "not-pem"},
+     r"'metrics.tls.client_ca_file': .*/not-pem.txt holds no PEM certificate$"),
+    ({"cert_file": "server.cert", "key_file": "server.key", "client_ca_file": "missing"},
+     r"'metrics.tls.client_ca_file': cannot read .*/missing: No such file or directory$"),
+])
+def test_client_ca_file_validation(pki, tmp_path: Path, tls: dict, message: str) -> None:
+    (tmp_path / "not-pem.txt").write_text("not a certificate\n")
+    files = {"ca": pki["ca"].cert, "server.cert": pki["server"].cert, "server.key": pki["server"].key,
+             "not-pem": tmp_path / "not-pem.txt", "missing": tmp_path / "missing"}
+    with pytest.raises(UserError, match=message):
+        load_config(overrides={"metrics": {"tls": {k: str(files[v]) for k, v in tls.items()}}}, environ={})
+
+
+def test_protect_metrics_needs_some_credential() -> None:
+    with pytest.raises(UserError, match=r"'metrics.auth.protect_metrics': needs credentials to check: set a password, "
+                                        r"a bearer_token or metrics.tls.client_ca_file"):
+        load_config(overrides={"metrics": {"auth": {"protect_metrics": True}}}, environ={})
+
+
+def test_status_client_certificate_options(pki) -> None:
+    other = pki["other"]
+    client = OpsClient.from_options(ca_file=str(pki["ca"].cert), cert_file=str(other.cert), key_file=str(other.key),
+                                    environ={})
+    assert client.client_cert and client.tls is not None and client.authorization is None
+    with pytest.raises(UserError, match=r"^a client certificate needs both --cert-file and --key-file$"):
+        OpsClient.from_options(cert_file=str(other.cert), environ={})
+    with pytest.raises(UserError, match=r"^--key-file .*/server.key: is not the key of --cert-file .*/other.crt$"):
+        OpsClient.from_options(cert_file=str(other.cert), key_file=str(pki["server"].key), environ={})
+    with pytest.raises(UserError, match=r"^--cert-file /nonexistent.crt: No such file or directory$"):
+        OpsClient.from_options(cert_file="/nonexistent.crt", key_file=str(other.key), environ={})
+
+
 # ----------------------------------------------------------------------------- warning
 def test_a_warning_when_credentials_would_cross_the_network_unencrypted(pki) -> None:
     auth = HttpAuth.from_config(HttpAuthConfig(bearer_token=TOKEN), environ={})
@@ -125,7 +179,7 @@ def test_status_credentials_from_text_env_and_file(tmp_path: Path) -> None:
     token_file.write_text(TOKEN + "\n")
     client = OpsClient.from_options(token=f"@file:{token_file}", environ={})
     assert client.authorization == f"Bearer {TOKEN}"
-    assert TOKEN not in repr(client) and repr(client) == "OpsClient(auth='Bearer', tls=False)"
+    assert TOKEN not in repr(client) and repr(client) == "OpsClient(auth='Bearer', tls=False, client_cert=False)"
 
 
 @pytest.mark.parametrize(("options", "message"), [
