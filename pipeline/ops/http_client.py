@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from consumers.client_settings import resolve_secret
 from pipeline.errors import UserError
+from pipeline.ops.http_tls import PairError, load_pair
 
 TIMEOUT_S = 3.0
 _HOW = ("give --token, --username and --password (each may be '${VAR}' or @file:/path), "
@@ -127,27 +128,11 @@ def trust(ca_file: str) -> ssl.SSLContext:
 
 def _present(ctx: ssl.SSLContext, cert_file: str, key_file: str) -> None:
     """The client certificate sent in the handshake; errors name the files only."""
-    for option, path in (("--cert-file", cert_file), ("--key-file", key_file)):
-        try:
-            open(path, "rb").close()
-        except OSError as exc:
-            raise UserError(f"{option} {path}: {exc.strerror}") from None
     try:
-        ctx.load_cert_chain(cert_file, key_file, password=_no_password)
-    except _EncryptedKey:
-        raise UserError(f"--key-file {key_file}: is encrypted: give the key unencrypted") from None
-    except ssl.SSLError as exc:
-        if exc.reason == "KEY_VALUES_MISMATCH":
-            raise UserError(f"--key-file {key_file}: is not the key of --cert-file {cert_file}") from None
-        raise UserError(f"--cert-file {cert_file} / --key-file {key_file}: not a PEM certificate and its key") from None
-
-
-class _EncryptedKey(Exception):
-    pass
-
-
-def _no_password() -> bytes:
-    raise _EncryptedKey  # never a terminal prompt
+        load_pair(ctx, cert_file, key_file)
+    except PairError as exc:
+        option, path = ("--cert-file", cert_file) if exc.which == "cert" else ("--key-file", key_file)
+        raise UserError(f"{option} {path}: {exc.why.replace('the certificate', '--cert-file')}") from None
 
 
 def _schemes(exc: urllib.error.HTTPError) -> list[str]:

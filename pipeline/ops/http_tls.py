@@ -21,41 +21,55 @@ from pathlib import Path
 from pipeline.ops.http_config import HttpTlsConfig
 
 
+class PairError(Exception):
+    """Why a certificate and key pair did not load: `which` is "cert" or "key" (the
+    file at fault), `why` the reason without the file's name or text."""
+
+    def __init__(self, which: str, why: str) -> None:
+        super().__init__(why)
+        self.which, self.why = which, why
+
+
 class _EncryptedKey(Exception):
     """Raised from OpenSSL's password callback instead of prompting."""
+
+
+def load_pair(ctx: ssl.SSLContext, cert_file: str, key_file: str) -> None:
+    """`ctx` presents the certificate (chain) in `cert_file` with the key in `key_file`:
+    the server's own, or a client certificate (pipeline/ops/http_client.py)."""
+    for which, path in (("cert", cert_file), ("key", key_file)):
+        try:
+            Path(path).open("rb").close()
+        except OSError as exc:
+            raise PairError(which, f"cannot read it: {exc.strerror}") from None
+    try:
+        # Certificates only: an error here is the certificate file's, so the next
+        # step's "PEM lib" can only be the key's.
+        ssl.create_default_context(cafile=cert_file)
+    except ssl.SSLError:
+        raise PairError("cert", "holds no PEM certificate") from None
+    try:
+        ctx.load_cert_chain(cert_file, key_file, password=_no_password)
+    except _EncryptedKey:
+        raise PairError("key", "is encrypted: give the key unencrypted (protect the file with its permissions)") from None
+    except ssl.SSLError as exc:
+        if exc.reason == "KEY_VALUES_MISMATCH":
+            raise PairError("key", "is not the key of the certificate") from None
+        raise PairError("key", "holds no PEM private key") from None
 
 
 def server_context(tls: HttpTlsConfig, bad: Callable[[str, str], Exception]) -> ssl.SSLContext:
     """A server context with the certificate chain and key of `tls` (both set);
     `bad(key, why)` makes the one-line error, which names files, never their text."""
     assert tls.cert_file is not None and tls.key_file is not None
-    files = [("cert_file", tls.cert_file), ("key_file", tls.key_file), ("client_ca_file", tls.client_ca_file)]
-    for name, path in files:
-        if path is None:
-            continue
-        try:
-            Path(path).open("rb").close()
-        except OSError as exc:
-            raise bad(f"metrics.tls.{name}", f"cannot read {path}: {exc.strerror}") from None
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)  # TLS 1.2 or newer, the module's safe ciphers
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
-        # Certificates only: an error here is the certificate file's, so the next
-        # step's "PEM lib" can only be the key's.
-        ssl.create_default_context(cafile=tls.cert_file)
-    except ssl.SSLError:
-        raise bad("metrics.tls.cert_file", f"{tls.cert_file} holds no PEM certificate") from None
-    try:
-        ctx.load_cert_chain(tls.cert_file, tls.key_file, password=_no_password)
-    except _EncryptedKey:
-        raise bad("metrics.tls.key_file", f"{tls.key_file} is encrypted: give the key unencrypted "
-                  "(protect the file with its permissions)") from None
-    except ssl.SSLError as exc:
-        if exc.reason == "KEY_VALUES_MISMATCH":
-            why = f"{tls.key_file} is not the key of the certificate in metrics.tls.cert_file"
-        else:
-            why = f"{tls.key_file} holds no PEM private key"
-        raise bad("metrics.tls.key_file", why) from None
+        load_pair(ctx, tls.cert_file, tls.key_file)
+    except PairError as exc:
+        path = tls.cert_file if exc.which == "cert" else tls.key_file
+        why = exc.why.replace("the certificate", "the certificate in metrics.tls.cert_file")
+        raise bad(f"metrics.tls.{exc.which}_file", f"{path}: {why}") from None
     if tls.client_ca_file is not None:
         # OPTIONAL, not REQUIRED: the kubelet's probes and a Prometheus with a token send
         # no certificate. One that is sent must verify, or the handshake fails.
@@ -63,7 +77,9 @@ def server_context(tls: HttpTlsConfig, bad: Callable[[str, str], Exception]) -> 
         try:
             ctx.load_verify_locations(cafile=tls.client_ca_file)
         except ssl.SSLError:
-            raise bad("metrics.tls.client_ca_file", f"{tls.client_ca_file} holds no PEM certificate") from None
+            raise bad("metrics.tls.client_ca_file", f"{tls.client_ca_file}: holds no PEM certificate") from None
+        except OSError as exc:
+            raise bad("metrics.tls.client_ca_file", f"{tls.client_ca_file}: cannot read it: {exc.strerror}") from None
     return ctx
 
 
