@@ -7,8 +7,13 @@ real worker is tests/integration/test_ops_https.py."""
 from __future__ import annotations
 
 import base64
+import logging
+import socket
 import ssl
+import struct
 import threading
+import time
+import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -16,13 +21,17 @@ from pathlib import Path
 import pytest
 
 from pipeline.cli import main
+from pipeline.clock import FakeClock
 from pipeline.config import load_config
 from pipeline.errors import UserError
+from pipeline.generation.ops import GenerateOpsView
+from pipeline.ops.http import OpsServer
 from pipeline.ops.http_auth import HttpAuth, cleartext_warning
 from pipeline.ops.http_client import OpsClient
-from pipeline.ops.http_config import HttpAuthConfig, HttpTlsConfig
+from pipeline.ops.http_config import HttpAuthConfig, HttpTlsConfig, MetricsConfig
 from pipeline.ops.http_tls import server_context
 from tests.integration.certs import CertFiles, encrypt_key, make_ca, make_cert
+from tests.unit.test_generation_loop import Producer, _loop, decoder  # noqa: F401 (fixture)
 
 PASSWORD = "pw-Tq4LmX9c"
 TOKEN = "tok-Hs7Wn2Pk"
@@ -234,3 +243,48 @@ def test_status_says_when_an_https_url_names_a_plain_http_port(plain_http: str) 
     assert client.get(f"http://{plain_http}/metrics", "worker") == "# nothing\n"
     with pytest.raises(UserError, match=rf"^worker https://{plain_http}/metrics does not speak TLS: use http://$"):
         client.get(f"https://{plain_http}/metrics", "worker")
+
+
+# ----------------------------------------------------------------------------- the server
+def _server(decoder, metrics: MetricsConfig) -> OpsServer:  # noqa: F811
+    """The ops server on the generate worker's view (no Kafka, no worker thread)."""
+    view = GenerateOpsView(_loop(decoder, FakeClock(), Producer()), policy="continuous", group_id="g",
+                           input_topic="in", provider="cpu", metrics_config=metrics)
+    return OpsServer(view, port=0)
+
+
+def _logged(caplog: pytest.LogCaptureFixture, text: str, timeout: float = 10.0) -> str:
+    """The first log message containing `text`, polled for: the server thread logs it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = [r.getMessage() for r in caplog.records if text in r.getMessage()]
+        if found:
+            return found[0]
+        time.sleep(0.02)
+    raise AssertionError(f"no log line with {text!r} within {timeout:g} s")
+
+
+def test_https_server_survives_plain_http_quietly(decoder, pki, caplog, capfd) -> None:  # noqa: F811
+    caplog.set_level(logging.DEBUG, logger="pipeline.ops.http")
+    tls = HttpTlsConfig(str(pki["server"].cert), str(pki["server"].key))
+    trust = ssl.create_default_context(cafile=str(pki["ca"].cert))
+    with _server(decoder, MetricsConfig(tls=tls)) as server:
+        assert server.url.startswith("https://127.0.0.1:")
+        with pytest.raises(OSError):  # no HTTP answer on an HTTPS port
+            urllib.request.urlopen(server.url.replace("https://", "http://") + "/healthz", timeout=5)
+        assert "TLS handshake with 127.0.0.1 failed" in _logged(caplog, "TLS handshake")
+        with urllib.request.urlopen(server.url + "/healthz", timeout=5, context=trust) as resp:
+            assert resp.status == 200
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_a_connection_reset_mid_request_is_a_debug_line_not_a_traceback(decoder, caplog, capfd) -> None:  # noqa: F811
+    """socketserver printed a traceback to stderr for this (checked before the fix)."""
+    caplog.set_level(logging.DEBUG, logger="pipeline.ops.http")
+    with _server(decoder, MetricsConfig()) as server:
+        sock = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # headers not finished
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()  # linger 0: a reset, not a clean close
+        _logged(caplog, "ops endpoints: connection from 127.0.0.1 failed")
+    assert "Traceback" not in capfd.readouterr().err
