@@ -17,8 +17,16 @@ from __future__ import annotations
 import ssl
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
-from pipeline.ops.http_config import HttpTlsConfig
+
+class TlsFiles(Protocol):
+    """The `metrics.tls` section (pipeline/ops/http_config.py HttpTlsConfig, which
+    imports this module to validate itself: hence a protocol, not that class)."""
+
+    cert_file: str | None
+    key_file: str | None
+    client_ca_file: str | None
 
 
 class PairError(Exception):
@@ -58,7 +66,7 @@ def load_pair(ctx: ssl.SSLContext, cert_file: str, key_file: str) -> None:
         raise PairError("key", "holds no PEM private key") from None
 
 
-def server_context(tls: HttpTlsConfig, bad: Callable[[str, str], Exception]) -> ssl.SSLContext:
+def server_context(tls: TlsFiles, bad: Callable[[str, str], Exception]) -> ssl.SSLContext:
     """A server context with the certificate chain and key of `tls` (both set);
     `bad(key, why)` makes the one-line error, which names files, never their text."""
     assert tls.cert_file is not None and tls.key_file is not None
