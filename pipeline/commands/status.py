@@ -2,6 +2,7 @@
 
     tidebatch status http://127.0.0.1:9400 http://127.0.0.1:9401   # workers' metrics URLs
     tidebatch status --prometheus http://prometheus:9090             # or ask Prometheus
+    tidebatch status https://worker-0:9400 --ca-file ca.crt --token '${OPS_TOKEN}'
 
 Per pipeline it prints throughput, p99 end-to-end latency against the SLO, mean batch
 size, consumer lag and a verdict; with tenant classes (a `tenants:` section), per class
@@ -15,7 +16,8 @@ over its share and ceiling (pipeline/ops/tenant_stats.py):
 From workers it scrapes every /metrics twice, --interval seconds apart, and derives
 rates and quantiles from the difference (pipeline/ops/stats.py, the arithmetic of the
 dashboard). From Prometheus it asks the equivalent PromQL over --window. Exit code 0
-when every pipeline is OK, 1 otherwise.
+when every pipeline is OK, 1 otherwise; 2 when the credentials or the CA given do not
+fit (pipeline/ops/http_client.py), so a wrong password never reads as a DOWN worker.
 """
 
 from __future__ import annotations
@@ -23,15 +25,14 @@ from __future__ import annotations
 import argparse
 import json
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.errors import UserError
 from pipeline.ops import stats as S
+from pipeline.ops.http_client import OpsClient, Unreachable
 from pipeline.ops.tenant_stats import (
     TenantStats,
     format_tenants,
@@ -39,8 +40,6 @@ from pipeline.ops.tenant_stats import (
     tenant_queries,
     tenant_window_stats,
 )
-
-_TIMEOUT_S = 3.0
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -50,7 +49,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         description="Throughput, p99 vs SLO, batch size, lag and a verdict (OK / DEGRADED / DOWN) per pipeline.",
     )
     p.add_argument("urls", nargs="*", metavar="URL",
-                   help="worker metrics URLs (http://host:port or http://host:port/metrics)")
+                   help="worker metrics URLs (http[s]://host:port or http[s]://host:port/metrics)")
     p.add_argument("--prometheus", metavar="URL", help="ask this Prometheus instead of the workers")
     p.add_argument("--job", default="tidebatch-worker", help="Prometheus job of the workers (default: tidebatch-worker)")
     p.add_argument("--window", default="1m", help="PromQL range for rates and quantiles (default: 1m)")
@@ -59,6 +58,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--lag-min", type=float, default=100.0,
                    help="lag (messages) below which growth is noise (default: 100)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    creds = p.add_argument_group(
+        "credentials", "for workers with metrics.auth (protect_metrics) or metrics.tls, or a Prometheus behind "
+        "auth; a secret may be '${VAR}' (quoted) or @file:/path, which `ps` does not show")
+    creds.add_argument("--username", help="basic auth user")
+    creds.add_argument("--password", help="basic auth password")
+    creds.add_argument("--token", help="bearer token")
+    creds.add_argument("--ca-file", metavar="PEM", help="CA certificate(s) to trust for https:// URLs")
+    creds.add_argument("--cert-file", metavar="PEM", help="client certificate, for workers with metrics.tls.client_ca_file")
+    creds.add_argument("--key-file", metavar="PEM", help="the client certificate's key (unencrypted)")
     p.set_defaults(func=run)
     return p
 
@@ -113,24 +121,19 @@ def metrics_url(url: str) -> str:
         url = "http://" + url
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise UserError(f"not a worker metrics URL: {url!r} (expected http://HOST:PORT[/metrics])")
+        raise UserError(f"not a worker metrics URL: {url!r} (expected http[s]://HOST:PORT[/metrics])")
     path = parts.path if parts.path not in ("", "/") else "/metrics"
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
 
 
-def _get(url: str, timeout: float = _TIMEOUT_S) -> str:
-    with urllib.request.urlopen(url, timeout=timeout) as resp:
-        return resp.read().decode()
-
-
-def _scrape_all(urls: list[str]) -> dict[str, S.Samples | str]:
-    """url -> Samples, or url -> error text."""
+def _scrape_all(urls: list[str], client: OpsClient) -> dict[str, S.Samples | str]:
+    """url -> Samples, or url -> error text; a UserError (a 401) propagates."""
 
     def one(url: str) -> S.Samples | str:
         try:
-            return S.from_text(_get(url))
-        except (OSError, urllib.error.URLError) as exc:
-            return _why(exc)
+            return S.from_text(client.get(url, "worker"))
+        except Unreachable as exc:
+            return str(exc)
         except ValueError as exc:
             return f"not Prometheus text: {exc}"
 
@@ -138,16 +141,14 @@ def _scrape_all(urls: list[str]) -> dict[str, S.Samples | str]:
         return dict(zip(urls, pool.map(one, urls), strict=True))
 
 
-def _why(exc: BaseException) -> str:
-    reason = getattr(exc, "reason", None)
-    return str(reason if reason is not None else exc) or type(exc).__name__
-
-
-def from_workers(urls: list[str], interval: float, lag_min: float = 100.0) -> StatusReport:
-    first = _scrape_all(urls)
+def from_workers(
+    urls: list[str], interval: float, lag_min: float = 100.0, client: OpsClient | None = None
+) -> StatusReport:
+    client = client or OpsClient()
+    first = _scrape_all(urls, client)
     t0 = time.monotonic()
     time.sleep(max(interval, 0.0))
-    second = _scrape_all(urls)
+    second = _scrape_all(urls, client)
     seconds = time.monotonic() - t0
     up = {u: (first[u], second[u]) for u in urls if not isinstance(first[u], str) and not isinstance(second[u], str)}
     # The later error wins: it says how the worker is now.
@@ -214,13 +215,15 @@ def _queries(window: str, job: str) -> dict[str, str]:
     }
 
 
-def prom_query(base: str, query: str) -> list[tuple[dict[str, str], float | None]]:
+def prom_query(
+    base: str, query: str, client: OpsClient | None = None
+) -> list[tuple[dict[str, str], float | None]]:
     """Instant query -> [(labels, value)]; NaN/Inf come back as None."""
     url = base.rstrip("/") + "/api/v1/query?" + urllib.parse.urlencode({"query": query})
     try:
-        doc = json.loads(_get(url))
-    except (OSError, urllib.error.URLError) as exc:
-        raise UserError(f"cannot query Prometheus at {base}: {_why(exc)}") from None
+        doc = json.loads((client or OpsClient()).get(url, "Prometheus"))
+    except Unreachable as exc:
+        raise UserError(f"cannot query Prometheus at {base}: {exc}") from None
     if doc.get("status") != "success":
         raise UserError(f"Prometheus rejected {query!r}: {doc.get('error', doc)}")
     out = []
@@ -230,20 +233,22 @@ def prom_query(base: str, query: str) -> list[tuple[dict[str, str], float | None
     return out
 
 
-def from_prometheus(base: str, job: str, window: str, lag_min: float = 100.0) -> StatusReport:
+def from_prometheus(
+    base: str, job: str, window: str, lag_min: float = 100.0, client: OpsClient | None = None
+) -> StatusReport:
     if "://" not in base:
         base = "http://" + base
     values: dict[str, dict[str, float | None]] = {}
     for key, q in _queries(window, job).items():
-        for labels, v in prom_query(base, q):
+        for labels, v in prom_query(base, q, client):
             values.setdefault(labels.get("pipeline", "?"), {})[key] = v
     down = {
         labels.get("instance", "?"): "Prometheus cannot scrape it (up == 0)"
-        for labels, _ in prom_query(base, f'up{{job="{job}"}} == 0')
+        for labels, _ in prom_query(base, f'up{{job="{job}"}} == 0', client)
     }
     tenants: dict[str, dict[str, dict[str, float | None]]] = {}
     for key, q in tenant_queries(f'job="{job}"', window).items():
-        for labels, v in prom_query(base, q):
+        for labels, v in prom_query(base, q, client):
             if "tenant_class" in labels:
                 tenants.setdefault(labels.get("pipeline", "?"), {}).setdefault(labels["tenant_class"], {})[key] = v
     reports = [_prom_pipeline(p, v, lag_min) for p, v in sorted(values.items())]
@@ -304,9 +309,11 @@ def format_report(report: StatusReport) -> str:
 def run(args: argparse.Namespace) -> int:
     if bool(args.urls) == bool(args.prometheus):
         raise UserError("give worker metrics URLs or --prometheus URL (one of them)")
+    client = OpsClient.from_options(args.username, args.password, args.token, args.ca_file,
+                                    args.cert_file, args.key_file)
     if args.prometheus:
-        report = from_prometheus(args.prometheus, args.job, args.window, args.lag_min)
+        report = from_prometheus(args.prometheus, args.job, args.window, args.lag_min, client)
     else:
-        report = from_workers([metrics_url(u) for u in args.urls], args.interval, args.lag_min)
+        report = from_workers([metrics_url(u) for u in args.urls], args.interval, args.lag_min, client)
     print(json.dumps(report.as_dict()) if args.json else format_report(report))
     return 0 if report.ok else 1

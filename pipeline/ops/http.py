@@ -13,7 +13,9 @@
 It binds cfg.metrics.host:cfg.metrics.port (127.0.0.1 by default; port 0 picks a free
 one). With cfg.metrics.auth set, everything but the probes (and /metrics, unless
 protect_metrics) needs basic auth or the bearer token (pipeline/ops/http_auth.py);
-without it, a server bound beyond loopback logs one warning at start. Handlers only
+without it, a server bound beyond loopback logs one warning at start. With
+cfg.metrics.tls it speaks HTTPS only (pipeline/ops/http_tls.py), and `url` says
+https; credentials sent beyond loopback without it get a warning too. Handlers only
 read worker state and the registry, which are thread-safe to read; nothing here can
 block the source or executor threads.
 """
@@ -23,6 +25,7 @@ from __future__ import annotations
 import errno
 import logging
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -35,10 +38,11 @@ import orjson
 from prometheus_client.exposition import choose_encoder
 
 from consumers.secret_values import scrub
-from pipeline.errors import UserError
+from pipeline.errors import UserError, config_key_error
 from pipeline.ops import health
 from pipeline.ops import stats as S
-from pipeline.ops.http_auth import HttpAuth, exposure_warning
+from pipeline.ops.http_auth import HttpAuth, cleartext_warning, exposure_warning
+from pipeline.ops.http_tls import server_context
 from pipeline.ops.window import StatsWindow
 
 log = logging.getLogger(__name__)
@@ -78,7 +82,9 @@ class OpsServer:
         self.registry = worker.metrics.registry
         # Resolved here, from the worker's own config, so no caller can start the
         # server without the credentials it was configured with.
-        self.auth = HttpAuth.from_config(worker.cfg.metrics.auth)
+        tls = worker.cfg.metrics.tls
+        self.auth = HttpAuth.from_config(worker.cfg.metrics.auth, client_certs=tls.client_ca_file is not None)
+        self.tls = server_context(tls, config_key_error) if tls.enabled else None
         self.window = StatsWindow(
             lambda: S.from_registry(self.registry),
             interval_s=interval_s, window_s=window_s, smooth_s=smooth_s,
@@ -138,10 +144,10 @@ class OpsServer:
     @property
     def url(self) -> str:
         host = self.host if ":" not in self.host else f"[{self.host}]"
-        return f"http://{host}:{self.port}"
+        return f"{'https' if self.tls is not None else 'http'}://{host}:{self.port}"
 
     def start(self) -> OpsServer:
-        self._httpd = _bind(self.host, self.requested_port)
+        self._httpd = _bind(self.host, self.requested_port, self.tls)
         self._httpd.ops = self  # type: ignore[attr-defined]
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.25}, name="ops-http", daemon=True
@@ -153,9 +159,9 @@ class OpsServer:
             open_paths = "/healthz /readyz" + ("" if self.auth.protect_metrics else " /metrics")
             guarded = f"; {' or '.join(self.auth.schemes())} auth needed on all but {open_paths}"
         log.info("ops endpoints on %s (/metrics /healthz /readyz /api/stats /)%s", self.url, guarded)
-        warning = exposure_warning(self.host, self.auth)
-        if warning:
-            log.warning(warning)
+        for warning in (exposure_warning(self.host, self.auth), cleartext_warning(self.host, self.auth, self.tls)):
+            if warning:
+                log.warning(warning)
         return self
 
     def stop(self) -> None:
@@ -184,16 +190,47 @@ def _public_stats(worker: Any) -> dict[str, Any]:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    tls: ssl.SSLContext | None = None
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        sock, addr = super().get_request()
+        if self.tls is not None:
+            # No handshake here, in the accept loop: one client stalling mid-handshake
+            # would keep every other from connecting. finish_request does it, in the
+            # connection's own thread.
+            sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        return sock, addr
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        if isinstance(request, ssl.SSLSocket):
+            request.settimeout(_HANDSHAKE_S)
+            try:
+                request.do_handshake()
+            except OSError as exc:  # ssl.SSLError too: plain HTTP, an untrusted client, a port scan
+                log.debug("ops endpoints: TLS handshake with %s failed: %s", client_address[0], exc)
+                return
+            request.settimeout(None)  # as a plain connection: the handler reads blocking
+        super().finish_request(request, client_address)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # socketserver would print a traceback to stderr for a connection that broke
+        # mid-request (a client gone, a TLS alert): nothing an operator must act on.
+        log.debug("ops endpoints: connection from %s failed", client_address[0], exc_info=True)
 
 
 class _Server6(_Server):
     address_family = socket.AF_INET6
 
 
-def _bind(host: str, port: int) -> ThreadingHTTPServer:
+_HANDSHAKE_S = 10.0  # a TLS client that has not finished its handshake by then is dropped
+
+
+def _bind(host: str, port: int, tls: ssl.SSLContext | None = None) -> ThreadingHTTPServer:
     cls = _Server6 if ":" in host else _Server
     try:
-        return cls((host, port), _Handler)
+        server = cls((host, port), _Handler)
+        server.tls = tls
+        return server
     except OSError as exc:
         if exc.errno == errno.EADDRINUSE:
             raise UserError(
@@ -220,9 +257,11 @@ class _Handler(BaseHTTPRequestHandler):
         path = urlsplit(self.path).path
         try:
             auth = self.ops.auth
-            if auth is not None and auth.protects(path) and not auth.allows(self.headers.get("Authorization")):
-                self._send(401, _json({"error": "authentication required"}), "application/json",
-                           [("WWW-Authenticate", c) for c in auth.challenges()])
+            if auth is not None and auth.protects(path) and not auth.allows(
+                self.headers.get("Authorization"), client_cert=self._client_cert()
+            ):
+                self._send(401, _json({"error": "authentication required", "schemes": auth.schemes()}),
+                           "application/json", [("WWW-Authenticate", c) for c in auth.challenges()])
                 return
             route(path)
         except (BrokenPipeError, ConnectionResetError):
@@ -230,6 +269,12 @@ class _Handler(BaseHTTPRequestHandler):
         except Exception as exc:  # never let a handler bug kill the server thread
             log.exception("ops endpoint %s failed", path)
             self._send(500, _json({"error": f"{type(exc).__name__}: {exc}"}), "application/json")
+
+    def _client_cert(self) -> bool:
+        """A client certificate was sent; the handshake verified it against
+        metrics.tls.client_ca_file (CERT_OPTIONAL: one that does not verify fails it)."""
+        conn = self.connection
+        return isinstance(conn, ssl.SSLSocket) and bool(conn.getpeercert())
 
     def _route(self, path: str) -> None:
         if path == "/metrics":

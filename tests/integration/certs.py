@@ -110,3 +110,12 @@ def _openssl(*args: str) -> None:
     done = subprocess.run([binary, *args], capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"openssl {args[0]} failed ({done.returncode}): {done.stderr.strip()}")
+
+
+def encrypt_key(cert: CertFiles, directory: Path, passphrase: str) -> Path:
+    """`cert`'s key, AES-encrypted with `passphrase` ("BEGIN ENCRYPTED PRIVATE KEY"),
+    as `<directory>/<name>-encrypted.key`: what a program must refuse or decrypt."""
+    out = directory / f"{cert.name}-encrypted.key"
+    _openssl("pkcs8", "-topk8", "-v2", "aes-256-cbc", "-in", str(cert.key), "-out", str(out),
+             "-passout", f"pass:{passphrase}")
+    return out

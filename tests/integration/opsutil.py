@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import threading
@@ -48,17 +49,21 @@ def wait_for(
     return last
 
 
-def http_get(url: str, timeout: float = 5.0, headers: dict[str, str] | None = None) -> tuple[int, str, str]:
-    """(status, content type, body); HTTP errors are answers too, not exceptions."""
+def http_get(
+    url: str, timeout: float = 5.0, headers: dict[str, str] | None = None, context: ssl.SSLContext | None = None
+) -> tuple[int, str, str]:
+    """(status, content type, body); HTTP errors are answers too, not exceptions.
+    `context`: the TLS trust for an https:// worker (metrics.tls)."""
+    request = urllib.request.Request(url, headers=headers or {})
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=timeout) as resp:
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as resp:
             return resp.status, resp.headers.get("Content-Type", ""), resp.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.headers.get("Content-Type", ""), exc.read().decode()
 
 
-def get_json(url: str) -> tuple[int, Any]:
-    status, _, body = http_get(url)
+def get_json(url: str, context: ssl.SSLContext | None = None) -> tuple[int, Any]:
+    status, _, body = http_get(url, context=context)
     return status, json.loads(body)
 
 
@@ -133,10 +138,10 @@ def live_worker(cfg: WorkerConfig, *, start: bool = True, hooks: list | None = N
         server.stop()
 
 
-def wait_ready(url: str, timeout: float = 60.0) -> dict:
+def wait_ready(url: str, timeout: float = 60.0, context: ssl.SSLContext | None = None) -> dict:
     def ready() -> dict | None:
         try:
-            status, body = get_json(url + "/readyz")
+            status, body = get_json(url + "/readyz", context)
         except OSError:
             return None
         return body if status == 200 else None
@@ -206,7 +211,9 @@ def start_worker_process(
     log_path = log_dir / f"{name}.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=log, stderr=subprocess.STDOUT)
-    return WorkerProcess(proc, f"http://127.0.0.1:{port}", log_path, name)
+    # With metrics.tls the port speaks HTTPS only (pipeline/ops/http_tls.py).
+    scheme = "https" if full_env.get("TIDEBATCH_METRICS__TLS__CERT_FILE") else "http"
+    return WorkerProcess(proc, f"{scheme}://127.0.0.1:{port}", log_path, name)
 
 
 # ----------------------------------------------------------------------------- traffic

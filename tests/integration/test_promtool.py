@@ -4,12 +4,15 @@ fire (and stay quiet) as ops/prometheus/alerts_test.yml specifies.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
+
+from tests.integration.certs import make_ca
 
 PROM_DIR = Path(__file__).resolve().parents[2] / "ops" / "prometheus"
 
@@ -28,6 +31,25 @@ def _promtool(*args: str) -> str:
 def test_promtool_check_config():
     out = _promtool("check", "config", "prometheus.yml")
     assert "SUCCESS" in out and "1 rule files found" in out
+
+
+def test_the_commented_https_scrape_settings_are_valid(tmp_path):
+    """prometheus.yml's commented https + bearer lines (for workers with metrics.tls and
+    protect_metrics), uncommented, with the files they name present (promtool checks
+    that they exist)."""
+    text = (PROM_DIR / "prometheus.yml").read_text()
+    block = re.search(r"^( *)# BEGIN https-auth\n(.*?)^ *# END https-auth\n", text, re.M | re.S)
+    assert block, "prometheus.yml lost its https-auth block"
+    settings = "".join(line.replace("# ", "", 1) + "\n" for line in block.group(2).splitlines())
+    files = tmp_path / "tidebatch"
+    make_ca(files, "ca")
+    (files / "token").write_text("token\n")
+    config = text[:block.start()] + settings.replace("/etc/prometheus/tidebatch/", f"{files}/") + text[block.end():]
+    config = config.replace("rule_files:\n  - alerts.yml\n", "")  # checked from PROM_DIR above
+    assert "\n    scheme: https\n" in config and "      credentials_file: " in config
+    (tmp_path / "prometheus.yml").write_text(config)
+    out = _promtool("check", "config", str(tmp_path / "prometheus.yml"))
+    assert "SUCCESS" in out, out
 
 
 def test_promtool_check_rules():
