@@ -48,3 +48,17 @@ def test_client_settings() -> None:
     token = oauthbearer_client_settings("worker", "/ca.pem")
     assert token["sasl.oauthbearer.config"] == "principal=worker scope=kafka"
     assert token["enable.sasl.oauthbearer.unsecure.jwt"] == "true"
+
+
+def test_kafka_python_cannot_take_a_token_or_an_inline_key() -> None:
+    # kafka-python logs in with OAUTHBEARER only through a token-provider object, which
+    # no setting can name; and it reads keys from files only (ssl_keyfile).
+    from consumers.kafka_python_settings import kafka_python_settings
+    from pipeline.errors import UserError
+
+    with pytest.raises(UserError, match=r"^Kafka setting (enable\.)?sasl\.oauthbearer\.\S+ is not supported by client kafka-python"):
+        kafka_python_settings(oauthbearer_client_settings("worker", "/ca.pem"))
+    with pytest.raises(UserError, match=r"^Kafka setting ssl\.key\.pem is not supported by client kafka-python"):
+        kafka_python_settings(mtls_client_settings("/c.crt", "/ca.pem", key_pem="..."))
+    by_file = kafka_python_settings(mtls_client_settings("/c.crt", "/ca.pem", key_location="/c.key"))
+    assert (by_file["ssl_certfile"], by_file["ssl_keyfile"], by_file["security_protocol"]) == ("/c.crt", "/c.key", "SSL")
