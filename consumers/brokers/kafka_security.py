@@ -12,7 +12,8 @@ Two more listeners on request, on the same node (one JVM: tests stay cheap on 2 
 
 - MTLS (`client_ca=`): SSL with `ssl.client.auth=required`; a client shows a
   certificate signed by `client_ca`, and its principal is the certificate's subject as
-  Kafka's DEFAULT `ssl.principal.mapping.rules` write it: `User:CN=worker`.
+  Kafka's DEFAULT `ssl.principal.mapping.rules` write it, `User:CN=worker`, unless
+  `principal_mapping_rules` map it to another name first.
 - OAUTH (`oauthbearer=True`): SASL_SSL with OAUTHBEARER, checked by Kafka's own
   unsecured-JWS validator (OAuthBearerUnsecuredValidatorCallbackHandler, the default
   when no sasl.server.callback.handler.class is set; for tests only: tokens carry no
@@ -72,6 +73,8 @@ class KafkaSecurity:
     keystore: Path
     ca: Path
     client_ca: Path | None = None  # adds the MTLS listener, trusting client certificates of this CA
+    # The MTLS listener's ssl.principal.mapping.rules: certificate subject → principal name.
+    principal_mapping_rules: str = "DEFAULT"
     oauthbearer: bool = False  # adds the OAUTH listener
 
 
@@ -118,9 +121,8 @@ def server_settings(security: KafkaSecurity) -> dict[str, str]:
             f"{mtls}.ssl.client.auth": "required",
             f"{mtls}.ssl.truststore.type": "PEM",
             f"{mtls}.ssl.truststore.location": str(security.client_ca),
-            # Kafka's default, said here because the ACLs depend on it: the subject's
-            # RFC 2253 form ("CN=worker") is the principal's name.
-            f"{mtls}.ssl.principal.mapping.rules": "DEFAULT",
+            # DEFAULT: the subject's RFC 2253 form ("CN=worker") is the principal's name.
+            f"{mtls}.ssl.principal.mapping.rules": security.principal_mapping_rules,
         })
     if security.oauthbearer:
         oauth = f"listener.name.{OAUTH_LISTENER.lower()}"

@@ -90,7 +90,8 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBro
 def kafka_pki(tmp_path_factory: pytest.TempPathFactory) -> CertFiles:
     """The CA of `secured_kafka` (tests/integration/certs.py CertFiles): it signed the
     broker's certificate, and its MTLS listener trusts the client certificates it signs
-    (`make_cert(kafka_pki, folder, "worker")` is principal User:CN=worker)."""
+    (`make_cert(kafka_pki, folder, "worker")` is principal User:CN=worker; with
+    subject_prefix=secured_helpers.MAPPED_SUBJECT_PREFIX, User:worker)."""
     from tests.integration.certs import make_ca
 
     return make_ca(tmp_path_factory.mktemp("kafka-pki"))
@@ -106,12 +107,14 @@ def secured_kafka(tmp_path_factory: pytest.TempPathFactory, kafka_pki: CertFiles
     module, like kafka_cluster: one more idle JVM would slow the rest of the session."""
     from consumers.brokers.kafka_security import KafkaSecurity
     from tests.integration.certs import make_cert
+    from tests.integration.secured_helpers import PRINCIPAL_MAPPING_RULES
 
     pki = kafka_pki.cert.parent
     leaf = make_cert(kafka_pki, pki, "broker", ["127.0.0.1", "localhost"])
     keystore = pki / "broker-keystore.pem"  # Kafka's PEM keystore: key, then the chain
     keystore.write_text(leaf.key.read_text() + leaf.cert.read_text())
-    security = KafkaSecurity(keystore=keystore, ca=leaf.ca, client_ca=kafka_pki.cert, oauthbearer=True)
+    security = KafkaSecurity(keystore=keystore, ca=leaf.ca, client_ca=kafka_pki.cert, oauthbearer=True,
+                             principal_mapping_rules=PRINCIPAL_MAPPING_RULES)
     with KafkaBroker(workdir=tmp_path_factory.mktemp("kafka-secured"), security=security) as running:
         register_broker(running)
         yield running

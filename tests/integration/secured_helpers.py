@@ -21,6 +21,10 @@ from tests.integration.opsutil import REPO, Topics
 OPERATIONS = REPO / "docs" / "OPERATIONS.md"
 PASSWORD_ENV = "TB_TEST_KAFKA_PASSWORD"
 EXIT_S = 60.0
+# secured_kafka's MTLS listener maps a subject "CN=<name>,OU=mapped,O=tidebatch-test"
+# to principal User:<name>; any other stays its whole subject (User:CN=<name>).
+MAPPED_SUBJECT_PREFIX = "/O=tidebatch-test/OU=mapped"
+PRINCIPAL_MAPPING_RULES = "RULE:^CN=([^,]+),OU=mapped,O=tidebatch-test$/$1/,DEFAULT"
 
 
 def documented_worker_acls(topics: Topics, group: str, *, when: tuple[str, ...] = ("always",),

@@ -48,6 +48,7 @@ from tests.integration.opsutil import (
 )
 from tests.integration.pipeline_helpers import committed_offsets
 from tests.integration.secured_helpers import (
+    MAPPED_SUBJECT_PREFIX,
     assert_one_line_exit,
     cli,
     documented_worker_acls,
@@ -82,15 +83,19 @@ def key_body(pem: str) -> str:
     return "".join(line for line in pem.splitlines() if not line.startswith("-----"))[:64]
 
 
-def certificate_identity(kafka: KafkaBroker, ca: CertFiles, folder: Path, role: str, *, key_file: bool = False) -> Identity:
+def certificate_identity(kafka: KafkaBroker, ca: CertFiles, folder: Path, role: str, *, key_file: bool = False,
+                         mapped: bool = False) -> Identity:
     """A client certificate of `ca` with CN <role>-<random>; the key inline (ssl.key.pem)
-    unless `key_file`."""
+    unless `key_file`. `mapped`: a subject the listener's principal mapping rule
+    shortens to the CN (secured_helpers.PRINCIPAL_MAPPING_RULES)."""
     assert kafka.security is not None
-    cert = make_cert(ca, folder, f"{role}-{uuid.uuid4().hex[:8]}")
+    name = f"{role}-{uuid.uuid4().hex[:8]}"
+    cert = make_cert(ca, folder, name, subject_prefix=MAPPED_SUBJECT_PREFIX if mapped else "")
     pem = cert.key.read_text()
     key = {"key_location": cert.key} if key_file else {"key_pem": pem}
     settings = mtls_client_settings(cert.cert, kafka.security.ca, **key)
-    return Identity(f"User:CN={cert.name}", kafka.listener_bootstrap(MTLS_LISTENER), settings, key_body(pem))
+    principal = f"User:{name}" if mapped else f"User:CN={name}"
+    return Identity(principal, kafka.listener_bootstrap(MTLS_LISTENER), settings, key_body(pem))
 
 
 def token_identity(kafka: KafkaBroker, role: str, *, scope: str | None = None) -> Identity:
@@ -187,6 +192,20 @@ def test_worker_produce_etl_and_dlq_work_with_the_documented_acls(
         p.stdout for p in (produced, extracted, inspected, replayed))
     for who in (worker, producer, etl, dlq):
         assert not who.secret or who.secret not in printed, f"{who.principal}'s private key was printed"
+
+
+def test_a_principal_mapping_rule_makes_the_acl_name_the_short_one(
+    secured_kafka: KafkaBroker, kafka_pki: CertFiles, secured_topic_factory, tmp_path: Path
+) -> None:
+    topic = secured_topic_factory("mapped", 1)
+    mapped = certificate_identity(secured_kafka, kafka_pki, tmp_path / "pki", "producer", mapped=True)
+    assert mapped.principal.startswith("User:producer-")  # not User:CN=producer-...,OU=mapped,O=...
+    secured_kafka.allow(mapped.principal, [Acl("TOPIC", topic, "WRITE")])
+    produced = cli("produce", "ctr", "--bootstrap-servers", mapped.bootstrap, "--topic", topic,
+                   "--partitions", "1", "--count", "20", *mapped.flags)
+    assert produced.returncode == 0, produced.stdout
+    assert end_offset(secured_kafka, topic) == 20
+    assert mapped.secret not in produced.stdout
 
 
 # ------------------------------------------------------------------ refused at the door
