@@ -34,6 +34,7 @@ def test_mtls_and_oauthbearer_listeners() -> None:
     assert "MTLS:SSL" in props["listener.security.protocol.map"].split(",")
     assert props["listener.name.mtls.ssl.client.auth"] == "required"
     assert props["listener.name.mtls.ssl.truststore.location"] == "/clients.pem"
+    assert props["listener.name.mtls.ssl.principal.mapping.rules"] == "DEFAULT"
     assert props["sasl.enabled.mechanisms"] == "SCRAM-SHA-512"  # SASL_SSL keeps SCRAM alone
     assert props["listener.name.oauth.sasl.enabled.mechanisms"] == "OAUTHBEARER"
     assert 'unsecuredValidatorRequiredScope="kafka"' in props["listener.name.oauth.oauthbearer.sasl.jaas.config"]
