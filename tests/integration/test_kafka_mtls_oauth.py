@@ -7,7 +7,8 @@ broker (conftest.py; consumers/brokers/kafka_security.py), with StandardAuthoriz
 For each: the worker scores requests end to end with exactly the ACLs
 docs/OPERATIONS.md documents (secured_helpers.py parses the table), and dead-letters
 malformed ones; `produce`, `etl --topic`, `dlq inspect` and `dlq replay` go through
-the same listener, each as a principal of its own with only what it needs. Refused at
+the same listener, each as a principal of its own with only what it needs; a
+`--client kafka-python` worker scores with a client certificate too. Refused at
 the door (a certificate from another CA, no certificate, a token without the
 required scope): one line, a non-zero exit, no raw librdkafka line.
 
@@ -42,6 +43,7 @@ from tests.integration.opsutil import (
     ResultCollector,
     Topics,
     make_topics,
+    produce_ctr,
     start_worker_process,
     wait_for,
     wait_ready,
@@ -107,10 +109,11 @@ def token_identity(kafka: KafkaBroker, role: str, *, scope: str | None = None) -
     return Identity(f"User:{name}", kafka.listener_bootstrap(OAUTH_LISTENER), settings)
 
 
-def start_worker(kafka: KafkaBroker, topics: Topics, group: str, who: Identity, tmp_path: Path):
+def start_worker(kafka: KafkaBroker, topics: Topics, group: str, who: Identity, tmp_path: Path,
+                 args: tuple[str, ...] = ()):
     return start_worker_process(
         kafka, topics, group, tmp_path, f"worker-{uuid.uuid4().hex[:6]}",
-        args=("--bootstrap-servers", who.bootstrap, *who.flags, "--kafka-connect-timeout", "20"),
+        args=("--bootstrap-servers", who.bootstrap, *who.flags, "--kafka-connect-timeout", "20", *args),
     )
 
 
@@ -192,6 +195,29 @@ def test_worker_produce_etl_and_dlq_work_with_the_documented_acls(
         p.stdout for p in (produced, extracted, inspected, replayed))
     for who in (worker, producer, etl, dlq):
         assert not who.secret or who.secret not in printed, f"{who.principal}'s private key was printed"
+
+
+def test_the_kafka_python_worker_scores_with_a_client_certificate(
+    secured_kafka: KafkaBroker, kafka_pki: CertFiles, secured_topic_factory, unique_group_id: str, tmp_path: Path
+) -> None:
+    # kafka-python takes the certificate and key files (ssl_certfile, ssl_keyfile:
+    # consumers/kafka_python_settings.py); it cannot do OAUTHBEARER from settings
+    # (tests/unit/test_kafka_security.py).
+    topics = make_topics(secured_topic_factory, 1)
+    worker = certificate_identity(secured_kafka, kafka_pki, tmp_path / "pki", "worker", key_file=True)
+    secured_kafka.allow(worker.principal, documented_worker_acls(topics, unique_group_id))
+    process = start_worker(secured_kafka, topics, unique_group_id, worker, tmp_path, args=("--client", "kafka-python"))
+    results = ResultCollector(secured_kafka.bootstrap_servers, topics.output)
+    try:
+        wait_ready(process.url, timeout=90)
+        ids = produce_ctr(secured_kafka.bootstrap_servers, topics.input, 100)
+        wait_for(lambda: not results.missing(ids), 90, "100 results")
+    finally:
+        code = process.stop()
+        results.close()
+    assert code == 0, process.log_tail()
+    committed = committed_offsets(secured_kafka.bootstrap_servers, unique_group_id, topics.input, 1)
+    assert sum(committed.values()) == 100, committed
 
 
 def test_a_principal_mapping_rule_makes_the_acl_name_the_short_one(
