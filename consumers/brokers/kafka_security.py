@@ -24,7 +24,7 @@ Two more listeners on request, on the same node (one JVM: tests stay cheap on 2 
 
 The PLAINTEXT listener stays, for the nodes' own traffic (inter-broker and controller)
 and for the harness itself: its principal, User:ANONYMOUS, is a super user, so topic
-creation, users and ACLs go through it. Clients under test use the SASL_SSL listener
+creation, users and ACLs go through it. Clients under test use the secured listeners
 only, where nothing is allowed that an ACL does not grant (allow.everyone.if.no.acl.found
 false, Kafka's default).
 """
@@ -118,6 +118,8 @@ def server_settings(security: KafkaSecurity) -> dict[str, str]:
     if security.client_ca is not None:
         mtls = f"listener.name.{MTLS_LISTENER.lower()}"
         settings.update({
+            # "required", not "requested": a client without a certificate would be
+            # User:ANONYMOUS, this broker's super user (the harness's principal).
             f"{mtls}.ssl.client.auth": "required",
             f"{mtls}.ssl.truststore.type": "PEM",
             f"{mtls}.ssl.truststore.location": str(security.client_ca),
@@ -154,7 +156,7 @@ def mtls_client_settings(
     """librdkafka settings for a client of the MTLS listener: its certificate from a
     file, its private key inline (`key_pem`, ssl.key.pem) or from a file (`key_location`)."""
     if (key_pem is None) == (key_location is None):
-        raise ValueError("give the client key as key_pem or as key_location, not both")
+        raise ValueError("give the client key as exactly one of key_pem and key_location")
     key = {"ssl.key.pem": key_pem} if key_pem is not None else {"ssl.key.location": str(key_location)}
     return {
         "security.protocol": "SSL",

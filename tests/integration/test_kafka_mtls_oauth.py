@@ -133,7 +133,7 @@ Maker = Callable[[str], Identity]
 def identities(request: pytest.FixtureRequest, secured_kafka: KafkaBroker, kafka_pki: CertFiles, tmp_path: Path) -> Maker:
     """`make(role)`: a new principal of the listener under test. The worker's key comes
     from a file: its start-up line lists its client settings, and ssl.key.pem is shown
-    there until client_settings.is_secret covers it (the lead's change)."""
+    there until is_secret in consumers/client_settings.py covers it."""
     if request.param == "mtls":
         return lambda role: certificate_identity(secured_kafka, kafka_pki, tmp_path / "pki", role,
                                                  key_file=role == "worker")
@@ -275,5 +275,5 @@ def test_a_token_without_the_required_scope_is_one_line_and_exit_2(
     who = token_identity(secured_kafka, "worker", scope="not-kafka")
     secured_kafka.allow(who.principal, documented_worker_acls(topics, unique_group_id))
     code, lines = wait_exit(start_worker(secured_kafka, topics, unique_group_id, who, tmp_path))
-    assert_one_line_exit(code, lines, r"Kafka authentication failed at 127\.0\.0\.1:\d+: .*insufficient_scope", "\0")
+    assert_one_line_exit(code, lines, r"Kafka authentication failed at 127\.0\.0\.1:\d+: .*insufficient_scope")
     assert code == 2
