@@ -56,6 +56,13 @@ _TEXTS: tuple[tuple[re.Pattern[str], str], ...] = (
     ),
 )
 
+# A TLS alert the broker sent (it refused the client's certificate: mTLS) arrives as
+# _TRANSPORT once the client's side of the handshake is done; OpenSSL's text tells it
+# from a dropped connection. Seen with Apache Kafka 4.0 and librdkafka 2.x
+# (tests/integration/test_kafka_mtls_oauth.py).
+_TLS_ALERT = re.compile(r"SSL routines|ssl/tls alert", re.I)
+_CLIENT_CERTIFICATE_REFUSED = re.compile(r"alert (bad|unknown|certificate)", re.I)
+
 # "[thrd:127.0.0.1:9092/bootstrap]: " in front of every broker-thread log line.
 _THREAD_PREFIX = re.compile(r"^\[thrd:[^\]]*\]:\s*")
 
@@ -82,6 +89,8 @@ def detail(message: str) -> str:
 
 def kind_of(code_name: str | None, message: str) -> str | None:
     """Which failure a librdkafka error (its code's name) or log text is, if any."""
+    if code_name == "_TRANSPORT" and _TLS_ALERT.search(message):
+        return TLS
     if code_name and code_name in _CODES:
         return _CODES[code_name]
     for pattern, kind in _TEXTS:
@@ -99,6 +108,12 @@ def failure_line(kind: str, bootstrap: str, message: str) -> str:
         return (
             f"Kafka authentication failed at {bootstrap}: {why} "
             "(check sasl.mechanism, sasl.username and sasl.password)"
+        )
+    if kind == TLS and _CLIENT_CERTIFICATE_REFUSED.search(why):
+        return (
+            f"TLS handshake with Kafka at {bootstrap} failed: {why} "
+            "(the broker refused the client certificate: check ssl.certificate.location, "
+            "ssl.key.location or ssl.key.pem, and that the broker trusts its CA)"
         )
     if kind == TLS:
         return (

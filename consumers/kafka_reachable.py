@@ -69,9 +69,11 @@ def require_kafka(
 
 # What decides whether a client gets in: address family, DNS, TLS and SASL. Taken
 # from a consumer's or producer's settings, the rest of which an admin client would
-# only warn about.
+# only warn about. enable.sasl.* and enable.ssl.* switch the OAUTHBEARER unsecured
+# token and certificate checks on or off (tests/integration/test_kafka_mtls_oauth.py).
 _CONNECTION_PREFIXES = (
     "security.", "sasl.", "ssl.", "ssl_", "oauth_cb", "socket.", "broker.address.", "client.dns.",
+    "enable.sasl.", "enable.ssl.",
 )
 
 

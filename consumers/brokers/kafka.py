@@ -54,6 +54,7 @@ from consumers.brokers.kafka_security import (
     KafkaSecurity,
     add_scram_user,
     allow,
+    listener_protocols,
     server_settings,
 )
 from consumers.profiles import admin_config
@@ -160,10 +161,11 @@ def server_properties(
     controller_port: int,
     voters: Mapping[int, int],
     log_dir: Path,
-    secure: tuple[int, KafkaSecurity] | None = None,
+    secure: tuple[Mapping[str, int], KafkaSecurity] | None = None,
 ) -> dict[str, str]:
     """The full server.properties of one node. voters: {node id: controller port}.
-    secure: (port, security) of a SASL_SSL listener (consumers/brokers/kafka_security.py)."""
+    secure: ({listener name: port}, security) of the secured listeners
+    (consumers/brokers/kafka_security.py: SASL_SSL, and MTLS and OAUTH when asked)."""
     props = {**SHARED_SETTINGS, **LOCAL_SETTINGS}
     if len(voters) >= 3:
         props.update(CLUSTER_SETTINGS)
@@ -179,11 +181,12 @@ def server_properties(
         "log.dirs": str(log_dir),
     })
     if secure is not None:
-        secure_port, security = secure
-        listener = f"{SECURE_LISTENER}://{HOST}:{secure_port}"
-        props["listeners"] += f",{listener}"
-        props["advertised.listeners"] += f",{listener}"
-        props["listener.security.protocol.map"] += f",{SECURE_LISTENER}:{SECURE_LISTENER}"
+        ports, security = secure
+        for name, protocol in listener_protocols(security).items():
+            listener = f"{name}://{HOST}:{ports[name]}"
+            props["listeners"] += f",{listener}"
+            props["advertised.listeners"] += f",{listener}"
+            props["listener.security.protocol.map"] += f",{name}:{protocol}"
         props.update(server_settings(security))
     return props
 
@@ -292,7 +295,8 @@ class KafkaNode:
     port: int
     controller_port: int
     dir: Path
-    secure_port: int | None = None  # the SASL_SSL listener's, when the broker is secured
+    # The secured listeners' ports by name (SASL_SSL, MTLS, OAUTH), when the broker is secured.
+    secure_ports: dict[str, int] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     finalizer: weakref.finalize | None = field(default=None, repr=False)
 
@@ -358,7 +362,8 @@ class KafkaBroker(LocalBroker):
     where each node keeps its properties, data and server.log (default: a new temp dir);
     stop() deletes the data and keeps the logs for post-mortems. start_timeout: seconds
     until every node answers a metadata request and is registered. security: adds a
-    SASL_SSL listener with SCRAM users and ACLs (consumers/brokers/kafka_security.py).
+    SASL_SSL listener with SCRAM users and ACLs, and the MTLS and OAUTH listeners if it
+    says so (consumers/brokers/kafka_security.py).
     """
 
     profile = "kafka"
@@ -400,11 +405,15 @@ class KafkaBroker(LocalBroker):
     @property
     def secure_bootstrap_servers(self) -> str:
         """The SASL_SSL listeners' addresses (the broker must be secured)."""
-        if self.security is None:
-            raise KafkaBrokerError("this Apache Kafka has no SASL_SSL listener (security=None)")
+        return self.listener_bootstrap(SECURE_LISTENER)
+
+    def listener_bootstrap(self, listener: str) -> str:
+        """The addresses of the secured listener `listener` (SASL_SSL, MTLS, OAUTH)."""
+        if self.security is None or listener not in listener_protocols(self.security):
+            raise KafkaBrokerError(f"this Apache Kafka has no {listener} listener")
         if not self.nodes:
             raise KafkaBrokerError("Apache Kafka is not started")
-        return ",".join(f"{HOST}:{node.secure_port}" for node in self.nodes)
+        return ",".join(f"{HOST}:{node.secure_ports[listener]}" for node in self.nodes)
 
     def add_scram_user(self, username: str, password: str) -> None:
         """A SCRAM-SHA-512 user of the SASL_SSL listener."""
@@ -618,11 +627,11 @@ class KafkaBroker(LocalBroker):
             node_dir = self.workdir / f"node-{node_id}"
             shutil.rmtree(node_dir / "data", ignore_errors=True)
             node_dir.mkdir(parents=True, exist_ok=True)
-            secure_port = free_port() if self.security is not None else None
-            self.nodes.append(KafkaNode(node_id, port, free_port(), node_dir, secure_port))
+            names = listener_protocols(self.security) if self.security is not None else {}
+            self.nodes.append(KafkaNode(node_id, port, free_port(), node_dir, {n: free_port() for n in names}))
         voters = {node.node_id: node.controller_port for node in self.nodes}
         for node in self.nodes:
-            secure = (node.secure_port, self.security) if node.secure_port and self.security else None
+            secure = (node.secure_ports, self.security) if self.security is not None else None
             props = server_properties(
                 node.node_id, node.port, node.controller_port, voters, node.dir / "data", secure
             )

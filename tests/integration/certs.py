@@ -62,16 +62,19 @@ def make_cert(
     sans: Sequence[str] = (),
     *,
     common_name: str | None = None,
+    subject_prefix: str = "",
 ) -> CertFiles:
     """A leaf certificate signed by `ca`: `<directory>/<name>.crt` and `<name>.key`.
     `sans`: subjectAltName entries; a bare IP address becomes `IP:...`, another bare
     name `DNS:...`, and an entry with a type prefix (`email:...`, `URI:...`) is kept.
-    The common name is `common_name`, else the first SAN, else `name`."""
+    The common name is `common_name`, else the first SAN, else `name`; `subject_prefix`
+    puts RDNs before it, e.g. "/O=Example/OU=ml" (a broker reads that subject as
+    "CN=...,OU=ml,O=Example": RFC 2253 lists the last RDN first)."""
     directory.mkdir(parents=True, exist_ok=True)
     cert, key, csr, ext = (directory / f"{name}.{s}" for s in ("crt", "key", "csr", "ext"))
     alt = [_san(s) for s in sans]
     cn = common_name or (sans[0] if sans else name)
-    _openssl("req", "-new", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={cn}",
+    _openssl("req", "-new", "-newkey", "rsa:2048", "-nodes", "-subj", f"{subject_prefix}/CN={cn}",
              "-keyout", str(key), "-out", str(csr))
     lines = [
         "basicConstraints=critical,CA:FALSE",

@@ -29,6 +29,7 @@ import pytest
 
 from consumers.brokers.embedded import EmbeddedBroker, LocalBroker
 from consumers.brokers.kafka import KafkaBroker
+from tests.integration.certs import CertFiles
 from tests.integration.pipeline_helpers import register_broker
 
 _HERE = Path(__file__).resolve().parent
@@ -86,20 +87,34 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBro
 
 
 @pytest.fixture(scope="module")
-def secured_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+def kafka_pki(tmp_path_factory: pytest.TempPathFactory) -> CertFiles:
+    """The CA of `secured_kafka` (tests/integration/certs.py CertFiles): it signed the
+    broker's certificate, and its MTLS listener trusts the client certificates it signs
+    (`make_cert(kafka_pki, folder, "worker")` is principal User:CN=worker; with
+    subject_prefix=secured_helpers.MAPPED_SUBJECT_PREFIX, User:worker)."""
+    from tests.integration.certs import make_ca
+
+    return make_ca(tmp_path_factory.mktemp("kafka-pki"))
+
+
+@pytest.fixture(scope="module")
+def secured_kafka(tmp_path_factory: pytest.TempPathFactory, kafka_pki: CertFiles) -> Iterator[KafkaBroker]:
     """A single-node Apache Kafka with a SASL_SSL listener (SCRAM-SHA-512, a certificate
-    from a CA made here, StandardAuthorizer ACLs; consumers/brokers/kafka_security.py).
-    `.security.ca` is the CA its clients trust. Stopped after its
+    from `kafka_pki`, StandardAuthorizer ACLs; consumers/brokers/kafka_security.py),
+    an MTLS listener (client certificates of `kafka_pki` required) and an OAUTH one
+    (OAUTHBEARER, unsecured tokens): one JVM for every way in, since each listener
+    costs a port, not a broker. `.security.ca` is the CA its clients trust. Stopped after its
     module, like kafka_cluster: one more idle JVM would slow the rest of the session."""
     from consumers.brokers.kafka_security import KafkaSecurity
-    from tests.integration.certs import make_ca, make_cert
+    from tests.integration.certs import make_cert
+    from tests.integration.secured_helpers import PRINCIPAL_MAPPING_RULES
 
-    pki = tmp_path_factory.mktemp("kafka-pki")
-    ca = make_ca(pki)
-    leaf = make_cert(ca, pki, "broker", ["127.0.0.1", "localhost"])
+    pki = kafka_pki.cert.parent
+    leaf = make_cert(kafka_pki, pki, "broker", ["127.0.0.1", "localhost"])
     keystore = pki / "broker-keystore.pem"  # Kafka's PEM keystore: key, then the chain
     keystore.write_text(leaf.key.read_text() + leaf.cert.read_text())
-    security = KafkaSecurity(keystore=keystore, ca=leaf.ca)
+    security = KafkaSecurity(keystore=keystore, ca=leaf.ca, client_ca=kafka_pki.cert, oauthbearer=True,
+                             principal_mapping_rules=PRINCIPAL_MAPPING_RULES)
     with KafkaBroker(workdir=tmp_path_factory.mktemp("kafka-secured"), security=security) as running:
         register_broker(running)
         yield running

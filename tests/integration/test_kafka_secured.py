@@ -3,7 +3,7 @@ broker certificate from a CA made for the test, and StandardAuthorizer ACLs
 (consumers/brokers/kafka_security.py; the `secured_kafka` fixture in conftest.py).
 
 The worker gets exactly the ACLs docs/OPERATIONS.md lists ("The ACLs a worker needs":
-this module parses that table) and scores requests end to end; `produce` and
+secured_helpers.py parses that table) and scores requests end to end; `produce` and
 `etl --topic` go through the same listener as users of their own. Each negative test
 takes one thing away (the password, the trusted CA, one ACL) and expects one line that
 says what is wrong, a non-zero exit, and nothing half done: no result published and
@@ -12,24 +12,17 @@ no offset committed past a record whose result was not written.
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
-import sys
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
 from consumers.brokers.kafka import KafkaBroker
 from consumers.brokers.kafka_security import Acl
-from consumers.profiles import consumer_config
 from tests.integration.certs import make_ca
 from tests.integration.opsutil import (
-    REPO,
     ResultCollector,
     Topics,
     make_topics,
@@ -39,31 +32,17 @@ from tests.integration.opsutil import (
     wait_ready,
 )
 from tests.integration.pipeline_helpers import committed_offsets
-
-OPERATIONS = REPO / "docs" / "OPERATIONS.md"
-PASSWORD_ENV = "TB_TEST_KAFKA_PASSWORD"
-EXIT_S = 60.0
+from tests.integration.secured_helpers import (
+    PASSWORD_ENV,
+    assert_one_line_exit,
+    cli,
+    documented_worker_acls,
+    end_offset,
+    wait_exit,
+)
 
 
 # ------------------------------------------------------------------ the documented ACLs
-def documented_worker_acls(topics: Topics, group: str, *, when: tuple[str, ...] = ("always",),
-                           transactional_id: str = "") -> list[Acl]:
-    """The rows of docs/OPERATIONS.md's ACL table whose "when" begins with one of `when`
-    (every worker needs the "always" rows), placeholders filled in."""
-    section = OPERATIONS.read_text().split("### The ACLs a worker needs", 1)[1]
-    table = section.split("| resource | name | operation | when |", 1)[1].split("\n\n", 1)[0]
-    names = {"<input>": topics.input, "<output>": topics.output, "<dlq>": topics.dlq,
-             "<late>": topics.late, "<group>": group, "<transactional.id>": transactional_id,
-             "kafka-cluster": "kafka-cluster"}
-    acls = []
-    for line in table.strip().splitlines()[1:]:  # below the |---| line
-        resource, name, operation, condition = (c.strip().strip("`") for c in line.strip().strip("|").split("|"))
-        if condition.startswith(when):
-            acls.append(Acl(resource, names[name], operation))
-    assert len(acls) >= 5, f"no ACL table found in {OPERATIONS}"
-    return acls
-
-
 def test_the_documented_acl_table_names_every_topic_and_the_group() -> None:
     topics = Topics("in", "out", "in.dlq", "in.late")
     acls = documented_worker_acls(topics, "g")
@@ -104,14 +83,6 @@ def x_flags(kafka: KafkaBroker, user: User, *, ca: Path | None = None) -> list[s
     ]
 
 
-def cli(*args: str, password: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, PASSWORD_ENV: password}
-    return subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", *args], cwd=REPO, env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout,
-    )
-
-
 def start_secured_worker(kafka: KafkaBroker, topics: Topics, group: str, user: User, tmp_path: Path,
                          *, ca: Path | None = None, password: str | None = None, args: tuple[str, ...] = (),
                          **env: str):
@@ -121,32 +92,6 @@ def start_secured_worker(kafka: KafkaBroker, topics: Topics, group: str, user: U
               "--kafka-connect-timeout", "20", *args),
         **{PASSWORD_ENV: password if password is not None else user.password, **env},
     )
-
-
-def wait_exit(worker, timeout: float = EXIT_S) -> tuple[int, list[str]]:
-    try:
-        code = worker.proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        worker.stop()
-        raise AssertionError(f"the worker did not exit within {timeout:g} s:\n{worker.log_tail()}") from None
-    return code, worker.log_path.read_text(errors="replace").splitlines()
-
-
-def assert_one_line_exit(code: int, lines: list[str], pattern: str, secret: str) -> None:
-    shown = "\n".join(lines)
-    assert code != 0, shown
-    assert re.search(pattern, lines[-1]), shown
-    assert not [line for line in lines if line.startswith("%")], shown  # no raw librdkafka line
-    assert secret not in shown, "the password was printed"
-
-
-def end_offset(kafka: KafkaBroker, topic: str) -> int:
-    """How many records `topic` (one partition) holds, asked through the PLAINTEXT listener."""
-    consumer = Consumer(consumer_config("kafka", kafka.bootstrap_servers, f"probe-{uuid.uuid4().hex[:8]}"))
-    try:
-        return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
-    finally:
-        consumer.close()
 
 
 # ------------------------------------------------------------------ end to end

@@ -59,6 +59,14 @@ CASES = [
         "Disconnected: connecting to a PLAINTEXT broker listener? (after 2ms in state SSL_HANDSHAKE)",
         TLS,
     ),
+    (
+        # The broker refused the client's certificate (mTLS): a TLS alert, which
+        # librdkafka reports as _TRANSPORT once its side of the handshake was done.
+        "_TRANSPORT",
+        "ssl://kafka.example:9093/bootstrap: Receive failed: error:0A000412:SSL routines::ssl/tls alert bad "
+        "certificate: SSL alert number 42 (after 0ms in state APIVERSION_QUERY)",
+        TLS,
+    ),
     ("TOPIC_AUTHORIZATION_FAILED", "Subscribed topic not available: ctr.requests: Broker: Topic authorization failed",
      TOPIC_AUTHORIZATION),
     (None, "Fetch from broker 1 failed: Broker: Topic authorization failed", TOPIC_AUTHORIZATION),
@@ -121,3 +129,12 @@ def test_a_produce_refused_for_a_missing_acl_is_forbidden_not_retriable() -> Non
     assert err.reason.startswith(f"Kafka topic authorization failed at {ADDR}: writing to out:")
     timeout = _send_error(KafkaError(KafkaError._MSG_TIMED_OUT, "Local: Message timed out"), "out", ADDR)
     assert not timeout.forbidden and not timeout.refused
+
+
+def test_a_refused_client_certificate_says_to_check_the_client_certificate() -> None:
+    refused = classify("_TRANSPORT", "Receive failed: error:0A000412:SSL routines::ssl/tls alert bad certificate", ADDR)
+    assert refused is not None and "ssl.certificate.location" in refused.line
+    untrusted = classify("_SSL", "SSL handshake failed: certificate verify failed", ADDR)
+    assert untrusted is not None and "ssl.certificate.location" not in untrusted.line
+    dropped = classify("_TRANSPORT", "ssl://kafka.example:9093/1: Disconnected (after 5012ms in state UP)", ADDR)
+    assert dropped is not None and dropped.kind == UNREACHABLE

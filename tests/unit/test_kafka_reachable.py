@@ -100,3 +100,11 @@ def test_only_connection_settings_reach_the_check() -> None:
                                 "ssl.ca.location": "/ca.pem", "fetch.wait.max.ms": 5, "group.protocol": "consumer"})
     assert admin.config["security.protocol"] == "SASL_SSL" and "fetch.wait.max.ms" not in admin.config
     assert connection_settings(None) == {}
+
+
+def test_the_switches_that_decide_a_login_reach_the_check() -> None:
+    # Without enable.sasl.oauthbearer.unsecure.jwt the check's client had no token and
+    # said "broker unreachable" about a broker that was up.
+    config = {"sasl.mechanism": "OAUTHBEARER", "enable.sasl.oauthbearer.unsecure.jwt": "true",
+              "enable.ssl.certificate.verification": "false", "enable.auto.commit": "false"}
+    assert connection_settings(config) == {k: v for k, v in config.items() if k != "enable.auto.commit"}
