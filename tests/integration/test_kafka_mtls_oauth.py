@@ -131,12 +131,11 @@ Maker = Callable[[str], Identity]
 
 @pytest.fixture(params=["mtls", "oauthbearer"])
 def identities(request: pytest.FixtureRequest, secured_kafka: KafkaBroker, kafka_pki: CertFiles, tmp_path: Path) -> Maker:
-    """`make(role)`: a new principal of the listener under test. The worker's key comes
-    from a file: its start-up line lists its client settings, and ssl.key.pem is shown
-    there until is_secret in consumers/client_settings.py covers it."""
+    """`make(role)`: a new principal of the listener under test. Every key is inline
+    (ssl.key.pem), the worker's too: its start-up line lists its client settings, and
+    the test checks that no key shows (consumers/secret_values.py)."""
     if request.param == "mtls":
-        return lambda role: certificate_identity(secured_kafka, kafka_pki, tmp_path / "pki", role,
-                                                 key_file=role == "worker")
+        return lambda role: certificate_identity(secured_kafka, kafka_pki, tmp_path / "pki", role)
     return lambda role: token_identity(secured_kafka, role)
 
 
