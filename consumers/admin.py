@@ -15,9 +15,10 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from consumers.acl_refusals import create_refused, describe_refused
 from consumers.profiles import admin_config
 from pipeline.errors import UserError
 
@@ -178,17 +179,56 @@ def _create(
                 # Someone else created it first (another worker starting at the same
                 # time, or our own earlier attempt): fine, the count is verified below
                 # like any existing topic.
+                # A topic the full listing left out may also be one this principal
+                # cannot DESCRIBE (Kafka answers "already exists" to a principal with
+                # CREATE on the cluster): then no wait would ever see it.
                 if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                    if _lookup(admin, name, deadline) == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                        raise AdminError(describe_refused(name)) from None
                     continue
                 if error.code() in _RETRY_CREATE and time.monotonic() + _RETRY_WAIT_S < deadline:
                     again.append(name)
                     continue
-                raise AdminError(f"cannot create topic {name!r}: {error.str()}") from None
+                raise AdminError(_create_failed(admin, name, error, deadline)) from None
             except TimeoutError:
                 raise AdminError(f"creating topic {name!r} timed out") from None
         if again:
             time.sleep(_RETRY_WAIT_S)
         pending = again
+
+
+_REFUSED = frozenset({KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED})
+
+
+def _create_failed(admin: AdminClient, name: str, error: KafkaError, deadline: float) -> str:
+    """The line for a refused create. Kafka refuses a create without CREATE whether
+    the topic exists or not, so only the broker's answer about the topic itself tells
+    a missing CREATE from a missing DESCRIBE/WRITE on a topic that may exist (issue 44:
+    "cannot create" sent operators to fix the wrong ACL)."""
+    if error.code() not in _REFUSED:
+        return f"cannot create topic {name!r}: {error.str()}"
+    found = _lookup(admin, name, deadline)
+    if found == KafkaError.UNKNOWN_TOPIC_OR_PART:
+        return create_refused(name)
+    if found == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+        return describe_refused(name)
+    return f"cannot create topic {name!r}: {error.str()}"
+
+
+def _lookup(admin: AdminClient, name: str, deadline: float) -> int | None:
+    """The broker's error code for describing `name` by name (NO_ERROR: it exists and
+    this principal may see it; None: no answer). Only asked after a create was refused
+    or found the topic present: naming a topic in a metadata request auto-creates it
+    on Tansu (module doc), which never refuses a create."""
+    timeout = max(deadline - time.monotonic(), 1.0)
+    try:
+        future = admin.describe_topics(TopicCollection([name]), request_timeout=timeout)[name]
+        future.result(timeout=timeout)
+    except KafkaException as exc:
+        return exc.args[0].code()
+    except Exception:  # noqa: BLE001 - no answer: the caller keeps the broker's first words
+        return None
+    return KafkaError.NO_ERROR
 
 
 def _wait_for_counts(

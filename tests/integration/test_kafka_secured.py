@@ -275,3 +275,71 @@ def test_a_missing_acl_stops_the_worker_with_one_line_and_commits_nothing(
     assert end_offset(secured_kafka, topics.output) == 0, "results were published"
     committed = committed_offsets(secured_kafka.bootstrap_servers, unique_group_id, topics.input, 1)
     assert all(offset < 0 for offset in committed.values()), f"offsets committed: {committed}"
+
+
+# ------------------------------------------------------------------ issue 44: which ACL is missing
+# Each of these once said something else: a fetch timeout after 30 s for a missing READ,
+# "cannot create topic" for a topic that exists, a refusal of an admin's topic for its
+# partition count. Each must name the ACL (or the fix) in one line, exit 2.
+def test_etl_and_dlq_inspect_without_read_name_the_missing_acl(
+    secured_kafka: KafkaBroker, secured_topic_factory, tmp_path: Path
+) -> None:
+    topic = secured_topic_factory("sec-noread")
+    produce_ctr(secured_kafka.bootstrap_servers, topic, 20)
+    # WRITE implies DESCRIBE: the topic is listed, its fetches are refused (a worker's
+    # principal inspecting the dead-letter topic it writes).
+    writer = new_user(secured_kafka, "writer", [Acl("TOPIC", topic, "WRITE")])
+    refused = rf"the principal lacks READ on topic '{re.escape(topic)}' \(TOPIC_AUTHORIZATION_FAILED"
+    secure = secured_kafka.secure_bootstrap_servers
+    for args in (
+        ("etl", "--topic", topic, "--bootstrap-servers", secure, "-o", str(tmp_path / "etl"), "--no-progress"),
+        ("dlq", "inspect", "--topic", topic, "--bootstrap-servers", secure),
+    ):
+        done = cli(*args, *x_flags(secured_kafka, writer), password=writer.password)
+        lines = done.stdout.splitlines()
+        assert_one_line_exit(done.returncode, lines, refused, writer.password)
+        assert done.returncode == 2, done.stdout
+        assert "did not answer" not in done.stdout, done.stdout
+
+    # No ACL on it at all: Kafka leaves the topic out of the listing, so absent and
+    # hidden look alike; the line says both.
+    stranger = new_user(secured_kafka, "stranger", [Acl("TOPIC", f"{topic}-other", "READ")])
+    done = cli("dlq", "inspect", "--topic", topic, "--bootstrap-servers", secure,
+               *x_flags(secured_kafka, stranger), password=stranger.password)
+    assert_one_line_exit(done.returncode, done.stdout.splitlines(),
+                         rf"topic '{re.escape(topic)}' not found .* lacks DESCRIBE on it", stranger.password)
+    assert done.returncode == 2, done.stdout
+
+
+@pytest.mark.parametrize("with_create", [True, False], ids=["cluster-create", "no-create"])
+def test_create_topics_blames_the_missing_write_not_creation_for_an_existing_topic(
+    with_create: bool, secured_kafka: KafkaBroker, secured_topic_factory, unique_group_id: str, tmp_path: Path,
+) -> None:
+    topics = make_topics(secured_topic_factory, 1)  # all four exist, made by an admin
+    when = ("always", "create_topics: true") if with_create else ("always",)
+    taken = Acl("TOPIC", topics.output, "WRITE")
+    acls = [a for a in documented_worker_acls(topics, unique_group_id, when=when) if a != taken]
+    user = new_user(secured_kafka, "worker", acls)
+    worker = start_secured_worker(secured_kafka, topics, unique_group_id, user, tmp_path, TIDEBATCH_CREATE_TOPICS="true")
+    code, lines = wait_exit(worker)
+    assert_one_line_exit(
+        code, lines, rf"the principal lacks DESCRIBE/WRITE on topic '{re.escape(topics.output)}' .*it may already exist",
+        user.password,
+    )
+    assert code == 2
+    assert not [line for line in lines if "cannot create" in line], "\n".join(lines)
+
+
+def test_create_topics_blames_creation_only_for_a_topic_that_does_not_exist(
+    secured_kafka: KafkaBroker, secured_topic_factory, unique_group_id: str, tmp_path: Path,
+) -> None:
+    made = make_topics(secured_topic_factory, 1)
+    topics = Topics(made.input, f"{made.output}-absent", made.dlq, made.late)
+    user = new_user(secured_kafka, "worker", documented_worker_acls(topics, unique_group_id))  # no CREATE
+    worker = start_secured_worker(secured_kafka, topics, unique_group_id, user, tmp_path, TIDEBATCH_CREATE_TOPICS="true")
+    code, lines = wait_exit(worker)
+    assert_one_line_exit(
+        code, lines, rf"cannot create topic '{re.escape(topics.output)}': the principal lacks CREATE on the cluster",
+        user.password,
+    )
+    assert code == 2
