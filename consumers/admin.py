@@ -103,8 +103,7 @@ def _check_counts(wanted: Mapping[str, int], counts: Mapping[str, int], where: s
         if have is not None and have != partitions:
             raise AdminError(
                 f"topic {name!r} already exists on {where} with {have} partitions, "
-                f"not {partitions}: delete it or use the existing count "
-                "(partitions cannot be changed in place)"
+                f"not {partitions}: ask for {have} (partitions cannot be changed in place)"
             )
 
 

@@ -140,11 +140,11 @@ def assert_one_line_exit(code: int, lines: list[str], pattern: str, secret: str)
     assert secret not in shown, "the password was printed"
 
 
-def end_offset(kafka: KafkaBroker, topic: str) -> int:
-    """How many records `topic` (one partition) holds, asked through the PLAINTEXT listener."""
+def end_offset(kafka: KafkaBroker, topic: str, partition: int = 0) -> int:
+    """How many records `topic`'s `partition` holds, asked through the PLAINTEXT listener."""
     consumer = Consumer(consumer_config("kafka", kafka.bootstrap_servers, f"probe-{uuid.uuid4().hex[:8]}"))
     try:
-        return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
+        return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1]
     finally:
         consumer.close()
 
@@ -343,3 +343,24 @@ def test_create_topics_blames_creation_only_for_a_topic_that_does_not_exist(
         user.password,
     )
     assert code == 2
+
+
+def test_produce_uses_an_existing_topic_as_it_is(secured_kafka: KafkaBroker, secured_topic_factory) -> None:
+    topic = secured_topic_factory("sec-admins", 3)  # made by an admin, not with produce's default 4
+    producer = new_user(secured_kafka, "producer", [Acl("TOPIC", topic, "WRITE")])
+    common = ("produce", "ctr", "--bootstrap-servers", secured_kafka.secure_bootstrap_servers,
+              "--topic", topic, "--count", "30", "--rate", "1000", *x_flags(secured_kafka, producer))
+    done = cli(*common, password=producer.password)
+    assert done.returncode == 0, done.stdout
+    assert f"topic '{topic}' exists with 3 partitions" in done.stdout, done.stdout
+    assert sum(end_offset(secured_kafka, topic, p) for p in range(3)) == 30
+
+    said = cli(*common, "--partitions", "3", password=producer.password)  # agreeing: no line
+    assert said.returncode == 0 and "exists with" not in said.stdout, said.stdout
+
+    wrong = cli(*common, "--partitions", "2", password=producer.password)
+    lines = wrong.stdout.splitlines()
+    assert_one_line_exit(wrong.returncode, lines, rf"'{re.escape(topic)}' already exists .* with 3 partitions, not 2 "
+                         r"\(--partitions\): leave --partitions out", producer.password)
+    assert wrong.returncode == 2 and "delete" not in wrong.stdout, wrong.stdout
+
