@@ -76,6 +76,59 @@ def test_the_documented_acl_table_names_every_topic_and_the_group() -> None:
         ("TRANSACTIONAL_ID", "t", "WRITE"), ("TRANSACTIONAL_ID", "t", "DESCRIBE")}
 
 
+def kafka_acls_commands() -> list[list[str]]:
+    """The `kafka-acls.sh` commands of docs/OPERATIONS.md's ACL section, each as its
+    arguments (shell line continuations joined)."""
+    section = OPERATIONS.read_text().split("### The ACLs a worker needs", 1)[1].split("\n### ", 1)[0]
+    block = section.split("```sh\n", 1)[1].split("```", 1)[0].replace("\\\n", " ")
+    commands = [line.split() for line in block.splitlines() if line.startswith("kafka-acls.sh")]
+    assert commands, f"no kafka-acls.sh example in {OPERATIONS}'s ACL section"
+    return commands
+
+
+# kafka-acls.sh's convenience options, as the ACLs it adds (its --help): --consumer is
+# READ and DESCRIBE on each --topic and READ on each --group.
+_CONVENIENCE = {"--consumer": {"TOPIC": ("READ", "DESCRIBE"), "GROUP": ("READ",)}}
+
+
+def granted_by(command: list[str]) -> set[tuple[str, str, str]]:
+    """(resource, name, operation) that one kafka-acls.sh --add command grants."""
+    names: dict[str, list[str]] = {"TOPIC": [], "GROUP": []}
+    operations: list[str] = []
+    convenience: dict[str, tuple[str, ...]] = {}
+    for flag, value in zip(command, [*command[1:], ""], strict=True):
+        if flag in ("--topic", "--group"):
+            names[flag[2:].upper()].append(value)
+        elif flag == "--operation":  # Write, DescribeConfigs -> WRITE, DESCRIBE_CONFIGS
+            operations.append(re.sub(r"(?<!^)(?=[A-Z])", "_", value).upper())
+        elif flag in _CONVENIENCE:
+            convenience = _CONVENIENCE[flag]
+    out = set()
+    for resource, resource_names in names.items():
+        for name in resource_names:
+            for op in (*convenience.get(resource, ()), *(operations if resource == "TOPIC" else ())):
+                out.add((resource, name, op))
+    return out
+
+
+def test_the_kafka_acls_example_grants_what_the_table_says_for_the_ctr_defaults() -> None:
+    # Issue 44: the example granted WRITE on ctr.results; the ctr worker writes ctr.scores.
+    from pipeline.config import load_config
+    from pipeline.pipelines import pipeline_for
+
+    cfg = load_config(None, {"pipeline": "ctr"}, environ={})
+    spec = pipeline_for(cfg)
+    topics = Topics(spec.input_topic, spec.output_topic, f"{spec.input_topic}.dlq", f"{spec.input_topic}.late")
+    group = f"tidebatch-{cfg.pipeline}"  # the worker's default group (pipeline/worker/compose.py)
+    table = {(a.resource_type, a.name, a.operation) for a in documented_worker_acls(topics, group)}
+    example = set().union(*(granted_by(c) for c in kafka_acls_commands()))
+    assert table - example == set(), "rows of the table the kafka-acls.sh example does not grant"
+    # More than the table only where the table says READ/WRITE imply it: DESCRIBE.
+    extra = {(r, n, op) for r, n, op in example - table if op != "DESCRIBE"}
+    assert extra == set(), "the kafka-acls.sh example grants what the table does not"
+    assert {n for _, n, _ in example} <= {n for _, n, _ in table}, "the example names a topic or group the worker does not use"
+
+
 # ------------------------------------------------------------------ users and commands
 @dataclass
 class User:
