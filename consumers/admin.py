@@ -133,7 +133,7 @@ def ensure_topics(
     admin = _admin(bootstrap_servers, admin_config)
     counts = _partition_counts(admin, timeout)
     _check_counts(wanted, counts, bootstrap_servers)
-    missing = [name for name in wanted if name not in counts]
+    missing = _absent(admin, [name for name in wanted if name not in counts], deadline)
     if missing:
         _create(admin, missing, wanted, replication_factor, topic_config, deadline)
     return _wait_for_counts(admin, wanted, deadline, bootstrap_servers)
@@ -146,6 +146,7 @@ def ensure_topics(
 # can happen to a worker creating its topics while a broker restarts.
 _RETRY_CREATE = frozenset({KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT, KafkaError.NOT_CONTROLLER})
 _RETRY_WAIT_S = 0.2
+_REFUSED = frozenset({KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED})
 
 
 def _create(
@@ -178,17 +179,14 @@ def _create(
                 # Someone else created it first (another worker starting at the same
                 # time, or our own earlier attempt): fine, the count is verified below
                 # like any existing topic.
-                # A topic the full listing left out may also be one this principal
-                # cannot DESCRIBE (Kafka answers "already exists" to a principal with
-                # CREATE on the cluster): then no wait would ever see it.
                 if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
-                    if _lookup(admin, name, deadline) == KafkaError.TOPIC_AUTHORIZATION_FAILED:
-                        raise AdminError(describe_refused(name)) from None
                     continue
                 if error.code() in _RETRY_CREATE and time.monotonic() + _RETRY_WAIT_S < deadline:
                     again.append(name)
                     continue
-                raise AdminError(_create_failed(admin, name, error, deadline)) from None
+                if error.code() in _REFUSED:  # _absent: the broker said it does not exist
+                    raise AdminError(create_refused(name)) from None
+                raise AdminError(f"cannot create topic {name!r}: {error.str()}") from None
             except TimeoutError:
                 raise AdminError(f"creating topic {name!r} timed out") from None
         if again:
@@ -196,38 +194,35 @@ def _create(
         pending = again
 
 
-_REFUSED = frozenset({KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED})
-
-
-def _create_failed(admin: AdminClient, name: str, error: KafkaError, deadline: float) -> str:
-    """The line for a refused create. Kafka refuses a create without CREATE whether
-    the topic exists or not, so only the broker's answer about the topic itself tells
-    a missing CREATE from a missing DESCRIBE/WRITE on a topic that may exist (issue 44:
-    "cannot create" sent operators to fix the wrong ACL)."""
-    if error.code() not in _REFUSED:
-        return f"cannot create topic {name!r}: {error.str()}"
-    found = _lookup(admin, name, deadline)
-    if found == KafkaError.UNKNOWN_TOPIC_OR_PART:
-        return create_refused(name)
-    if found == KafkaError.TOPIC_AUTHORIZATION_FAILED:
-        return describe_refused(name)
-    return f"cannot create topic {name!r}: {error.str()}"
-
-
-def _lookup(admin: AdminClient, name: str, deadline: float) -> int | None:
-    """The broker's error code for describing `name` by name (NO_ERROR: it exists and
-    this principal may see it; None: no answer). Only asked after a create was refused
-    or found the topic present: naming a topic in a metadata request auto-creates it
-    on Tansu (module doc), which never refuses a create."""
+def _absent(admin: AdminClient, names: list[str], deadline: float) -> list[str]:
+    """Of the topics the full listing left out, those the broker says do not exist,
+    asked by name before anything is created. Kafka lists only the topics a principal
+    may DESCRIBE and refuses a create without CREATE whether the topic exists or not,
+    so the listing and the create alone sent operators to fix the wrong ACL (issue 44:
+    "cannot create topic" for a topic that existed). A topic this principal may not
+    describe raises the missing ACL's line: it may exist, and creating is not the fix.
+    DescribeTopics asks without auto-creation, which Tansu honours too (measured: an
+    unknown name stays unlisted), unlike list_topics(topic=X) (module doc)."""
+    if not names:
+        return []
     timeout = max(deadline - time.monotonic(), 1.0)
-    try:
-        future = admin.describe_topics(TopicCollection([name]), request_timeout=timeout)[name]
-        future.result(timeout=timeout)
-    except KafkaException as exc:
-        return exc.args[0].code()
-    except Exception:  # noqa: BLE001 - no answer: the caller keeps the broker's first words
-        return None
-    return KafkaError.NO_ERROR
+    futures = admin.describe_topics(TopicCollection(names), request_timeout=timeout)
+    absent = []
+    for name, future in futures.items():
+        try:
+            future.result(timeout=timeout)
+        except KafkaException as exc:
+            code = exc.args[0].code()
+            if code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                raise AdminError(describe_refused(name)) from None
+            # Unknown, or no answer (librdkafka's own codes are negative: _TIMED_OUT,
+            # _TRANSPORT): the create says what is wrong, as before. Any other broker
+            # error: the topic exists (e.g. no leader yet), and the wait decides.
+            if code == KafkaError.UNKNOWN_TOPIC_OR_PART or code < 0:
+                absent.append(name)
+        except TimeoutError:
+            absent.append(name)
+    return absent
 
 
 def _wait_for_counts(
