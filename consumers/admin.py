@@ -15,9 +15,10 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from consumers.acl_refusals import create_refused, describe_refused
 from consumers.profiles import admin_config
 from pipeline.errors import UserError
 
@@ -102,8 +103,7 @@ def _check_counts(wanted: Mapping[str, int], counts: Mapping[str, int], where: s
         if have is not None and have != partitions:
             raise AdminError(
                 f"topic {name!r} already exists on {where} with {have} partitions, "
-                f"not {partitions}: delete it or use the existing count "
-                "(partitions cannot be changed in place)"
+                f"not {partitions}: ask for {have} (partitions cannot be changed in place)"
             )
 
 
@@ -133,7 +133,7 @@ def ensure_topics(
     admin = _admin(bootstrap_servers, admin_config)
     counts = _partition_counts(admin, timeout)
     _check_counts(wanted, counts, bootstrap_servers)
-    missing = [name for name in wanted if name not in counts]
+    missing = _absent(admin, [name for name in wanted if name not in counts], deadline)
     if missing:
         _create(admin, missing, wanted, replication_factor, topic_config, deadline)
     return _wait_for_counts(admin, wanted, deadline, bootstrap_servers)
@@ -146,6 +146,7 @@ def ensure_topics(
 # can happen to a worker creating its topics while a broker restarts.
 _RETRY_CREATE = frozenset({KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT, KafkaError.NOT_CONTROLLER})
 _RETRY_WAIT_S = 0.2
+_REFUSED = frozenset({KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED})
 
 
 def _create(
@@ -183,12 +184,45 @@ def _create(
                 if error.code() in _RETRY_CREATE and time.monotonic() + _RETRY_WAIT_S < deadline:
                     again.append(name)
                     continue
+                if error.code() in _REFUSED:  # _absent: the broker said it does not exist
+                    raise AdminError(create_refused(name)) from None
                 raise AdminError(f"cannot create topic {name!r}: {error.str()}") from None
             except TimeoutError:
                 raise AdminError(f"creating topic {name!r} timed out") from None
         if again:
             time.sleep(_RETRY_WAIT_S)
         pending = again
+
+
+def _absent(admin: AdminClient, names: list[str], deadline: float) -> list[str]:
+    """Of the topics the full listing left out, those the broker says do not exist,
+    asked by name before anything is created. Kafka lists only the topics a principal
+    may DESCRIBE and refuses a create without CREATE whether the topic exists or not,
+    so the listing and the create alone sent operators to fix the wrong ACL (issue 44:
+    "cannot create topic" for a topic that existed). A topic this principal may not
+    describe raises the missing ACL's line: it may exist, and creating is not the fix.
+    DescribeTopics asks without auto-creation, which Tansu honours too (measured: an
+    unknown name stays unlisted), unlike list_topics(topic=X) (module doc)."""
+    if not names:
+        return []
+    timeout = max(deadline - time.monotonic(), 1.0)
+    futures = admin.describe_topics(TopicCollection(names), request_timeout=timeout)
+    absent = []
+    for name, future in futures.items():
+        try:
+            future.result(timeout=timeout)
+        except KafkaException as exc:
+            code = exc.args[0].code()
+            if code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                raise AdminError(describe_refused(name)) from None
+            # Unknown, or no answer (librdkafka's own codes are negative: _TIMED_OUT,
+            # _TRANSPORT): the create says what is wrong, as before. Any other broker
+            # error: the topic exists (e.g. no leader yet), and the wait decides.
+            if code == KafkaError.UNKNOWN_TOPIC_OR_PART or code < 0:
+                absent.append(name)
+        except TimeoutError:
+            absent.append(name)
+    return absent
 
 
 def _wait_for_counts(

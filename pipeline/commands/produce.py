@@ -4,6 +4,7 @@ request contents (no model needed)."""
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -12,7 +13,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from consumers.admin import ensure_topics
+from consumers.admin import ensure_topics, existing_topics
 from consumers.kafka_reachable import DEFAULT_TIMEOUT_S, require_kafka
 from consumers.profiles import producer_config
 from consumers.records import H_PRODUCED_MS
@@ -28,6 +29,9 @@ from pipeline.pipelines import Sample, get_pipeline, shipped_names
 
 DEFAULT_RATE = 500.0
 DEFAULT_FPS = 5.0
+DEFAULT_PARTITIONS = 4
+
+log = logging.getLogger(__name__)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -97,7 +101,10 @@ def _add_common(p: argparse.ArgumentParser, rate: str, count: str | None = None)
     """The flags of every pipeline's load generator: where to send, how many, how fast."""
     p.add_argument("--bootstrap-servers", required=True, metavar="HOST:PORT", help="Kafka brokers to send to (required)")
     p.add_argument("--topic", help="topic to send to (default: the pipeline's input topic)")
-    p.add_argument("--partitions", type=int, default=4, help="partitions if the topic is created (default 4)")
+    p.add_argument(
+        "--partitions", type=int, metavar="N",
+        help=f"partitions if the topic is created (default {DEFAULT_PARTITIONS}); an existing topic is used as it is",
+    )
     p.add_argument("--rate", type=float, help=rate)
     p.add_argument("--count", type=int, help=count or "requests to send (default 10000, or the --file's lines)")
     p.add_argument("--seed", type=int, default=1, help="seed of the arrival times and request contents (default 1)")
@@ -325,7 +332,14 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--connect-timeout must be > 0")
     kafka = kafka_block(args)
     require_kafka(args.bootstrap_servers, args.connect_timeout, kafka.client("admin"))
-    ensure_topics(args.bootstrap_servers, {topic: args.partitions}, admin_config=kafka.client("admin"))
+    if args.partitions is not None and args.partitions < 1:
+        raise UserError("--partitions must be >= 1")
+    have = existing_topics(args.bootstrap_servers, admin_config=kafka.client("admin")).get(topic)
+    create, note = topic_partitions(topic, have, args.partitions, args.bootstrap_servers)
+    if note:
+        log.info(note)
+    if create is not None:
+        ensure_topics(args.bootstrap_servers, {topic: create}, admin_config=kafka.client("admin"))
     t0 = time.monotonic()
     sent, _ = produce(
         args.bootstrap_servers, args.pipeline, args.rate or DEFAULT_RATE, count,
@@ -336,6 +350,23 @@ def run(args: argparse.Namespace) -> int:
     elapsed = time.monotonic() - t0
     print(f"sent {sent} {args.pipeline} requests to {topic} in {elapsed:.1f} s ({sent / elapsed:.1f}/s)")
     return 0
+
+
+def topic_partitions(topic: str, have: int | None, asked: int | None, where: str) -> tuple[int | None, str | None]:
+    """(partitions to create the topic with, or None: it exists; an info line or None).
+    A topic that exists is sent to as it is, whoever made it (issue 44: an admin's
+    3-partition topic was refused for not having the default 4); only an explicit
+    --partitions that disagrees with it is an error."""
+    if have is None:
+        return (asked if asked is not None else DEFAULT_PARTITIONS), None
+    if asked is not None and asked != have:
+        raise UserError(
+            f"topic {topic!r} already exists on {where} with {have} partitions, not {asked} (--partitions): "
+            "leave --partitions out to send to it as it is (partitions cannot be changed in place)"
+        )
+    if have != DEFAULT_PARTITIONS and asked is None:
+        return None, f"topic {topic!r} exists with {have} partitions: sending to it as it is"
+    return None, None
 
 
 def _camera_load(args: argparse.Namespace) -> CameraLoad:

@@ -15,7 +15,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from consumers.profiles import consumer_config
 from pipeline.dlq.letters import DeadLetter
 from pipeline.errors import UserError
-from pipeline.etl.topic import PartitionRange, resolve_ranges
+from pipeline.etl.topic import PartitionRange, raise_if_refused, resolve_ranges
 
 _POLL_RECORDS = 1000
 _POLL_S = 0.2
@@ -66,6 +66,7 @@ def _partition(bootstrap: str, profile: str, rng: PartitionRange, settings: Mapp
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
                         return  # the log ends before the snapshot did (records deleted)
+                    raise_if_refused(err, rng.topic)
                     if err.fatal():
                         raise UserError(f"{rng.topic}[{rng.partition}]: {err.str()}")
                     continue

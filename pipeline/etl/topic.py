@@ -30,6 +30,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from consumers.acl_refusals import not_visible, read_refused
 from consumers.profiles import consumer_config
 from pipeline.codecs.base import Decoded, DecodeError
 from pipeline.codecs.ctr import CtrCodec
@@ -108,7 +109,7 @@ def _partitions(c: Consumer, topic: str, wanted: Sequence[int] | None, bootstrap
     except KafkaException as exc:
         raise UserError(f"cannot read Kafka metadata from {bootstrap}: {exc.args[0]}") from None
     if topic not in meta.topics or meta.topics[topic].error is not None:
-        raise UserError(f"topic {topic!r} not found on {bootstrap}")
+        raise UserError(not_visible(topic, bootstrap))
     have = sorted(meta.topics[topic].partitions)
     if wanted is None:
         return have
@@ -136,6 +137,7 @@ def _watermarks(c: Consumer, topic: str, parts: list[int]) -> tuple[dict[int, in
                 c.assign([TopicPartition(topic, p, at[p]) for p in parts])
                 continue
             if err is not None and err.code() != KafkaError._PARTITION_EOF:
+                raise_if_refused(err, topic)
                 if err.fatal():
                     raise UserError(f"topic {topic!r}: {err.str()}")
                 continue
@@ -146,6 +148,15 @@ def _watermarks(c: Consumer, topic: str, parts: list[int]) -> tuple[dict[int, in
         lows[p], highs[p] = max(low, 0), max(high, 0)
     c.unassign()
     return lows, highs
+
+
+def raise_if_refused(err: KafkaError, topic: str) -> None:
+    """A fetch the broker refused for want of an ACL: one line now. librdkafka reports
+    it as a non-fatal consumer error and keeps refetching, so skipping it (as the
+    transient errors are) waited out _STALL_S and blamed a silent broker (issue 44)."""
+    line = read_refused(err.code(), topic)
+    if line is not None:
+        raise UserError(line)
 
 
 def _time_hints(c: Consumer, topic: str, parts: list[int], ms: int) -> dict[int, int]:
@@ -206,6 +217,7 @@ def _records(c: Consumer, rng: PartitionRange, at: int) -> Iterator[Any]:
                     time.sleep(_RESET_BACKOFF_S)
                     c.assign([TopicPartition(rng.topic, rng.partition, position)])
                     continue
+                raise_if_refused(err, rng.topic)
                 if err.fatal():
                     raise UserError(f"{rng.topic}[{rng.partition}]: {err.str()}")
                 continue

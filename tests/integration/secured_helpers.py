@@ -75,10 +75,10 @@ def assert_one_line_exit(code: int, lines: list[str], pattern: str, secret: str 
     assert not secret or secret not in shown, "the secret was printed"
 
 
-def end_offset(kafka: KafkaBroker, topic: str) -> int:
-    """How many records `topic` (one partition) holds, asked through the PLAINTEXT listener."""
+def end_offset(kafka: KafkaBroker, topic: str, partition: int = 0) -> int:
+    """How many records `topic`'s `partition` holds, asked through the PLAINTEXT listener."""
     consumer = Consumer(consumer_config("kafka", kafka.bootstrap_servers, f"probe-{uuid.uuid4().hex[:8]}"))
     try:
-        return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
+        return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1]
     finally:
         consumer.close()

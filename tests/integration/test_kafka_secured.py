@@ -12,6 +12,7 @@ no offset committed past a record whose result was not written.
 
 from __future__ import annotations
 
+import re
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ from tests.integration.opsutil import (
 )
 from tests.integration.pipeline_helpers import committed_offsets
 from tests.integration.secured_helpers import (
+    OPERATIONS,
     PASSWORD_ENV,
     assert_one_line_exit,
     cli,
@@ -53,6 +55,59 @@ def test_the_documented_acl_table_names_every_topic_and_the_group() -> None:
     eos = documented_worker_acls(topics, "g", when=("always", "delivery: exactly_once"), transactional_id="t")
     assert {(a.resource_type, a.name, a.operation) for a in eos} - granted == {
         ("TRANSACTIONAL_ID", "t", "WRITE"), ("TRANSACTIONAL_ID", "t", "DESCRIBE")}
+
+
+def kafka_acls_commands() -> list[list[str]]:
+    """The `kafka-acls.sh` commands of docs/OPERATIONS.md's ACL section, each as its
+    arguments (shell line continuations joined)."""
+    section = OPERATIONS.read_text().split("### The ACLs a worker needs", 1)[1].split("\n### ", 1)[0]
+    block = section.split("```sh\n", 1)[1].split("```", 1)[0].replace("\\\n", " ")
+    commands = [line.split() for line in block.splitlines() if line.startswith("kafka-acls.sh")]
+    assert commands, f"no kafka-acls.sh example in {OPERATIONS}'s ACL section"
+    return commands
+
+
+# kafka-acls.sh's convenience options, as the ACLs it adds (its --help): --consumer is
+# READ and DESCRIBE on each --topic and READ on each --group.
+_CONVENIENCE = {"--consumer": {"TOPIC": ("READ", "DESCRIBE"), "GROUP": ("READ",)}}
+
+
+def granted_by(command: list[str]) -> set[tuple[str, str, str]]:
+    """(resource, name, operation) that one kafka-acls.sh --add command grants."""
+    names: dict[str, list[str]] = {"TOPIC": [], "GROUP": []}
+    operations: list[str] = []
+    convenience: dict[str, tuple[str, ...]] = {}
+    for flag, value in zip(command, [*command[1:], ""], strict=True):
+        if flag in ("--topic", "--group"):
+            names[flag[2:].upper()].append(value)
+        elif flag == "--operation":  # Write, DescribeConfigs -> WRITE, DESCRIBE_CONFIGS
+            operations.append(re.sub(r"(?<!^)(?=[A-Z])", "_", value).upper())
+        elif flag in _CONVENIENCE:
+            convenience = _CONVENIENCE[flag]
+    out = set()
+    for resource, resource_names in names.items():
+        for name in resource_names:
+            for op in (*convenience.get(resource, ()), *(operations if resource == "TOPIC" else ())):
+                out.add((resource, name, op))
+    return out
+
+
+def test_the_kafka_acls_example_grants_what_the_table_says_for_the_ctr_defaults() -> None:
+    # Issue 44: the example granted WRITE on ctr.results; the ctr worker writes ctr.scores.
+    from pipeline.config import load_config
+    from pipeline.pipelines import pipeline_for
+
+    cfg = load_config(None, {"pipeline": "ctr"}, environ={})
+    spec = pipeline_for(cfg)
+    topics = Topics(spec.input_topic, spec.output_topic, f"{spec.input_topic}.dlq", f"{spec.input_topic}.late")
+    group = f"tidebatch-{cfg.pipeline}"  # the worker's default group (pipeline/worker/compose.py)
+    table = {(a.resource_type, a.name, a.operation) for a in documented_worker_acls(topics, group)}
+    example = set().union(*(granted_by(c) for c in kafka_acls_commands()))
+    assert table - example == set(), "rows of the table the kafka-acls.sh example does not grant"
+    # More than the table only where the table says READ/WRITE imply it: DESCRIBE.
+    extra = {(r, n, op) for r, n, op in example - table if op != "DESCRIBE"}
+    assert extra == set(), "the kafka-acls.sh example grants what the table does not"
+    assert {n for _, n, _ in example} <= {n for _, n, _ in table}, "the example names a topic or group the worker does not use"
 
 
 # ------------------------------------------------------------------ users and commands
@@ -220,3 +275,92 @@ def test_a_missing_acl_stops_the_worker_with_one_line_and_commits_nothing(
     assert end_offset(secured_kafka, topics.output) == 0, "results were published"
     committed = committed_offsets(secured_kafka.bootstrap_servers, unique_group_id, topics.input, 1)
     assert all(offset < 0 for offset in committed.values()), f"offsets committed: {committed}"
+
+
+# ------------------------------------------------------------------ issue 44: which ACL is missing
+# Each of these once said something else: a fetch timeout after 30 s for a missing READ,
+# "cannot create topic" for a topic that exists, a refusal of an admin's topic for its
+# partition count. Each must name the ACL (or the fix) in one line, exit 2.
+def test_etl_and_dlq_inspect_without_read_name_the_missing_acl(
+    secured_kafka: KafkaBroker, secured_topic_factory, tmp_path: Path
+) -> None:
+    topic = secured_topic_factory("sec-noread")
+    produce_ctr(secured_kafka.bootstrap_servers, topic, 20)
+    # WRITE implies DESCRIBE: the topic is listed, its fetches are refused (a worker's
+    # principal inspecting the dead-letter topic it writes).
+    writer = new_user(secured_kafka, "writer", [Acl("TOPIC", topic, "WRITE")])
+    refused = rf"the principal lacks READ on topic '{re.escape(topic)}' \(TOPIC_AUTHORIZATION_FAILED"
+    secure = secured_kafka.secure_bootstrap_servers
+    for args in (
+        ("etl", "--topic", topic, "--bootstrap-servers", secure, "-o", str(tmp_path / "etl"), "--no-progress"),
+        ("dlq", "inspect", "--topic", topic, "--bootstrap-servers", secure),
+    ):
+        done = cli(*args, *x_flags(secured_kafka, writer), password=writer.password)
+        lines = done.stdout.splitlines()
+        assert_one_line_exit(done.returncode, lines, refused, writer.password)
+        assert done.returncode == 2, done.stdout
+        assert "did not answer" not in done.stdout, done.stdout
+
+    # No ACL on it at all: Kafka leaves the topic out of the listing, so absent and
+    # hidden look alike; the line says both.
+    stranger = new_user(secured_kafka, "stranger", [Acl("TOPIC", f"{topic}-other", "READ")])
+    done = cli("dlq", "inspect", "--topic", topic, "--bootstrap-servers", secure,
+               *x_flags(secured_kafka, stranger), password=stranger.password)
+    assert_one_line_exit(done.returncode, done.stdout.splitlines(),
+                         rf"topic '{re.escape(topic)}' not found .* lacks DESCRIBE on it", stranger.password)
+    assert done.returncode == 2, done.stdout
+
+
+@pytest.mark.parametrize("with_create", [True, False], ids=["cluster-create", "no-create"])
+def test_create_topics_blames_the_missing_write_not_creation_for_an_existing_topic(
+    with_create: bool, secured_kafka: KafkaBroker, secured_topic_factory, unique_group_id: str, tmp_path: Path,
+) -> None:
+    topics = make_topics(secured_topic_factory, 1)  # all four exist, made by an admin
+    when = ("always", "create_topics: true") if with_create else ("always",)
+    taken = Acl("TOPIC", topics.output, "WRITE")
+    acls = [a for a in documented_worker_acls(topics, unique_group_id, when=when) if a != taken]
+    user = new_user(secured_kafka, "worker", acls)
+    worker = start_secured_worker(secured_kafka, topics, unique_group_id, user, tmp_path, TIDEBATCH_CREATE_TOPICS="true")
+    code, lines = wait_exit(worker)
+    assert_one_line_exit(
+        code, lines, rf"the principal lacks DESCRIBE/WRITE on topic '{re.escape(topics.output)}' .*it may already exist",
+        user.password,
+    )
+    assert code == 2
+    assert not [line for line in lines if "cannot create" in line], "\n".join(lines)
+
+
+def test_create_topics_blames_creation_only_for_a_topic_that_does_not_exist(
+    secured_kafka: KafkaBroker, secured_topic_factory, unique_group_id: str, tmp_path: Path,
+) -> None:
+    made = make_topics(secured_topic_factory, 1)
+    topics = Topics(made.input, f"{made.output}-absent", made.dlq, made.late)
+    user = new_user(secured_kafka, "worker", documented_worker_acls(topics, unique_group_id))  # no CREATE
+    worker = start_secured_worker(secured_kafka, topics, unique_group_id, user, tmp_path, TIDEBATCH_CREATE_TOPICS="true")
+    code, lines = wait_exit(worker)
+    assert_one_line_exit(
+        code, lines, rf"cannot create topic '{re.escape(topics.output)}': the principal lacks CREATE on the cluster",
+        user.password,
+    )
+    assert code == 2
+
+
+def test_produce_uses_an_existing_topic_as_it_is(secured_kafka: KafkaBroker, secured_topic_factory) -> None:
+    topic = secured_topic_factory("sec-admins", 3)  # made by an admin, not with produce's default 4
+    producer = new_user(secured_kafka, "producer", [Acl("TOPIC", topic, "WRITE")])
+    common = ("produce", "ctr", "--bootstrap-servers", secured_kafka.secure_bootstrap_servers,
+              "--topic", topic, "--count", "30", "--rate", "1000", *x_flags(secured_kafka, producer))
+    done = cli(*common, password=producer.password)
+    assert done.returncode == 0, done.stdout
+    assert f"topic '{topic}' exists with 3 partitions" in done.stdout, done.stdout
+    assert sum(end_offset(secured_kafka, topic, p) for p in range(3)) == 30
+
+    said = cli(*common, "--partitions", "3", password=producer.password)  # agreeing: no line
+    assert said.returncode == 0 and "exists with" not in said.stdout, said.stdout
+
+    wrong = cli(*common, "--partitions", "2", password=producer.password)
+    lines = wrong.stdout.splitlines()
+    assert_one_line_exit(wrong.returncode, lines, rf"'{re.escape(topic)}' already exists .* with 3 partitions, not 2 "
+                         r"\(--partitions\): leave --partitions out", producer.password)
+    assert wrong.returncode == 2 and "delete" not in wrong.stdout, wrong.stdout
+
