@@ -507,6 +507,16 @@ class KafkaBroker(LocalBroker):
         self._wait_ready([target], time.monotonic() + self.start_timeout)
         return target
 
+    def restart_many(self, nodes: Sequence[KafkaNode | int]) -> None:
+        """restart() for several nodes at once: a cluster that lost its quorum registers
+        no node until enough of them run again, so they must start together."""
+        targets = [self.node(n) for n in nodes if not self.node(n).running]
+        self._stop_nodes(targets)  # reap, drop the finalizers
+        java = require_java()
+        for target in targets:
+            self._spawn(java, target)
+        self._wait_ready(targets, time.monotonic() + self.start_timeout)
+
     def stop_node(self, node: KafkaNode | int) -> int | None:
         """SIGTERM one node and wait for its controlled shutdown (leaderships handed
         over first): one step of a rolling restart. Its exit code, None if not running."""

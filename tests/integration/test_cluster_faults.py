@@ -191,9 +191,7 @@ def fault_run(
             worker.kill()
             collector.close()
     finally:
-        for node in kafka_cluster.nodes:
-            if not node.running:
-                kafka_cluster.restart(node)
+        kafka_cluster.restart_many([node for node in kafka_cluster.nodes if not node.running])
 
 
 def traffic(run: Run, seed: int) -> PacedProducer:
@@ -369,3 +367,33 @@ def test_quorum_lost_for_20_s_exactly_once(kafka_cluster, cluster_topic_factory,
     with fault_run(kafka_cluster, cluster_topic_factory, unique_group_id, tmp_path,
                    worker_env={"TIDEBATCH_DELIVERY": "exactly_once"}) as run:
         lose_quorum(run, kafka_cluster, "quorum_lost_20s_exactly_once", seed=16, exactly_once=True)
+
+
+DRAIN_S = 8.0  # the SIGTERM test's drain_timeout_s: short, so the bound below is short too
+
+
+@pytest.mark.parametrize("delivery", ["exactly_once", "at_least_once"])
+def test_sigterm_with_every_broker_gone(kafka_cluster, cluster_topic_factory, unique_group_id, tmp_path,
+                                        delivery: str) -> None:
+    """Every node SIGKILLed under traffic (a test cluster torn down under the worker),
+    then SIGTERM: the worker exits within drain_timeout_s + 5 s in whatever state the
+    dead cluster left it (issue 49: an exactly_once worker did not exit within 35 s,
+    its main thread inside librdkafka, where Python runs no signal handler). The
+    bound is the one the issue asks for, not a performance figure: the watchdog
+    (pipeline/worker/watchdog.py) ends the process at drain_timeout_s + 4 s."""
+    with fault_run(kafka_cluster, cluster_topic_factory, unique_group_id, tmp_path,
+                   worker_env={"TIDEBATCH_DELIVERY": delivery, "TIDEBATCH_DRAIN_TIMEOUT_S": str(DRAIN_S)}) as run:
+        traffic(run, seed=17)
+        run.pause(4)
+        for node in kafka_cluster.nodes:
+            kafka_cluster.kill(node)
+        run.pause(15)  # records time out in the open transaction; the loop sits in its calls
+        began = time.monotonic()
+        code = run.worker.stop(timeout=DRAIN_S + 30)
+        took = time.monotonic() - began
+        print(f"\nSIGTERM {json.dumps({'delivery': delivery, 'exit': code, 'seconds': round(took, 1)})}")
+        # Back whole before the topics are deleted and the next test runs.
+        kafka_cluster.restart_many(kafka_cluster.nodes)
+        kafka_cluster.wait_in_sync()
+        assert took <= DRAIN_S + 5, f"exited {took:.1f} s after SIGTERM ({code}):\n{run.worker.log_tail()}"
+        assert code in (0, 1), run.worker.log_tail()
