@@ -11,6 +11,7 @@ failed login on the broker), and stop after `timeout_s` when no broker answers.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -18,9 +19,13 @@ from typing import Any
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from consumers.kafka_failures import UNREACHABLE, KafkaFailure, failure_line
+from consumers.broker_states import addresses
+from consumers.client_logs import shared_log
+from consumers.kafka_failures import UNREACHABLE, KafkaFailure, broker_of, failure_line
 from consumers.profiles import admin_config
 from pipeline.errors import UserError
+
+log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 30.0
 # One metadata request at a time, so a broker coming up is noticed within this.
@@ -50,21 +55,39 @@ def require_kafka(
         raise KafkaUnavailable(f"Kafka client settings refused: {err.str() if hasattr(err, 'str') else err}") from None
     deadline = clock() + timeout_s
     last = "no answer"
+    waiting_said = False
     while True:
         try:
             # No topic argument: naming one would create it on the embedded broker.
-            admin.list_topics(timeout=max(min(_ATTEMPT_S, deadline - clock()), 0.1))
+            metadata = admin.list_topics(timeout=max(min(_ATTEMPT_S, deadline - clock()), 0.1))
+            _note_answer(bootstrap_servers, metadata)
             return
         except KafkaException as exc:
             err = exc.args[0] if exc.args else exc
             last = err.str() if hasattr(err, "str") else str(err)
-        # Serves the error events (and logs) that say why: auth, TLS, refused.
+        # Serves the error events (and logs) that say why: auth, TLS, refused. Those
+        # are ours to say (the client logs them at DEBUG): once, as the error.
         admin.poll(0.2)
         refused = next((f for f in failures if f.fatal_at_start), None)
         if refused is not None:
             raise KafkaUnavailable(refused.line)
         if clock() >= deadline:
             raise KafkaUnavailable(_give_up_line(bootstrap_servers, timeout_s, failures, last))
+        if not waiting_said and any(f.kind == UNREACHABLE for f in failures):
+            # Why the command sits still; the reason comes in the error if it gives up.
+            log.warning("no Kafka broker at %s answers yet; retrying for up to %g s", bootstrap_servers, timeout_s)
+            waiting_said = True
+
+
+def _note_answer(bootstrap: str, metadata: Any) -> None:
+    """Tell the process's Kafka log which broker answered: a later refusal by another
+    one is then "that broker is down, the others answer" (consumers/broker_states.py)."""
+    name = getattr(metadata, "orig_broker_name", None)
+    broker = broker_of(f"{name}: ") if isinstance(name, str) else None
+    if broker is None and len(addresses(bootstrap)) == 1:
+        broker = addresses(bootstrap)[0]
+    if broker is not None:
+        shared_log().answered(bootstrap, broker)
 
 
 # What decides whether a client gets in: address family, DNS, TLS and SASL. Taken

@@ -5,17 +5,26 @@ no sleeps."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
+from consumers import client_logs
 from consumers.kafka_reachable import KafkaUnavailable, connection_settings, require_kafka
 from pipeline.clock import FakeClock
 from pipeline.errors import UserError
 
 ADDR = "127.0.0.1:1"
 REFUSED = f"{ADDR}/bootstrap: Connect to ipv4#{ADDR} failed: Connection refused (after 0ms in state CONNECT)"
+
+
+@pytest.fixture(autouse=True)
+def fresh_kafka_log(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process-wide KafkaLog per test: its repeat limiter would otherwise hold back
+    a line an earlier test logged within the last 10 s."""
+    monkeypatch.setattr(client_logs, "_shared", client_logs.KafkaLog())
 
 
 class FakeAdmin:
@@ -100,3 +109,22 @@ def test_only_connection_settings_reach_the_check() -> None:
                                 "ssl.ca.location": "/ca.pem", "fetch.wait.max.ms": 5, "group.protocol": "consumer"})
     assert admin.config["security.protocol"] == "SASL_SSL" and "fetch.wait.max.ms" not in admin.config
     assert connection_settings(None) == {}
+
+
+def test_a_refused_login_is_said_once_as_the_error(caplog: pytest.LogCaptureFixture) -> None:
+    # Before: a WARNING with the line, then the same line as the error: two lines.
+    clock = FakeClock()
+    event = KafkaError(KafkaError._AUTHENTICATION, "SASL authentication error: Authentication failed")
+    with caplog.at_level(logging.DEBUG), pytest.raises(KafkaUnavailable) as caught:
+        check(FakeAdmin(clock, answers_after=None, events=[event]), clock)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+    assert str(caught.value).startswith(f"Kafka authentication failed at {ADDR}")
+
+
+def test_while_none_answers_one_waiting_line_then_the_error(caplog: pytest.LogCaptureFixture) -> None:
+    clock = FakeClock()
+    admin = FakeAdmin(clock, answers_after=None, events=[KafkaError(KafkaError._TRANSPORT, REFUSED)])
+    with caplog.at_level(logging.DEBUG), pytest.raises(KafkaUnavailable):
+        check(admin, clock, timeout_s=10.0)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warnings == [f"no Kafka broker at {ADDR} answers yet; retrying for up to 10 s"], warnings
