@@ -27,7 +27,7 @@ def serve(cfg: WorkerConfig) -> int:
         # now, not after the Kafka check and the model load.
         HttpAuth.from_config(cfg.metrics.auth)
     if cfg.client == "confluent":
-        # Before anything else: a worker that cannot reach or get into Kafka exits 1
+        # Before anything else: a worker that cannot reach or get into Kafka exits 2
         # with one line within kafka_connect_timeout_s, instead of retrying unready.
         from consumers.kafka_reachable import require_kafka
 
