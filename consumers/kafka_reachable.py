@@ -21,8 +21,16 @@ from confluent_kafka.admin import AdminClient
 
 from consumers.broker_states import addresses
 from consumers.client_logs import shared_log
-from consumers.kafka_failures import UNREACHABLE, KafkaFailure, broker_of, failure_line
+from consumers.kafka_failures import (
+    TLS,
+    TLS_HOSTNAME,
+    UNREACHABLE,
+    KafkaFailure,
+    broker_of,
+    failure_line,
+)
 from consumers.profiles import admin_config
+from consumers.tls_check import hostname_mismatch
 from pipeline.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -43,13 +51,16 @@ def require_kafka(
     *,
     clock: Callable[[], float] = time.monotonic,
     make_admin: Callable[[dict[str, Any]], Any] = AdminClient,
+    check_hostname: Callable[[str, Mapping[str, Any]], str | None] = hostname_mismatch,
 ) -> None:
     """Return once a broker at `bootstrap_servers` answers a metadata request; raise
     KafkaUnavailable with the one line otherwise (see the module doc). `config`:
-    client settings (security) as the command's own clients get them."""
+    client settings (security) as the command's own clients get them.
+    `check_hostname`: tells a hostname mismatch from an untrusted CA (consumers/tls_check.py)."""
     failures: list[KafkaFailure] = []
+    settings = connection_settings(config)
     try:
-        admin = make_admin(admin_config(bootstrap_servers, connection_settings(config), failures.append))
+        admin = make_admin(admin_config(bootstrap_servers, settings, failures.append))
     except KafkaException as exc:  # a setting librdkafka refuses: its one line, no traceback
         err = exc.args[0] if exc.args else exc
         raise KafkaUnavailable(f"Kafka client settings refused: {err.str() if hasattr(err, 'str') else err}") from None
@@ -70,13 +81,28 @@ def require_kafka(
         admin.poll(0.2)
         refused = next((f for f in failures if f.fatal_at_start), None)
         if refused is not None:
-            raise KafkaUnavailable(refused.line)
+            raise KafkaUnavailable(_tls_named(refused, bootstrap_servers, settings, check_hostname))
         if clock() >= deadline:
             raise KafkaUnavailable(_give_up_line(bootstrap_servers, timeout_s, failures, last))
         if not waiting_said and any(f.kind == UNREACHABLE for f in failures):
             # Why the command sits still; the reason comes in the error if it gives up.
             log.warning("no Kafka broker at %s answers yet; retrying for up to %g s", bootstrap_servers, timeout_s)
             waiting_said = True
+
+
+def _tls_named(
+    failure: KafkaFailure, bootstrap: str, settings: Mapping[str, Any],
+    check_hostname: Callable[[str, Mapping[str, Any]], str | None],
+) -> str:
+    """The line of a refusal; a failed certificate verification is looked at once more:
+    librdkafka words a hostname mismatch like an untrusted CA (consumers/tls_check.py)."""
+    if failure.kind != TLS or "certificate verify failed" not in failure.line:
+        return failure.line
+    broker = failure.broker or addresses(bootstrap)[0]
+    words = check_hostname(broker, settings)
+    if words is None:
+        return failure.line
+    return failure_line(TLS_HOSTNAME, bootstrap, f"{broker}/bootstrap: {words}")
 
 
 def _note_answer(bootstrap: str, metadata: Any) -> None:

@@ -128,3 +128,28 @@ def test_while_none_answers_one_waiting_line_then_the_error(caplog: pytest.LogCa
         check(admin, clock, timeout_s=10.0)
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert warnings == [f"no Kafka broker at {ADDR} answers yet; retrying for up to 10 s"], warnings
+
+
+UNVERIFIED = (f"sasl_ssl://{ADDR}/bootstrap: SSL handshake failed: error:0A000086:SSL routines::certificate verify "
+              "failed: broker certificate could not be verified, verify that ssl.ca.location is correctly configured")
+
+
+@pytest.mark.parametrize(("openssl_says", "begins"), [
+    ("IP address mismatch, certificate is not valid for '127.0.0.1'.", "the broker's certificate does not name the host"),
+    (None, f"sasl_ssl://{ADDR}/bootstrap: SSL handshake failed"),
+])
+def test_a_failed_certificate_check_is_looked_at_once_more(openssl_says: str | None, begins: str) -> None:
+    # librdkafka words a hostname mismatch like an untrusted CA (consumers/tls_check.py).
+    clock = FakeClock()
+    asked: list[tuple[str, dict]] = []
+
+    def check_hostname(address: str, settings: dict) -> str | None:
+        asked.append((address, dict(settings)))
+        return openssl_says
+
+    with pytest.raises(KafkaUnavailable) as caught:
+        require_kafka(ADDR, 30.0, {"ssl.ca.location": "/ca.pem"}, clock=clock.now,
+                      make_admin=FakeAdmin(clock, None, [KafkaError(KafkaError._SSL, UNVERIFIED)]),
+                      check_hostname=check_hostname)
+    assert str(caught.value).startswith(f"TLS handshake with Kafka at {ADDR} failed: {begins}")
+    assert asked == [(ADDR, {"ssl.ca.location": "/ca.pem"})]
