@@ -40,8 +40,13 @@ def _run(args: list[str]) -> tuple[int, list[str], float]:
         ["run", "--pipeline", "ctr", "--metrics-port", "0", "--kafka-connect-timeout", str(BOUND_S)],
         ["produce", "ctr", "--count", "10", "--connect-timeout", str(BOUND_S)],
         ["etl", "--topic", "ctr.requests", "-o", "{tmp}/etl", "--connect-timeout", str(BOUND_S)],
+        # Before: "Kafka authentication failed at ...: ... Connection refused", at once
+        # (the listener's "sasl_ssl://" name read as a failed login).
+        ["run", "--pipeline", "ctr", "--metrics-port", "0", "--kafka-connect-timeout", str(BOUND_S),
+         "-X", "security.protocol=SASL_SSL", "-X", "sasl.mechanism=SCRAM-SHA-512",
+         "-X", "sasl.username=worker", "-X", "sasl.password=not-shown"],
     ],
-    ids=["worker", "produce", "etl-topic"],
+    ids=["worker", "produce", "etl-topic", "worker-sasl-ssl"],
 )
 def test_dead_bootstrap_address_is_one_line_and_a_bounded_exit(command: list[str], tmp_path: Path) -> None:
     address = f"{HOST}:{free_port()}"
@@ -53,3 +58,5 @@ def test_dead_bootstrap_address_is_one_line_and_a_bounded_exit(command: list[str
     assert len(lines) <= MAX_LINES, shown
     assert not [line for line in lines if line.startswith("%")], shown  # no raw librdkafka line
     assert "unreachable" in lines[-1] and address in lines[-1], shown
+    assert not [line for line in lines if "authentication" in line.lower()], shown
+    assert "not-shown" not in shown
