@@ -142,10 +142,13 @@ class KafkaLog:
         with self._lock:
             self._states(bootstrap).answered(broker, self._clock())
 
-    def name_refusal(self, bootstrap: str, failure: KafkaFailure, code_name: str | None, message: str) -> KafkaFailure:
+    def name_refusal(
+        self, bootstrap: str, failure: KafkaFailure, code_name: str | None, message: str
+    ) -> KafkaFailure | None:
         """`failure` as it stands once the brokers' states are known: a refusal while
         another broker answers (or has not failed) names that broker instead of
-        saying "no broker answered"."""
+        saying "no broker answered"; None for librdkafka's "all brokers are down"
+        while another broker answers (consumers/broker_states.py)."""
         with self._lock:
             now = self._clock()
             states = self._states(bootstrap)
@@ -155,7 +158,7 @@ class KafkaLog:
                 return failure
             if code_name == "_ALL_BROKERS_DOWN":
                 states.all_down(now)
-                return failure
+                return failure if states.none_answers(now) else None
             if failure.broker is None:
                 return failure
             states.refused(failure.broker, now)
@@ -211,7 +214,11 @@ class ClientLog:
         elif self._refused_at_door and code_name == "_ALL_BROKERS_DOWN":
             self._sink.emit(logging.DEBUG, plain)
             return
-        failure = self._sink.name_refusal(self._bootstrap, failure, code_name, message)
+        named = self._sink.name_refusal(self._bootstrap, failure, code_name, message)
+        if named is None:  # not true of the cluster: librdkafka's words, for DEBUG readers
+            self._sink.emit(logging.DEBUG, plain)
+            return
+        failure = named
         # One key per failure kind and address (and broker, for one that is down): all
         # clients' reports of it count once.
         where = f"{failure.broker}@" if failure.kind == BROKER_DOWN else ""

@@ -53,3 +53,15 @@ def test_a_refusal_goes_stale_and_a_learned_broker_counts() -> None:
     states.refused(B, STALE_S)  # a broker learned from metadata
     assert states.known == [A, B]
     assert not states.none_answers(STALE_S)  # A was not refused lately
+
+
+def test_all_brokers_down_from_one_client_does_not_outweigh_an_answer() -> None:
+    # Measured: a new producer that had tried only the dead broker of two said
+    # "1/1 brokers are down" while the other answered the start-up check.
+    states = BrokerStates(f"{A},{B}")
+    states.answered(B, 0.0)
+    states.refused(A, 1.0)
+    states.all_down(1.0)
+    assert not states.none_answers(1.0)
+    states.refused(B, 2.0)  # now it is true
+    assert states.none_answers(2.0)

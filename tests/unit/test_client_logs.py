@@ -244,3 +244,15 @@ def test_flush_writes_the_summary_of_a_storm_that_stopped(sink: tuple[KafkaLog, 
     log.flush()
     assert lines.texts == ["offset commit failed: ILLEGAL_GENERATION",
                            "offset commit failed: ILLEGAL_GENERATION (repeated 184 times in the last 10 s)"]
+
+
+def test_all_brokers_down_while_another_answers_is_not_unreachable(sink: tuple[KafkaLog, Lines, FakeClock]) -> None:
+    # Measured (produce with bootstrap "dead,live"): "1/1 brokers are down" right after
+    # the dead one's refusal, from a client that had tried no other broker yet.
+    log, lines, _ = sink
+    log.answered(f"{A},{B}", B)
+    client = ClientLog(log, f"{A},{B}")
+    client.error(KafkaError(KafkaError._TRANSPORT, refused(A)))
+    client.error(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
+    warnings = [r.getMessage() for r in lines.records if r.levelno >= logging.WARNING]
+    assert warnings == [f"Kafka broker {A} (of {A},{B}) is not answering: Connection refused; the others answer"]
