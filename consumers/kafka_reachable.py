@@ -106,13 +106,15 @@ def _tls_named(
 
 
 def _note_answer(bootstrap: str, metadata: Any) -> None:
-    """Tell the process's Kafka log which broker answered: a later refusal by another
-    one is then "that broker is down, the others answer" (consumers/broker_states.py)."""
+    """Tell the process's Kafka log which brokers answer: the one that answered and
+    those its metadata lists as registered. A later refusal by one of them then reads
+    "that broker is down, the others answer" (consumers/broker_states.py)."""
     name = getattr(metadata, "orig_broker_name", None)
-    broker = broker_of(f"{name}: ") if isinstance(name, str) else None
-    if broker is None and len(addresses(bootstrap)) == 1:
-        broker = addresses(bootstrap)[0]
-    if broker is not None:
+    answered = [broker_of(f"{name}: ")] if isinstance(name, str) else []
+    answered += [f"{b.host}:{b.port}" for b in (getattr(metadata, "brokers", None) or {}).values()]
+    if not any(answered) and len(addresses(bootstrap)) == 1:
+        answered = addresses(bootstrap)
+    for broker in {b for b in answered if b}:
         shared_log().answered(bootstrap, broker)
 
 

@@ -153,3 +153,25 @@ def test_a_failed_certificate_check_is_looked_at_once_more(openssl_says: str | N
                       check_hostname=check_hostname)
     assert str(caught.value).startswith(f"TLS handshake with Kafka at {ADDR} failed: {begins}")
     assert asked == [(ADDR, {"ssl.ca.location": "/ca.pem"})]
+
+
+def test_the_brokers_that_answered_are_noted_for_later_refusals(caplog: pytest.LogCaptureFixture) -> None:
+    from confluent_kafka.admin import BrokerMetadata
+
+    class Metadata:
+        orig_broker_name = "127.0.0.1:9092/bootstrap"
+        brokers = {1: BrokerMetadata(), 2: BrokerMetadata()}
+
+    Metadata.brokers[1].host, Metadata.brokers[1].port = "127.0.0.1", 9092
+    Metadata.brokers[2].host, Metadata.brokers[2].port = "127.0.0.1", 9093
+    clock = FakeClock()
+    admin = FakeAdmin(clock, answers_after=0.0, events=[])
+    admin.list_topics = lambda timeout: Metadata()  # type: ignore[method-assign]
+    bootstrap = "127.0.0.1:9092,127.0.0.1:9093"
+    require_kafka(bootstrap, 5.0, None, clock=clock.now, make_admin=admin)
+    # 9092 goes down later: 9093, listed by the metadata, answered.
+    down = "127.0.0.1:9092/1: Connect to ipv4#127.0.0.1:9092 failed: Connection refused (after 0ms in state CONNECT)"
+    with caplog.at_level(logging.WARNING, logger="librdkafka"):
+        client_logs.ClientLog(client_logs.shared_log(), bootstrap).error(KafkaError(KafkaError._TRANSPORT, down))
+    assert caplog.messages == [f"Kafka broker 127.0.0.1:9092 (of {bootstrap}) is not answering: Connection refused; "
+                               "the others answer"]
