@@ -224,7 +224,8 @@ class ClientLog:
         where = f"{failure.broker}@" if failure.kind == BROKER_DOWN else ""
         key = f"{failure.kind}@{where}{self._bootstrap}"
         if self._on_failure is not None and failure.kind in _CALLERS_TO_SAY:
-            self._sink.emit(logging.DEBUG, failure.line, key=key)
+            # A key of its own: this DEBUG line must not hold back another client's warning.
+            self._sink.emit(logging.DEBUG, failure.line, key=f"{key} (the caller's)")
         else:
             # Still retrying: a warning. Whoever gives up says so in its own error line.
             self._sink.emit(logging.WARNING, failure.line, key=key)
