@@ -83,7 +83,11 @@ _TEXTS: tuple[tuple[re.Pattern[str], str], ...] = (
 _THREAD_PREFIX = re.compile(r"^\[thrd:[^\]]*\]:\s*")
 # The broker's name in front of its messages: "sasl_ssl://127.0.0.1:9093/bootstrap: ",
 # "127.0.0.1:9093/2: " (a broker learned from metadata: its node id).
-_BROKER_NAME = re.compile(r"^(?:[a-z_]+://)?(?P<address>[^\s/\[\]]+:\d+)/\w+:\s*", re.I)
+_BROKER_NAME = re.compile(r"^(?:[a-z_]+://)?(?P<address>\[[^\]]+\]:\d+|[^\s/\[\]]+:\d+)/\w+:\s*", re.I)
+# Where a connection was attempted, for messages not led by a broker's name, e.g. the
+# group coordinator's: "GroupCoordinator: 127.0.0.1:9092: Connect to ipv4#127.0.0.1:9092
+# failed: Connection refused" (measured, tests/integration/test_cluster_faults.py).
+_CONNECT_TO = re.compile(r"Connect to ipv[46]#\[?(?P<host>[^\s\]]+?)\]?:(?P<port>\d+) failed")
 # "... failed: Connection refused (after 0ms in state CONNECT)": the reason, in short.
 _REASON = re.compile(r"failed:\s*(?P<reason>.*?)\s*(?:\(after \d+ms in state \w+\))?$")
 
@@ -111,8 +115,15 @@ def detail(message: str) -> str:
 
 def broker_of(message: str) -> str | None:
     """host:port of the broker a librdkafka message is about, if it names one."""
-    match = _BROKER_NAME.match(detail(message))
-    return match.group("address") if match else None
+    text = detail(message)
+    match = _BROKER_NAME.match(text)
+    if match:
+        return match.group("address")
+    connect = _CONNECT_TO.search(text)
+    if connect is None:
+        return None
+    host = connect.group("host")
+    return f"[{host}]:{connect.group('port')}" if ":" in host else f"{host}:{connect.group('port')}"
 
 
 def _words(message: str) -> str:

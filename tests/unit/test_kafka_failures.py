@@ -184,3 +184,14 @@ def test_the_broker_down_line_names_the_broker_among_the_others() -> None:
     line = broker_down_line("B:2", "A:1,B:2,C:3", "B:2/2: Connect to ipv4#B:2 failed: Connection refused "
                             "(after 0ms in state CONNECT)", others_answer=True)
     assert line == "Kafka broker B:2 (of A:1,B:2,C:3) is not answering: Connection refused; the others answer"
+
+
+def test_the_group_coordinators_refusal_names_its_broker() -> None:
+    # Measured: a worker whose coordinator's node was killed (test_cluster_faults.py).
+    text = ("GroupCoordinator: 127.0.0.1:59047: Connect to ipv4#127.0.0.1:59047 failed: Connection refused "
+            "(after 0ms in state CONNECT)")
+    failure = classify("_TRANSPORT", text, ADDR)
+    assert failure is not None and failure.kind == UNREACHABLE and failure.broker == "127.0.0.1:59047"
+    assert reason(text) == "Connection refused"
+    assert broker_of("[::1]:9092/bootstrap: Connect to ipv6#[::1]:9092 failed: x") == "[::1]:9092"
+    assert broker_of("x: Connect to ipv6#[::1]:9092 failed: Connection refused") == "[::1]:9092"
