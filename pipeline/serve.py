@@ -31,12 +31,13 @@ def serve(cfg: WorkerConfig) -> int:
     # kafka-python worker too, through librdkafka (a core dependency) with the same
     # credentials: kafka-python retries a refused login for ever and only logs it, and
     # the worker said "cannot read Kafka metadata ... Broker transport failure" after
-    # 10.9 s (issue 44). Its undotted settings are kafka-python's own, not librdkafka's.
+    # 10.9 s (issue 44).
+    from consumers.kafka_python_settings import librdkafka_check_settings
     from consumers.kafka_reachable import require_kafka
 
     settings = cfg.kafka.client("admin")
     if cfg.client == "kafka-python":
-        settings = {k: v for k, v in settings.items() if "." in k}
+        settings = librdkafka_check_settings(settings)
     require_kafka(cfg.bootstrap_servers, cfg.kafka_connect_timeout_s, settings)
     log_kafka_settings(cfg)
     if cfg.create_topics:
