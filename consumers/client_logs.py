@@ -12,7 +12,9 @@ consumers/profiles.py, which passes it through `wired()` here, so each one:
   every other line as librdkafka wrote it, without the client's name, so the same
   line from the consumer, the producer and the admin client counts as one;
 - repeats a line at most once per window (10 s): the repeats are summed up as
-  "<line> (repeated 37 times in the last 10 s)" when the window ends.
+  "<line> (repeated 37 times in the last 10 s)" when the window ends;
+- calls a refused connection "unreachable" only when no broker answers: one broker
+  down among answering ones is a warning naming it (consumers/broker_states.py).
 """
 
 from __future__ import annotations
@@ -25,7 +27,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from consumers.kafka_failures import KafkaFailure, classify, detail
+from consumers.broker_states import BrokerStates
+from consumers.kafka_failures import (
+    BROKER_DOWN,
+    FATAL_AT_START,
+    UNREACHABLE,
+    KafkaFailure,
+    broker_down_line,
+    classify,
+    detail,
+)
 
 LOGGER_NAME = "librdkafka"
 WINDOW_S = 10.0
@@ -99,6 +110,9 @@ class KafkaLog:
         self.logger = logger or logging.getLogger(LOGGER_NAME)
         self._limiter = RepeatLimiter(window_s)
         self._clock = clock
+        # Per bootstrap list: which brokers refuse. Shared by all clients of the
+        # process, so the start-up check's answer counts for the worker's clients.
+        self._brokers: dict[str, BrokerStates] = {}
         # Clients are polled from several threads (the worker's source thread, the
         # main thread's admin calls).
         self._lock = threading.Lock()
@@ -108,10 +122,55 @@ class KafkaLog:
             now = self._clock()
             due = self._limiter.due(now)
             fresh = self._limiter.offer(key or repeat_key(text), now, (level, text))
-        for (was_level, was_text), repeats, seconds in due:
-            self.logger.log(was_level, "%s (repeated %d times in the last %.0f s)", was_text, repeats, seconds)
+        self._write(due)
         if fresh:
             self.logger.log(level, "%s", text)
+
+    def flush(self) -> None:
+        """Write the summaries of the windows that have ended (a storm that stopped
+        would otherwise be summed up only when the next line comes)."""
+        with self._lock:
+            due = self._limiter.due(self._clock())
+        self._write(due)
+
+    def _write(self, due: list[tuple[Any, int, float]]) -> None:
+        for (was_level, was_text), repeats, seconds in due:
+            self.logger.log(was_level, "%s (repeated %d times in the last %.0f s)", was_text, repeats, seconds)
+
+    def answered(self, bootstrap: str, broker: str) -> None:
+        """A broker of `bootstrap` answered (e.g. the start-up check's metadata request)."""
+        with self._lock:
+            self._states(bootstrap).answered(broker, self._clock())
+
+    def name_refusal(
+        self, bootstrap: str, failure: KafkaFailure, code_name: str | None, message: str
+    ) -> KafkaFailure | None:
+        """`failure` as it stands once the brokers' states are known: a refusal while
+        another broker answers (or has not failed) names that broker instead of
+        saying "no broker answered"; None for librdkafka's "all brokers are down"
+        while another broker answers (consumers/broker_states.py)."""
+        with self._lock:
+            now = self._clock()
+            states = self._states(bootstrap)
+            if failure.broker is not None and failure.kind in FATAL_AT_START:
+                states.answered(failure.broker, now)  # it answered the handshake
+            if failure.kind != UNREACHABLE:
+                return failure
+            if code_name == "_ALL_BROKERS_DOWN":
+                states.all_down(now)
+                return failure if states.none_answers(now) else None
+            if failure.broker is None:
+                return failure
+            states.refused(failure.broker, now)
+            if states.none_answers(now):
+                return failure
+            others = states.others_answer(failure.broker, now)
+        return KafkaFailure(BROKER_DOWN, broker_down_line(failure.broker, bootstrap, message, others), failure.broker)
+
+    def _states(self, bootstrap: str) -> BrokerStates:
+        if bootstrap not in self._brokers:
+            self._brokers[bootstrap] = BrokerStates(bootstrap)
+        return self._brokers[bootstrap]
 
 
 class ClientLog:
@@ -120,6 +179,9 @@ class ClientLog:
     def __init__(self, sink: KafkaLog, bootstrap: str, on_failure: FailureCallback | None = None) -> None:
         self._sink = sink
         self._bootstrap = bootstrap
+        # A caller that hears the failures says the fatal ones itself, as its error
+        # (consumers/kafka_reachable.py raises them): a warning with the same words
+        # first made every failure two lines.
         self._on_failure = on_failure
         # Set once a broker refused our login or TLS handshake: librdkafka then also says
         # "N/N brokers are down", which would read as a second, wrong diagnosis.
@@ -152,12 +214,27 @@ class ClientLog:
         elif self._refused_at_door and code_name == "_ALL_BROKERS_DOWN":
             self._sink.emit(logging.DEBUG, plain)
             return
-        # Still retrying: a warning. Whoever gives up says so in its own error line.
-        # One key per failure kind and address: all clients' reports of it count once.
-        self._sink.emit(logging.WARNING, failure.line, key=f"{failure.kind}@{self._bootstrap}")
+        named = self._sink.name_refusal(self._bootstrap, failure, code_name, message)
+        if named is None:  # not true of the cluster: librdkafka's words, for DEBUG readers
+            self._sink.emit(logging.DEBUG, plain)
+            return
+        failure = named
+        # One key per failure kind and address (and broker, for one that is down): all
+        # clients' reports of it count once.
+        where = f"{failure.broker}@" if failure.kind == BROKER_DOWN else ""
+        key = f"{failure.kind}@{where}{self._bootstrap}"
+        if self._on_failure is not None and failure.kind in _CALLERS_TO_SAY:
+            # A key of its own: this DEBUG line must not hold back another client's warning.
+            self._sink.emit(logging.DEBUG, failure.line, key=f"{key} (the caller's)")
+        else:
+            # Still retrying: a warning. Whoever gives up says so in its own error line.
+            self._sink.emit(logging.WARNING, failure.line, key=key)
         if self._on_failure is not None:
             self._on_failure(failure)
 
+
+# What a caller hearing the failures (on_failure) turns into its own error line.
+_CALLERS_TO_SAY = FATAL_AT_START | {UNREACHABLE}
 
 _shared: KafkaLog | None = None
 _shared_lock = threading.Lock()

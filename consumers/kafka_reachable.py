@@ -11,6 +11,7 @@ failed login on the broker), and stop after `timeout_s` when no broker answers.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -18,9 +19,21 @@ from typing import Any
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from consumers.kafka_failures import UNREACHABLE, KafkaFailure, failure_line
+from consumers.broker_states import addresses
+from consumers.client_logs import shared_log
+from consumers.kafka_failures import (
+    TLS,
+    TLS_HOSTNAME,
+    UNREACHABLE,
+    KafkaFailure,
+    broker_of,
+    failure_line,
+)
 from consumers.profiles import admin_config
+from consumers.tls_check import hostname_mismatch
 from pipeline.errors import UserError
+
+log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 30.0
 # One metadata request at a time, so a broker coming up is noticed within this.
@@ -38,33 +51,71 @@ def require_kafka(
     *,
     clock: Callable[[], float] = time.monotonic,
     make_admin: Callable[[dict[str, Any]], Any] = AdminClient,
+    check_hostname: Callable[[str, Mapping[str, Any]], str | None] = hostname_mismatch,
 ) -> None:
     """Return once a broker at `bootstrap_servers` answers a metadata request; raise
     KafkaUnavailable with the one line otherwise (see the module doc). `config`:
-    client settings (security) as the command's own clients get them."""
+    client settings (security) as the command's own clients get them.
+    `check_hostname`: tells a hostname mismatch from an untrusted CA (consumers/tls_check.py)."""
     failures: list[KafkaFailure] = []
+    settings = connection_settings(config)
     try:
-        admin = make_admin(admin_config(bootstrap_servers, connection_settings(config), failures.append))
+        admin = make_admin(admin_config(bootstrap_servers, settings, failures.append))
     except KafkaException as exc:  # a setting librdkafka refuses: its one line, no traceback
         err = exc.args[0] if exc.args else exc
         raise KafkaUnavailable(f"Kafka client settings refused: {err.str() if hasattr(err, 'str') else err}") from None
     deadline = clock() + timeout_s
     last = "no answer"
+    waiting_said = False
     while True:
         try:
             # No topic argument: naming one would create it on the embedded broker.
-            admin.list_topics(timeout=max(min(_ATTEMPT_S, deadline - clock()), 0.1))
+            metadata = admin.list_topics(timeout=max(min(_ATTEMPT_S, deadline - clock()), 0.1))
+            _note_answer(bootstrap_servers, metadata)
             return
         except KafkaException as exc:
             err = exc.args[0] if exc.args else exc
             last = err.str() if hasattr(err, "str") else str(err)
-        # Serves the error events (and logs) that say why: auth, TLS, refused.
+        # Serves the error events (and logs) that say why: auth, TLS, refused. Those
+        # are ours to say (the client logs them at DEBUG): once, as the error.
         admin.poll(0.2)
         refused = next((f for f in failures if f.fatal_at_start), None)
         if refused is not None:
-            raise KafkaUnavailable(refused.line)
+            raise KafkaUnavailable(_tls_named(refused, bootstrap_servers, settings, check_hostname))
         if clock() >= deadline:
             raise KafkaUnavailable(_give_up_line(bootstrap_servers, timeout_s, failures, last))
+        if not waiting_said and any(f.kind == UNREACHABLE for f in failures):
+            # Why the command sits still; the reason comes in the error if it gives up.
+            log.warning("no Kafka broker at %s answers yet; retrying for up to %g s", bootstrap_servers, timeout_s)
+            waiting_said = True
+
+
+def _tls_named(
+    failure: KafkaFailure, bootstrap: str, settings: Mapping[str, Any],
+    check_hostname: Callable[[str, Mapping[str, Any]], str | None],
+) -> str:
+    """The line of a refusal; a failed certificate verification is looked at once more:
+    librdkafka words a hostname mismatch like an untrusted CA (consumers/tls_check.py)."""
+    if failure.kind != TLS or "certificate verify failed" not in failure.line:
+        return failure.line
+    broker = failure.broker or addresses(bootstrap)[0]
+    words = check_hostname(broker, settings)
+    if words is None:
+        return failure.line
+    return failure_line(TLS_HOSTNAME, bootstrap, f"{broker}/bootstrap: {words}")
+
+
+def _note_answer(bootstrap: str, metadata: Any) -> None:
+    """Tell the process's Kafka log which brokers answer: the one that answered and
+    those its metadata lists as registered. A later refusal by one of them then reads
+    "that broker is down, the others answer" (consumers/broker_states.py)."""
+    name = getattr(metadata, "orig_broker_name", None)
+    answered = [broker_of(f"{name}: ")] if isinstance(name, str) else []
+    answered += [f"{b.host}:{b.port}" for b in (getattr(metadata, "brokers", None) or {}).values()]
+    if not any(answered) and len(addresses(bootstrap)) == 1:
+        answered = addresses(bootstrap)
+    for broker in {b for b in answered if b}:
+        shared_log().answered(bootstrap, broker)
 
 
 # What decides whether a client gets in: address family, DNS, TLS and SASL. Taken

@@ -26,12 +26,19 @@ def serve(cfg: WorkerConfig) -> int:
         # A metrics.auth reference (${VAR}, @file:) that does not resolve is one line
         # now, not after the Kafka check and the model load.
         HttpAuth.from_config(cfg.metrics.auth)
-    if cfg.client == "confluent":
-        # Before anything else: a worker that cannot reach or get into Kafka exits 1
-        # with one line within kafka_connect_timeout_s, instead of retrying unready.
-        from consumers.kafka_reachable import require_kafka
+    # Before anything else: a worker that cannot reach or get into Kafka exits 2 with
+    # one line within kafka_connect_timeout_s, instead of retrying unready. A
+    # kafka-python worker too, through librdkafka (a core dependency) with the same
+    # credentials: kafka-python retries a refused login for ever and only logs it, and
+    # the worker said "cannot read Kafka metadata ... Broker transport failure" after
+    # 10.9 s (issue 44).
+    from consumers.kafka_python_settings import librdkafka_check_settings
+    from consumers.kafka_reachable import require_kafka
 
-        require_kafka(cfg.bootstrap_servers, cfg.kafka_connect_timeout_s, cfg.kafka.client("admin"))
+    settings = cfg.kafka.client("admin")
+    if cfg.client == "kafka-python":
+        settings = librdkafka_check_settings(settings)
+    require_kafka(cfg.bootstrap_servers, cfg.kafka_connect_timeout_s, settings)
     log_kafka_settings(cfg)
     if cfg.create_topics:
         prepare_topics(cfg)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from consumers.kafka_reachable import DEFAULT_TIMEOUT_S, require_kafka
 from pipeline.commands.etl import parse_time
-from pipeline.commands.kafka_flags import add_x_flag, kafka_block
+from pipeline.commands.kafka_flags import add_x_flag, connect_timeout_help, kafka_block
 from pipeline.errors import UserError
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--connect-timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
-        help=f"exit 1 when no broker answers within this (default {DEFAULT_TIMEOUT_S:g})",
+        help=connect_timeout_help(f"default {DEFAULT_TIMEOUT_S:g}"),
     )
     add_x_flag(p)
 

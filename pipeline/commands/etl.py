@@ -8,7 +8,7 @@ import datetime as dt
 import os
 import sys
 
-from pipeline.commands.kafka_flags import add_x_flag, kafka_block
+from pipeline.commands.kafka_flags import add_x_flag, connect_timeout_help, kafka_block
 from pipeline.errors import UserError
 from pipeline.etl.settings import EtlJob  # no pyarrow, unlike pipeline.etl.job (in run())
 
@@ -34,7 +34,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--connect-timeout", type=float, default=30.0, metavar="SECONDS",
-        help="topic mode: exit 1 when no broker answers within this (default 30)",
+        help=connect_timeout_help("default 30", "topic mode: "),
     )
     p.add_argument(
         "--broker-profile", choices=("kafka", "embedded"),

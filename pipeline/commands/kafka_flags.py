@@ -8,6 +8,15 @@ import argparse
 from consumers.client_settings import parse_x
 from pipeline.config import KafkaOverrides
 
+# What a command that cannot reach or get into Kafka exits with: require_kafka raises a
+# UserError (consumers/kafka_reachable.py), which pipeline/cli.py prints as one line.
+EXIT_NO_KAFKA = 2
+
+
+def connect_timeout_help(default: str, scope: str = "") -> str:
+    """The help of a --connect-timeout flag; `default` as the help rule writes it."""
+    return f"{scope}exit {EXIT_NO_KAFKA} when no broker answers within this ({default})"
+
 
 def add_x_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument(

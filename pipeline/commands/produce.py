@@ -18,7 +18,7 @@ from consumers.kafka_reachable import DEFAULT_TIMEOUT_S, require_kafka
 from consumers.profiles import producer_config
 from consumers.records import H_PRODUCED_MS
 from pipeline.clock import wall_ms
-from pipeline.commands.kafka_flags import add_x_flag, kafka_block
+from pipeline.commands.kafka_flags import add_x_flag, connect_timeout_help, kafka_block
 from pipeline.commands.parser_tree import OpenSubcommands
 from pipeline.errors import UserError
 from pipeline.loadgen.generate import DEFAULT_OUTPUT as GENERATE_OUTPUT
@@ -115,7 +115,7 @@ def _add_common(p: argparse.ArgumentParser, rate: str, count: str | None = None)
     p.add_argument("--quiet", action="store_true", help="no progress line on stderr (shown only on a terminal anyway)")
     p.add_argument(
         "--connect-timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
-        help=f"exit 1 when no broker answers within this (default {DEFAULT_TIMEOUT_S:g})",
+        help=connect_timeout_help(f"default {DEFAULT_TIMEOUT_S:g}"),
     )
     add_x_flag(p)
 

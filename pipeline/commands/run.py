@@ -8,7 +8,7 @@ import logging
 from consumers.client_settings import parse_x
 from pipeline import logs
 from pipeline.batching.policies import POLICY_NAMES
-from pipeline.commands.kafka_flags import add_x_flag
+from pipeline.commands.kafka_flags import add_x_flag, connect_timeout_help
 from pipeline.config import load_config
 from pipeline.pipelines import shipped_names
 
@@ -65,7 +65,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--kafka-connect-timeout", type=float, dest="kafka_connect_timeout_s", metavar="SECONDS",
-        help="exit 1 when no broker answers within this at start (default: the config's kafka_connect_timeout_s, else 30)",
+        help=connect_timeout_help("default: the config's kafka_connect_timeout_s, else 30", "at start: "),
     )
     add_x_flag(p)
     p.set_defaults(func=run)

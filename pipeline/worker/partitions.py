@@ -16,6 +16,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from consumers.client_logs import KafkaLog
 from consumers.offsets import OffsetTracker
 from consumers.records import Producer, Source, TopicPartition
 from pipeline.metrics import WorkerMetrics
@@ -47,6 +48,7 @@ class Partitions:
         serve_outcomes: Callable[[], None],
         transactions: Transactions | None = None,
         progress: KafkaProgress | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.tracker = tracker
         self.source = source
@@ -59,6 +61,12 @@ class Partitions:
         self.transactions = transactions
         self.progress = progress
         self.assigned: list[TopicPartition] = []
+        # Failed commits, one line per failure and 10 s with a count of its repeats:
+        # after a member was SIGKILLed, its survivor's asynchronous commits, queued
+        # while the group waited out the dead member's session (~39 s), all failed at
+        # once: 185 identical "offset commit failed: ILLEGAL_GENERATION" lines in
+        # 164 ms (issue 49). consumers/client_logs.py's limiter, on this logger.
+        self._commit_failures = KafkaLog(log, clock=clock)
 
     # ------------------------------------------------------------------ commits
     def commit(self, only: list[TopicPartition] | None = None, *, wait: bool = True) -> None:
@@ -68,6 +76,7 @@ class Partitions:
         a newer one only moves a watermark back: a replay, never a loss.
         exactly_once: the open transaction commits, with every partition's offsets;
         wait=True means these partitions (all, without `only`) are being let go."""
+        self._commit_failures.flush()  # the count of a storm that has ended
         if self.transactions is not None:
             letting_go = (only if only is not None else self.assigned) if wait else []
             self.transactions.commit(letting_go)
@@ -102,7 +111,7 @@ class Partitions:
             self.metrics.commits.labels(self.pipeline, "error").inc()
             if self.progress is not None:
                 self.progress.failed(COMMIT)
-            log.warning("offset commit failed: %s", err)
+            self._commit_failures.emit(logging.WARNING, f"offset commit failed: {err}")
 
     def update_lag(self) -> None:
         source = self.source()

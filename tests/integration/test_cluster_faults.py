@@ -328,6 +328,13 @@ def test_worker_starts_with_a_broker_down(kafka_cluster, cluster_topic_factory, 
         kafka_cluster.restart(down)
         kafka_cluster.wait_in_sync()
         finish(run, "worker_starts_broker_down", fault, node=down.node_id)
+        # Before (issue 44): "Kafka broker unreachable at A,B,C: no broker answered" for
+        # the one node's refused connections, while the other two served everything.
+        lines = run.worker.log_path.read_text(errors="replace").splitlines()
+        shown = "\n".join(lines[-40:])
+        assert not [line for line in lines if "no broker answered" in line], shown
+        refused = [line for line in lines if down.address in line and "Connection refused" in line]
+        assert all(f"Kafka broker {down.address} (of " in line and "is not answering" in line for line in refused), shown
 
 
 def lose_quorum(run: Run, kafka_cluster: KafkaBroker, name: str, seed: int, *, exactly_once: bool = False) -> None:

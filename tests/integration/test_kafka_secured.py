@@ -233,6 +233,22 @@ def test_a_wrong_password_is_one_line_and_exit_2(
     assert not [line for line in lines if "unreachable" in line], "\n".join(lines)  # not a second diagnosis
 
 
+def test_a_wrong_password_with_kafka_python_is_the_same_line_at_once(
+    secured_kafka: KafkaBroker, secured_topic_factory, unique_group_id: str, tmp_path: Path
+) -> None:
+    # Before: after 10.9 s, "cannot read Kafka metadata ... Broker transport failure",
+    # no word of authentication (kafka-python only logs the refused login and retries).
+    topics = make_topics(secured_topic_factory, 1)
+    user = new_user(secured_kafka, "worker", documented_worker_acls(topics, unique_group_id))
+    wrong = f"wrong-{uuid.uuid4().hex}"
+    worker = start_secured_worker(secured_kafka, topics, unique_group_id, user, tmp_path, password=wrong,
+                                  args=("--client", "kafka-python"))
+    code, lines = wait_exit(worker)
+    assert_one_line_exit(code, lines, r"Kafka authentication failed at 127\.0\.0\.1:\d+", wrong)
+    assert code == 2
+    assert not [line for line in lines if "Kafka authentication failed" in line][:-1], "\n".join(lines)  # once
+
+
 def test_an_untrusted_broker_certificate_is_one_line_and_exit_2(
     secured_kafka: KafkaBroker, secured_topic_factory, unique_group_id: str, tmp_path: Path
 ) -> None:

@@ -76,3 +76,17 @@ def test_the_rule_catches_a_missing_default() -> None:
     with pytest.raises(AssertionError, match="does not say 'default 2.5'"):
         test_a_flag_with_a_default_says_it("--rate", parser, quiet)
     test_a_flag_with_a_default_says_it("--seed", parser, said)
+
+
+
+CONNECT_TIMEOUTS = [(n, a) for n, _, a in ARGUMENTS if n.endswith("connect-timeout")]
+
+
+@pytest.mark.parametrize(("name", "action"), CONNECT_TIMEOUTS, ids=[n for n, _ in CONNECT_TIMEOUTS])
+def test_a_connect_timeout_says_the_exit_code_it_gets(name: str, action: argparse.Action) -> None:
+    # Before: "exit 1 when no broker answers"; require_kafka's UserError exits 2
+    # (tests/integration/test_kafka_unreachable.py checks the code itself).
+    from pipeline.commands.kafka_flags import EXIT_NO_KAFKA
+
+    assert len(CONNECT_TIMEOUTS) >= 4  # run, produce, etl, dlq
+    assert f"exit {EXIT_NO_KAFKA} when no broker answers" in (action.help or ""), name

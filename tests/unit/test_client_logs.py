@@ -113,15 +113,13 @@ def test_librdkafka_log_call_becomes_one_clear_line(sink: tuple[KafkaLog, Lines,
 
 def test_all_clients_reports_of_one_failure_count_once(sink: tuple[KafkaLog, Lines, FakeClock]) -> None:
     log, lines, clock = sink
-    failures: list[KafkaFailure] = []
-    consumer, producer = ClientLog(log, ADDR, failures.append), ClientLog(log, ADDR)
+    consumer, producer = ClientLog(log, ADDR), ClientLog(log, ADDR)
     for i in range(20):
         consumer.log(logging.ERROR, "%s [%s] %s", "FAIL", "rdkafka#consumer-1", REFUSED)
         producer.error(KafkaError(KafkaError._TRANSPORT, REFUSED))
         producer.error(KafkaError(KafkaError._ALL_BROKERS_DOWN, f"{i % 2}/1 brokers are down"))
         clock.advance(0.1)
     assert len(lines.records) == 1
-    assert {f.kind for f in failures} == {UNREACHABLE}
     clock.set(10.0)
     log.emit(logging.INFO, "next")
     assert lines.texts[1].endswith("(repeated 59 times in the last 10 s)")
@@ -173,3 +171,99 @@ def test_a_callers_own_logger_wins() -> None:
     own = logging.getLogger("mine")
     conf = wired({"bootstrap.servers": ADDR, "logger": own})
     assert conf["logger"] is own and callable(conf["error_cb"])
+
+
+# ---------------------------------------------------------------- one broker down among answering ones
+A, B, C = "127.0.0.1:9092", "127.0.0.1:9093", "127.0.0.1:9094"
+THREE = f"{A},{B},{C}"
+
+
+def refused(broker: str, name: str = "bootstrap") -> str:
+    """librdkafka 2.16's words for a refused connection (measured)."""
+    return f"{broker}/{name}: Connect to ipv4#{broker} failed: Connection refused (after 0ms in state CONNECT)"
+
+
+def test_one_broker_of_three_refusing_is_named_not_unreachable(sink: tuple[KafkaLog, Lines, FakeClock]) -> None:
+    # Before: "Kafka broker unreachable at A,B,C: no broker answered (...)" for this one refusal.
+    log, lines, clock = sink
+    log.answered(THREE, A)  # the start-up check's metadata came from A
+    client = ClientLog(log, THREE)
+    client.log(logging.ERROR, "%s [%s] %s", "FAIL", "rdkafka#consumer-1", f"[thrd:{B}/2]: {refused(B, '2')}")
+    client.error(KafkaError(KafkaError._TRANSPORT, refused(B, "2")))
+    assert lines.texts == [f"Kafka broker {B} (of {THREE}) is not answering: Connection refused; the others answer"]
+    assert lines.records[0].levelno == logging.WARNING
+
+
+def test_unreachable_only_once_every_broker_refused(sink: tuple[KafkaLog, Lines, FakeClock]) -> None:
+    log, lines, clock = sink
+    client = ClientLog(log, THREE)
+    for broker in (A, B, C):
+        client.error(KafkaError(KafkaError._TRANSPORT, refused(broker)))
+        clock.advance(0.01)
+    assert [t for t in lines.texts if "unreachable" in t] == [lines.texts[-1]]
+    assert lines.texts[-1].startswith(f"Kafka broker unreachable at {THREE}: no broker answered")
+    assert all("the others answer" not in t for t in lines.texts)  # nobody had answered
+
+
+def test_all_brokers_down_from_librdkafka_is_unreachable(sink: tuple[KafkaLog, Lines, FakeClock]) -> None:
+    log, lines, _ = sink
+    client = ClientLog(log, THREE)
+    client.error(KafkaError(KafkaError._TRANSPORT, refused(A)))
+    client.error(KafkaError(KafkaError._ALL_BROKERS_DOWN, "0/3 brokers are down"))
+    assert lines.texts[-1].startswith(f"Kafka broker unreachable at {THREE}: no broker answered")
+
+
+def test_a_refusal_over_sasl_ssl_is_not_a_failed_login(sink: tuple[KafkaLog, Lines, FakeClock]) -> None:
+    # Before: "Kafka authentication failed at 127.0.0.1:1: ... Connection refused".
+    log, lines, _ = sink
+    failures: list[KafkaFailure] = []
+    client = ClientLog(log, ADDR, failures.append)
+    client.log(logging.ERROR, "%s [%s] %s", "FAIL", "rdkafka#producer-1",
+               f"[thrd:sasl_ssl://{ADDR}/bootstrap]: sasl_ssl://{REFUSED}")
+    assert [f.kind for f in failures] == [UNREACHABLE] and not failures[0].fatal_at_start
+
+
+def test_a_failure_the_caller_hears_is_not_also_a_warning(sink: tuple[KafkaLog, Lines, FakeClock]) -> None:
+    # Before: the warning, then the caller's error with the same words: two lines for one failure.
+    log, lines, _ = sink
+    failures: list[KafkaFailure] = []
+    client = ClientLog(log, ADDR, failures.append)
+    client.error(KafkaError(KafkaError._AUTHENTICATION, "SASL authentication error: invalid credentials"))
+    client.error(KafkaError(KafkaError._TRANSPORT, REFUSED))
+    assert [f.kind for f in failures] == ["authentication", UNREACHABLE]
+    assert not [r for r in lines.records if r.levelno >= logging.WARNING]
+
+
+def test_flush_writes_the_summary_of_a_storm_that_stopped(sink: tuple[KafkaLog, Lines, FakeClock]) -> None:
+    log, lines, clock = sink
+    for _ in range(185):
+        log.emit(logging.WARNING, "offset commit failed: ILLEGAL_GENERATION")
+    clock.advance(10.0)
+    log.flush()
+    assert lines.texts == ["offset commit failed: ILLEGAL_GENERATION",
+                           "offset commit failed: ILLEGAL_GENERATION (repeated 184 times in the last 10 s)"]
+
+
+def test_all_brokers_down_while_another_answers_is_not_unreachable(sink: tuple[KafkaLog, Lines, FakeClock]) -> None:
+    # Measured (produce with bootstrap "dead,live"): "1/1 brokers are down" right after
+    # the dead one's refusal, from a client that had tried no other broker yet.
+    log, lines, _ = sink
+    log.answered(f"{A},{B}", B)
+    client = ClientLog(log, f"{A},{B}")
+    client.error(KafkaError(KafkaError._TRANSPORT, refused(A)))
+    client.error(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
+    warnings = [r.getMessage() for r in lines.records if r.levelno >= logging.WARNING]
+    assert warnings == [f"Kafka broker {A} (of {A},{B}) is not answering: Connection refused; the others answer"]
+
+
+def test_a_line_left_to_the_caller_does_not_hold_back_another_clients_warning(
+    sink: tuple[KafkaLog, Lines, FakeClock],
+) -> None:
+    # The start-up check's client logs "unreachable" at DEBUG (the check says it); the
+    # worker's consumer, a second later, must still warn with it.
+    log, lines, clock = sink
+    ClientLog(log, ADDR, lambda failure: None).error(KafkaError(KafkaError._TRANSPORT, REFUSED))
+    clock.advance(1.0)
+    ClientLog(log, ADDR).error(KafkaError(KafkaError._TRANSPORT, REFUSED))
+    warnings = [r.getMessage() for r in lines.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and warnings[0].startswith(f"Kafka broker unreachable at {ADDR}")

@@ -9,11 +9,15 @@ from consumers.kafka_failures import (
     AUTHENTICATION,
     GROUP_AUTHORIZATION,
     TLS,
+    TLS_HOSTNAME,
     TOPIC_AUTHORIZATION,
     UNREACHABLE,
+    broker_down_line,
+    broker_of,
     classify,
     detail,
     kind_of,
+    reason,
 )
 
 ADDR = "kafka.example:9093"
@@ -138,3 +142,73 @@ def test_a_refused_client_certificate_says_to_check_the_client_certificate() -> 
     assert untrusted is not None and "ssl.certificate.location" not in untrusted.line
     dropped = classify("_TRANSPORT", "ssl://kafka.example:9093/1: Disconnected (after 5012ms in state UP)", ADDR)
     assert dropped is not None and dropped.kind == UNREACHABLE
+
+
+# librdkafka 2.16's own words, measured (issue 44): a SASL_SSL client whose broker does
+# not listen. Its "sasl_ssl://" name and "failed" made it read as a failed login.
+SASL_SSL_REFUSED = (
+    "[thrd:sasl_ssl://127.0.0.1:38521/bootstrap]: sasl_ssl://127.0.0.1:38521/bootstrap: Connect to "
+    "ipv4#127.0.0.1:38521 failed: Connection refused (after 0ms in state CONNECT)"
+)
+
+
+@pytest.mark.parametrize("code", [None, "_TRANSPORT"])
+def test_a_refused_connection_over_sasl_ssl_is_unreachable_not_authentication(code: str | None) -> None:
+    failure = classify(code, detail(SASL_SSL_REFUSED) if code else SASL_SSL_REFUSED, ADDR)
+    assert failure is not None and failure.kind == UNREACHABLE, failure
+    assert failure.broker == "127.0.0.1:38521"
+
+
+def test_a_failed_certificate_check_reported_as_transport_is_tls() -> None:
+    # What librdkafka 2.16 says between the "SSL handshake failed" lines (measured).
+    text = "sasl_ssl://127.0.0.1:55005/bootstrap: error:0A000086:SSL routines::certificate verify failed " \
+           "(after 15ms in state SSL_HANDSHAKE)"
+    assert kind_of("_TRANSPORT", text) == TLS
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # OpenSSL's verify errors 62 and 64, as Python's ssl and kafka-python word them
+        "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: Hostname mismatch, certificate is not "
+        "valid for 'kafka.example'. (_ssl.c:1000)",
+        "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: IP address mismatch, certificate is not "
+        "valid for '127.0.0.1'. (_ssl.c:1000)",
+        "ssl://kafka.example:9093/bootstrap: SSL handshake failed: hostname verification failed",
+        "verify error:num=62:hostname mismatch",
+    ],
+)
+def test_a_hostname_mismatch_is_its_own_failure(text: str) -> None:
+    failure = classify("_SSL", text, ADDR)
+    assert failure is not None and failure.kind == TLS_HOSTNAME and failure.fatal_at_start
+    assert "does not name the host" in failure.line and "SAN" in failure.line
+    assert "ssl.endpoint.identification.algorithm" in failure.line
+
+
+def test_an_untrusted_ca_is_not_a_hostname_mismatch() -> None:
+    untrusted = classify("_SSL", CASES[7][1], ADDR)
+    assert untrusted is not None and untrusted.kind == TLS
+
+
+def test_broker_and_reason_are_read_from_librdkafkas_words() -> None:
+    assert broker_of(SASL_SSL_REFUSED) == "127.0.0.1:38521"
+    assert broker_of("127.0.0.1:9093/2: Connect to ipv4#127.0.0.1:9093 failed: x") == "127.0.0.1:9093"
+    assert broker_of("1/1 brokers are down") is None
+    assert reason(SASL_SSL_REFUSED) == "Connection refused"
+
+
+def test_the_broker_down_line_names_the_broker_among_the_others() -> None:
+    line = broker_down_line("B:2", "A:1,B:2,C:3", "B:2/2: Connect to ipv4#B:2 failed: Connection refused "
+                            "(after 0ms in state CONNECT)", others_answer=True)
+    assert line == "Kafka broker B:2 (of A:1,B:2,C:3) is not answering: Connection refused; the others answer"
+
+
+def test_the_group_coordinators_refusal_names_its_broker() -> None:
+    # Measured: a worker whose coordinator's node was killed (test_cluster_faults.py).
+    text = ("GroupCoordinator: 127.0.0.1:59047: Connect to ipv4#127.0.0.1:59047 failed: Connection refused "
+            "(after 0ms in state CONNECT)")
+    failure = classify("_TRANSPORT", text, ADDR)
+    assert failure is not None and failure.kind == UNREACHABLE and failure.broker == "127.0.0.1:59047"
+    assert reason(text) == "Connection refused"
+    assert broker_of("[::1]:9092/bootstrap: Connect to ipv6#[::1]:9092 failed: x") == "[::1]:9092"
+    assert broker_of("x: Connect to ipv6#[::1]:9092 failed: Connection refused") == "[::1]:9092"

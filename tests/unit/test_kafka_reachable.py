@@ -5,17 +5,26 @@ no sleeps."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
+from consumers import client_logs
 from consumers.kafka_reachable import KafkaUnavailable, connection_settings, require_kafka
 from pipeline.clock import FakeClock
 from pipeline.errors import UserError
 
 ADDR = "127.0.0.1:1"
 REFUSED = f"{ADDR}/bootstrap: Connect to ipv4#{ADDR} failed: Connection refused (after 0ms in state CONNECT)"
+
+
+@pytest.fixture(autouse=True)
+def fresh_kafka_log(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process-wide KafkaLog per test: its repeat limiter would otherwise hold back
+    a line an earlier test logged within the last 10 s."""
+    monkeypatch.setattr(client_logs, "_shared", client_logs.KafkaLog())
 
 
 class FakeAdmin:
@@ -108,3 +117,69 @@ def test_the_switches_that_decide_a_login_reach_the_check() -> None:
     config = {"sasl.mechanism": "OAUTHBEARER", "enable.sasl.oauthbearer.unsecure.jwt": "true",
               "enable.ssl.certificate.verification": "false", "enable.auto.commit": "false"}
     assert connection_settings(config) == {k: v for k, v in config.items() if k != "enable.auto.commit"}
+
+
+def test_a_refused_login_is_said_once_as_the_error(caplog: pytest.LogCaptureFixture) -> None:
+    # Before: a WARNING with the line, then the same line as the error: two lines.
+    clock = FakeClock()
+    event = KafkaError(KafkaError._AUTHENTICATION, "SASL authentication error: Authentication failed")
+    with caplog.at_level(logging.DEBUG), pytest.raises(KafkaUnavailable) as caught:
+        check(FakeAdmin(clock, answers_after=None, events=[event]), clock)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+    assert str(caught.value).startswith(f"Kafka authentication failed at {ADDR}")
+
+
+def test_while_none_answers_one_waiting_line_then_the_error(caplog: pytest.LogCaptureFixture) -> None:
+    clock = FakeClock()
+    admin = FakeAdmin(clock, answers_after=None, events=[KafkaError(KafkaError._TRANSPORT, REFUSED)])
+    with caplog.at_level(logging.DEBUG), pytest.raises(KafkaUnavailable):
+        check(admin, clock, timeout_s=10.0)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warnings == [f"no Kafka broker at {ADDR} answers yet; retrying for up to 10 s"], warnings
+
+
+UNVERIFIED = (f"sasl_ssl://{ADDR}/bootstrap: SSL handshake failed: error:0A000086:SSL routines::certificate verify "
+              "failed: broker certificate could not be verified, verify that ssl.ca.location is correctly configured")
+
+
+@pytest.mark.parametrize(("openssl_says", "begins"), [
+    ("IP address mismatch, certificate is not valid for '127.0.0.1'.", "the broker's certificate does not name the host"),
+    (None, f"sasl_ssl://{ADDR}/bootstrap: SSL handshake failed"),
+])
+def test_a_failed_certificate_check_is_looked_at_once_more(openssl_says: str | None, begins: str) -> None:
+    # librdkafka words a hostname mismatch like an untrusted CA (consumers/tls_check.py).
+    clock = FakeClock()
+    asked: list[tuple[str, dict]] = []
+
+    def check_hostname(address: str, settings: dict) -> str | None:
+        asked.append((address, dict(settings)))
+        return openssl_says
+
+    with pytest.raises(KafkaUnavailable) as caught:
+        require_kafka(ADDR, 30.0, {"ssl.ca.location": "/ca.pem"}, clock=clock.now,
+                      make_admin=FakeAdmin(clock, None, [KafkaError(KafkaError._SSL, UNVERIFIED)]),
+                      check_hostname=check_hostname)
+    assert str(caught.value).startswith(f"TLS handshake with Kafka at {ADDR} failed: {begins}")
+    assert asked == [(ADDR, {"ssl.ca.location": "/ca.pem"})]
+
+
+def test_the_brokers_that_answered_are_noted_for_later_refusals(caplog: pytest.LogCaptureFixture) -> None:
+    from confluent_kafka.admin import BrokerMetadata
+
+    class Metadata:
+        orig_broker_name = "127.0.0.1:9092/bootstrap"
+        brokers = {1: BrokerMetadata(), 2: BrokerMetadata()}
+
+    Metadata.brokers[1].host, Metadata.brokers[1].port = "127.0.0.1", 9092
+    Metadata.brokers[2].host, Metadata.brokers[2].port = "127.0.0.1", 9093
+    clock = FakeClock()
+    admin = FakeAdmin(clock, answers_after=0.0, events=[])
+    admin.list_topics = lambda timeout: Metadata()  # type: ignore[method-assign]
+    bootstrap = "127.0.0.1:9092,127.0.0.1:9093"
+    require_kafka(bootstrap, 5.0, None, clock=clock.now, make_admin=admin)
+    # 9092 goes down later: 9093, listed by the metadata, answered.
+    down = "127.0.0.1:9092/1: Connect to ipv4#127.0.0.1:9092 failed: Connection refused (after 0ms in state CONNECT)"
+    with caplog.at_level(logging.WARNING, logger="librdkafka"):
+        client_logs.ClientLog(client_logs.shared_log(), bootstrap).error(KafkaError(KafkaError._TRANSPORT, down))
+    assert caplog.messages == [f"Kafka broker 127.0.0.1:9092 (of {bootstrap}) is not answering: Connection refused; "
+                               "the others answer"]
