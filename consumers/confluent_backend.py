@@ -27,6 +27,7 @@ from confluent_kafka import (
 )
 from confluent_kafka import TopicPartition as CkTopicPartition
 
+from consumers.broker_connections import STATS_INTERVAL_MS
 from consumers.client_logs import shared_log
 from consumers.kafka_failures import REFUSED_ACCESS, classify, failure_line
 from consumers.records import (
@@ -52,9 +53,14 @@ class ConfluentSource:
         topics: list[str],
         on_assign: RebalanceCallback,
         on_revoke: RebalanceCallback,
+        on_stats: Callable[[str], None] | None = None,
     ) -> None:
+        """on_stats: gets librdkafka's statistics JSON every STATS_INTERVAL_MS (unless
+        the config sets its own interval), from this consumer's poll."""
         self._commit_callbacks: deque[CommitCallback] = deque()
-        self._consumer = Consumer({**config, "on_commit": self._committed})
+        stats = {} if on_stats is None else {
+            "statistics.interval.ms": config.get("statistics.interval.ms", STATS_INTERVAL_MS), "stats_cb": on_stats}
+        self._consumer = Consumer({**config, **stats, "on_commit": self._committed})
         self._bootstrap = str(config.get("bootstrap.servers", "?"))
         self._on_assign = on_assign
         self._on_revoke = on_revoke

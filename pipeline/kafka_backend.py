@@ -63,7 +63,9 @@ def make_source(
     topics: list[str],
     on_assign: Callable[[list[TopicPartition]], None],
     on_revoke: Callable[[list[TopicPartition]], None],
+    on_stats: Callable[[str], None] | None = None,
 ) -> Source:
+    """on_stats: librdkafka's statistics JSON, periodically (confluent only)."""
     if cfg.client == "confluent":
         from consumers.confluent_backend import ConfluentSource
 
@@ -75,7 +77,7 @@ def make_source(
             **(large.consumer if large else {}), **group_overrides(cfg, "confluent"), **isolation, **cfg.kafka.client("consumer")
         }
         conf = consumer_config(cfg.broker_profile, cfg.bootstrap_servers, group_id, overrides)
-        return ConfluentSource(conf, topics, on_assign, on_revoke)
+        return ConfluentSource(conf, topics, on_assign, on_revoke, on_stats)
     if cfg.client == "kafka-python":
         backend = kafka_python_backend()
         large = _large(cfg)

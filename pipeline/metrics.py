@@ -180,6 +180,17 @@ class WorkerMetrics(BatchingMetrics):
         self.outages = Counter(
             "tidebatch_kafka_outages_total", "Outages the worker saw begin", ["pipeline"], registry=r,
         )
+        # consumers/broker_connections.py, from the consumer's librdkafka statistics.
+        self.broker_connects = Counter(
+            "tidebatch_broker_connects_total", "Connections to brokers made (the consumer's)", ["pipeline"], registry=r,
+        )
+        self.broker_disconnects = Counter(
+            "tidebatch_broker_disconnects_total", "Connections to brokers lost (the consumer's)", ["pipeline"],
+            registry=r,
+        )
+        self.brokers_up = Gauge(
+            "tidebatch_brokers_up", "Brokers the consumer has a connection to now", ["pipeline"], registry=r,
+        )
         # delivery exactly_once (pipeline/worker/transactions.py): how long a commit
         # (producer and sink flush, offsets, EndTxn) holds the source loop; aborts count
         # as commits{result="aborted"}.

@@ -241,9 +241,8 @@ class Worker:
         self.outcomes.limits = described_limits(self.cfg, self.pipeline, self.producer, self.topics)
         if self.transactions is not None:
             self.transactions.start()  # before joining the group: fences our predecessor
-        self.source = make_source(
-            self.cfg, self.group_id, [self.input_topic], self.partitions.on_assign, self.partitions.on_revoke
-        )
+        self.source = make_source(self.cfg, self.group_id, [self.input_topic], self.partitions.on_assign,
+                                  self.partitions.on_revoke, self.outage_log.broker_stats)
         self.publisher.start(self._guarded)
         self._executor_pool.start(
             self.executors, self._guarded, pin=rt.pin_executors, intra_op_threads=rt.intra_op_threads

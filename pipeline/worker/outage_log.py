@@ -1,13 +1,17 @@
 """The outage's lines and gauges (pipeline/worker/kafka_progress.py decides what they
 say): fed what waits on Kafka by the source loop every second, and asked for the lines
 due by the watchdog thread too (pipeline/worker/watchdog.py), since an outage may hold
-the source loop inside a client call for a while."""
+the source loop inside a client call for a while. Also the broker connection counters,
+from the consumer's librdkafka statistics (consumers/broker_connections.py)."""
 
 from __future__ import annotations
 
 import logging
 import threading
 
+import orjson
+
+from consumers.broker_connections import BrokerConnections
 from pipeline.metrics import WorkerMetrics
 from pipeline.worker.kafka_progress import COMMIT, DELIVERY, KafkaProgress
 from pipeline.worker.watchdog import CallWatch
@@ -24,6 +28,21 @@ class OutageLog:
         self._outage = metrics.outage.labels(pipeline)
         self._outages = metrics.outages.labels(pipeline)
         self._lock = threading.Lock()  # two threads report; each line once
+        self._connections = BrokerConnections()
+        self._connects = metrics.broker_connects.labels(pipeline)
+        self._disconnects = metrics.broker_disconnects.labels(pipeline)
+        self._brokers_up = metrics.brokers_up.labels(pipeline)
+
+    def broker_stats(self, document: str) -> None:
+        """librdkafka's statistics JSON (the consumer's stats_cb, in its poll)."""
+        try:
+            delta = self._connections.update(orjson.loads(document))
+        except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError) as exc:
+            log.debug("librdkafka statistics not read: %s", exc)
+            return
+        self._connects.inc(delta.connects)
+        self._disconnects.inc(delta.disconnects)
+        self._brokers_up.set(delta.up)
 
     def sample(self, now: float, unacknowledged: int, uncommitted: int) -> None:
         """Records produced and not acknowledged, partitions with done offsets not

@@ -99,3 +99,22 @@ def test_a_call_that_does_not_return_is_an_outage_of_its_own() -> None:
     assert p.step(16.0) == ["Kafka outage: Kafka call abort_transaction not returned for 10 s; not ready until it ends"]
     p.in_call(None, 30.0, 30.0)
     assert p.step(30.0) == ["Kafka outage over after 24.0 s: deliveries and commits go through again"]
+
+
+def test_broker_statistics_feed_the_connection_counters() -> None:
+    import orjson
+
+    from pipeline.metrics import WorkerMetrics
+    from pipeline.worker.outage_log import OutageLog
+    from pipeline.worker.watchdog import CallWatch
+
+    metrics = WorkerMetrics("ctr", "adaptive")
+    out = OutageLog(KafkaProgress(0.0), metrics, "ctr", CallWatch())
+    brokers = {"a:1/1": {"state": "UP", "connects": 1, "disconnects": 0, "source": "learned"},
+               "b:2/2": {"state": "DOWN", "connects": 1, "disconnects": 1, "source": "learned"}}
+    out.broker_stats(orjson.dumps({"brokers": brokers}).decode())
+    out.broker_stats("not json")  # a bad document is skipped, never raised into the poll
+    value = metrics.registry.get_sample_value
+    assert value("tidebatch_broker_connects_total", {"pipeline": "ctr"}) == 2
+    assert value("tidebatch_broker_disconnects_total", {"pipeline": "ctr"}) == 1
+    assert value("tidebatch_brokers_up", {"pipeline": "ctr"}) == 1
