@@ -220,6 +220,10 @@ class ConfluentSource:
         # does not know it (the session expired), until the group is joined again.
         return bool(self._consumer.memberid())
 
+    def set_sasl_credentials(self, username: str, password: str) -> None:
+        """The next login uses these (consumers/credential_refresh.py)."""
+        self._consumer.set_sasl_credentials(username, password)
+
     def close(self) -> None:
         self._consumer.close()
 
@@ -290,6 +294,10 @@ class ConfluentProducer:
 
     def __len__(self) -> int:
         return len(self._producer)
+
+    def set_sasl_credentials(self, username: str, password: str) -> None:
+        """The next login uses these (consumers/credential_refresh.py)."""
+        self._producer.set_sasl_credentials(username, password)
 
 
 def _transaction_error(step: str, exc: KafkaException) -> TransactionError:

@@ -86,11 +86,13 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBro
 
 
 @pytest.fixture(scope="module")
-def secured_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+def secured_kafka(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
     """A single-node Apache Kafka with a SASL_SSL listener (SCRAM-SHA-512, a certificate
     from a CA made here, StandardAuthorizer ACLs; consumers/brokers/kafka_security.py).
     `.security.ca` is the CA its clients trust. Stopped after its
-    module, like kafka_cluster: one more idle JVM would slow the rest of the session."""
+    module, like kafka_cluster: one more idle JVM would slow the rest of the session.
+    A module may parametrize it (indirect) with more server.properties, e.g.
+    connections.max.reauth.ms."""
     from consumers.brokers.kafka_security import KafkaSecurity
     from tests.integration.certs import make_ca, make_cert
 
@@ -100,7 +102,8 @@ def secured_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBro
     keystore = pki / "broker-keystore.pem"  # Kafka's PEM keystore: key, then the chain
     keystore.write_text(leaf.key.read_text() + leaf.cert.read_text())
     security = KafkaSecurity(keystore=keystore, ca=leaf.ca)
-    with KafkaBroker(workdir=tmp_path_factory.mktemp("kafka-secured"), security=security) as running:
+    settings = getattr(request, "param", None)
+    with KafkaBroker(workdir=tmp_path_factory.mktemp("kafka-secured"), security=security, settings=settings) as running:
         register_broker(running)
         yield running
 
