@@ -118,8 +118,8 @@ class CredentialRefresh:
         if changed:
             self._handed_over_at = now
             log.warning(
-                "Kafka refused the %s's login at %s and its credentials changed (%s re-read): "
-                "the new ones are in use", " and ".join(changed), self._bootstrap, self._sources(),
+                "Kafka refused a login at %s and the credentials changed (%s re-read): the %s now log in "
+                "with the new ones", self._bootstrap, self._sources(), " and ".join(sorted(changed)),
             )
             return
         if self._handed_over_at is not None and now - self._handed_over_at < self._settle_s:

@@ -78,7 +78,7 @@ def test_a_rewritten_file_goes_to_every_live_client(secret: Path, caplog: pytest
     with caplog.at_level(logging.WARNING):
         refresh.check()
     assert consumer.given == producer.given == [("worker", "new-secret")]
-    assert f"sasl.password from @file:{secret}" in caplog.text and "new ones are in use" in caplog.text
+    assert f"sasl.password from @file:{secret}" in caplog.text and "log in with the new ones" in caplog.text
     assert "new-secret" not in caplog.text
     refresh.check()  # the failure was dealt with
     assert consumer.given == [("worker", "new-secret")]
