@@ -46,6 +46,9 @@ _REPLACEABLE_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 # credentials were refused too (librdkafka retries a refused login at least every
 # reconnect.backoff.max.ms, 10 s by default, so one comes).
 SETTLE_S = 5.0
+# A refusal this long after a hand-over is a later rotation the file did not follow,
+# not the handed-over credentials refused (those are retried within seconds).
+REFUSED_TOO_S = 60.0
 
 Credentials = tuple[object, object]
 
@@ -92,10 +95,10 @@ class CredentialRefresh:
         if failure.kind == AUTHENTICATION:
             self._refused.set()
 
-    def attach(self, role: str, client: SaslClient) -> None:
-        """`client` (of `role`: consumer, producer or admin) logs in with what the
-        `kafka:` block resolves to now."""
-        self._given.setdefault(role, self._credentials(role))
+    def attach(self, role: str, client: SaslClient, settings: Mapping[str, object]) -> None:
+        """`client` (of `role`: consumer, producer or admin) was made with `settings`
+        (the resolved ones it logs in with)."""
+        self._given.setdefault(role, (settings.get(CREDENTIAL_KEYS[0]), settings.get(CREDENTIAL_KEYS[1])))
         self._clients.setdefault(role, []).append(client)
 
     def check(self) -> None:
@@ -122,9 +125,10 @@ class CredentialRefresh:
                 "with the new ones", self._bootstrap, self._sources(), " and ".join(sorted(changed)),
             )
             return
-        if self._handed_over_at is not None and now - self._handed_over_at < self._settle_s:
+        since = None if self._handed_over_at is None else now - self._handed_over_at
+        if since is not None and since < self._settle_s:
             return  # a login begun with the old credentials (SETTLE_S)
-        raise KafkaRefused(self._line())
+        raise KafkaRefused(self._line(refused_too=since is not None and since < REFUSED_TOO_S))
 
     def _credentials(self, role: str) -> Credentials:
         try:
@@ -136,8 +140,8 @@ class CredentialRefresh:
     def _prefix(self) -> str:
         return f"Kafka authentication failed at {self._bootstrap} after the credentials changed on the broker"
 
-    def _line(self) -> str:
-        again = "the new ones were refused too" if self._handed_over_at is not None else "they have not changed here"
+    def _line(self, refused_too: bool) -> str:
+        again = "the new ones were refused too" if refused_too else "they have not changed here"
         return (
             f"{self._prefix()}: {again} ({self._sources()} re-read); "
             "write the new password where the kafka: block reads it, or restart with it"

@@ -82,7 +82,7 @@ def make_source(
                                credentials.heard if credentials else None)
         source = ConfluentSource(conf, topics, on_assign, on_revoke)
         if credentials is not None:
-            credentials.attach("consumer", source)
+            credentials.attach("consumer", source, conf)
         return source
     if cfg.client == "kafka-python":
         backend = kafka_python_backend()
@@ -141,7 +141,7 @@ def make_producer(
             log.info("transactional.id %s (delivery exactly_once)", conf["transactional.id"])
         producer = ConfluentTransactionalProducer(conf) if txn else ConfluentProducer(conf)
         if credentials is not None:
-            credentials.attach("producer", producer)
+            credentials.attach("producer", producer, conf)
         return producer
     if cfg.client == "kafka-python":
         backend = kafka_python_backend()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from consumers.client_settings import settings_for
 from consumers.credential_refresh import CredentialRefresh, refresh_for, replaceable
 from consumers.kafka_failures import AUTHENTICATION, TOPIC_AUTHORIZATION, UNREACHABLE, KafkaFailure
 from consumers.records import KafkaRefused
@@ -50,8 +51,8 @@ def secret(tmp_path: Path) -> Path:
 def refresh_with_clients(block: KafkaOverrides, clock: FakeClock | None = None) -> tuple[CredentialRefresh, FakeClient, FakeClient]:
     refresh = CredentialRefresh(block, ADDR, environ={}, clock=clock or FakeClock())
     consumer, producer = FakeClient(), FakeClient()
-    refresh.attach("consumer", consumer)
-    refresh.attach("producer", producer)
+    refresh.attach("consumer", consumer, settings_for(block, "consumer", {}))  # as it was made
+    refresh.attach("producer", producer, settings_for(block, "producer", {}))
     return refresh, consumer, producer
 
 
@@ -107,8 +108,9 @@ def test_a_password_given_as_a_value_is_never_shown() -> None:
 
 def test_an_environment_reference_cannot_change_under_a_running_process() -> None:
     block = scram("${KAFKA_PW}")
-    refresh = CredentialRefresh(block, ADDR, environ={"KAFKA_PW": "env-secret"}, clock=FakeClock())
-    refresh.attach("consumer", FakeClient())
+    env = {"KAFKA_PW": "env-secret"}
+    refresh = CredentialRefresh(block, ADDR, environ=env, clock=FakeClock())
+    refresh.attach("consumer", FakeClient(), settings_for(block, "consumer", env))
     refresh.heard(REFUSED)
     with pytest.raises(KafkaRefused, match=r"sasl\.password from \$\{KAFKA_PW\}") as caught:
         refresh.check()
@@ -140,6 +142,18 @@ def test_a_second_rotation_is_followed_too(secret: Path) -> None:
         refresh.heard(REFUSED)
         refresh.check()
     assert consumer.given == [("worker", "pw-1"), ("worker", "pw-2")]
+
+
+def test_a_later_rotation_the_file_does_not_follow_says_unchanged(secret: Path) -> None:
+    clock = FakeClock()
+    refresh, _, _ = refresh_with_clients(scram(f"@file:{secret}"), clock)
+    secret.write_text("pw-1")
+    refresh.heard(REFUSED)
+    refresh.check()
+    clock.now += 3600.0  # the next rotation, on the broker alone
+    refresh.heard(REFUSED)
+    with pytest.raises(KafkaRefused, match="they have not changed here"):
+        refresh.check()
 
 
 def test_each_role_gets_its_own_credentials(tmp_path: Path) -> None:
