@@ -79,8 +79,10 @@ class CredentialRefresh:
         environ: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.monotonic,
         settle_s: float = SETTLE_S,
+        hand_over: bool = True,
     ) -> None:
         self._kafka = kafka
+        self._hand_over = hand_over
         self._bootstrap = bootstrap
         self._environ = environ
         self._clock = clock
@@ -113,6 +115,11 @@ class CredentialRefresh:
             creds = self._credentials(role)
             if creds == self._given[role]:
                 continue
+            if not self._hand_over:
+                raise KafkaRefused(
+                    f"{self._prefix()}: the new ones are there ({self._sources()} re-read), but a "
+                    "delivery exactly_once worker does not change them while running; its restart reads them"
+                )
             username, password = (str(v) if v is not None else "" for v in creds)
             for client in clients:
                 client.set_sasl_credentials(username, password)
@@ -166,9 +173,12 @@ def _is_reference(value: object) -> bool:
     return bool(_REFERENCE.match(str(value)))
 
 
-def refresh_for(kafka: KafkaBlock, bootstrap: str, roles: tuple[str, ...] = ("consumer", "producer")) -> CredentialRefresh | None:
+def refresh_for(
+    kafka: KafkaBlock, bootstrap: str, roles: tuple[str, ...] = ("consumer", "producer"), *, hand_over: bool = True
+) -> CredentialRefresh | None:
     """A CredentialRefresh for clients of `roles` configured by `kafka`, or None when
-    none of them logs in with a replaceable username and password."""
+    none of them logs in with a replaceable username and password. `hand_over` False:
+    changed credentials stop the worker too (see kafka_backend.credential_refresh)."""
     if not any(replaceable(settings_for(kafka, role)) for role in roles):
         return None
-    return CredentialRefresh(kafka, bootstrap)
+    return CredentialRefresh(kafka, bootstrap, hand_over=hand_over)

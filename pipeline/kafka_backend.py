@@ -121,7 +121,12 @@ def credential_refresh(cfg: WorkerConfig) -> CredentialRefresh | None:
     None otherwise (kafka-python cannot change a live client's password)."""
     if cfg.client != "confluent":
         return None
-    return refresh_for(cfg.kafka, cfg.bootstrap_servers)
+    # exactly_once: stop, never hand over. A transactional worker given the new password
+    # stood still for good in send_offsets_to_transaction, past its timeout and deaf to
+    # SIGTERM (librdkafka's coordinator requests ignore their timeout while the group
+    # coordinator's connection is down: confluentinc/librdkafka#5456), while its restart
+    # fences the old producer, aborts its open transaction and reads the new password.
+    return refresh_for(cfg.kafka, cfg.bootstrap_servers, hand_over=cfg.delivery != "exactly_once")
 
 
 def make_producer(

@@ -156,6 +156,18 @@ def test_a_later_rotation_the_file_does_not_follow_says_unchanged(secret: Path) 
         refresh.check()
 
 
+def test_without_hand_over_new_credentials_stop_the_worker_too(secret: Path) -> None:
+    block = scram(f"@file:{secret}")
+    refresh = CredentialRefresh(block, ADDR, environ={}, clock=FakeClock(), hand_over=False)
+    consumer = FakeClient()
+    refresh.attach("consumer", consumer, settings_for(block, "consumer", {}))
+    secret.write_text("new-secret")
+    refresh.heard(REFUSED)
+    with pytest.raises(KafkaRefused, match="the new ones are there .*its restart reads them") as caught:
+        refresh.check()
+    assert consumer.given == [] and "new-secret" not in str(caught.value)
+
+
 def test_each_role_gets_its_own_credentials(tmp_path: Path) -> None:
     consumer_pw, producer_pw = tmp_path / "c", tmp_path / "p"
     consumer_pw.write_text("c1")
