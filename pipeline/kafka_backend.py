@@ -122,10 +122,12 @@ def credential_refresh(cfg: WorkerConfig) -> CredentialRefresh | None:
     if cfg.client != "confluent":
         return None
     # exactly_once: stop, never hand over. A transactional worker given the new password
-    # stood still for good in send_offsets_to_transaction, past its timeout and deaf to
-    # SIGTERM (librdkafka's coordinator requests ignore their timeout while the group
-    # coordinator's connection is down: confluentinc/librdkafka#5456), while its restart
-    # fences the old producer, aborts its open transaction and reads the new password.
+    # stood still for good in send_offsets_to_transaction (its main thread waiting in
+    # librdkafka's rd_kafka_txn_op_req0), past its 30 s timeout and deaf to SIGTERM, in
+    # 2 of 2 runs of tests/integration/test_kafka_rotation.py; this looks like
+    # confluentinc/librdkafka#5456 (coordinator requests whose timeout is never checked).
+    # Its restart fences the old producer, aborts its open transaction and reads the new
+    # password.
     return refresh_for(cfg.kafka, cfg.bootstrap_servers, hand_over=cfg.delivery != "exactly_once")
 
 
