@@ -4,8 +4,9 @@
 The secured broker has `connections.max.reauth.ms`, so every live connection must log
 in again within it (KIP-368). The worker reads its password from `@file:`. Rotated with
 the file rewritten first, the same process goes on and every request is scored once;
-rotated on the broker alone, the worker stops with one line and a non-zero exit,
-having committed nothing past a request whose result was written.
+rotated on the broker alone (or with a wrong password in the file), the worker stops
+with one line and a non-zero exit, having committed nothing past a request without a
+result. A delivery exactly_once worker stops either way and its restart goes on.
 """
 
 from __future__ import annotations
