@@ -236,6 +236,10 @@ class ConfluentSource:
         got = self._consumer.committed([CkTopicPartition(t, p) for t, p in tps], timeout=timeout)
         return {(tp.topic, tp.partition): tp.offset for tp in got if tp.offset >= 0 and tp.error is None}
 
+    def set_sasl_credentials(self, username: str, password: str) -> None:
+        """The next login uses these (consumers/credential_refresh.py)."""
+        self._consumer.set_sasl_credentials(username, password)
+
     def close(self) -> None:
         self._consumer.close()
 
@@ -307,6 +311,10 @@ class ConfluentProducer:
 
     def __len__(self) -> int:
         return len(self._producer)
+
+    def set_sasl_credentials(self, username: str, password: str) -> None:
+        """The next login uses these (consumers/credential_refresh.py)."""
+        self._producer.set_sasl_credentials(username, password)
 
 
 def _transaction_error(step: str, exc: KafkaException) -> TransactionError:

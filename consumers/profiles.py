@@ -255,9 +255,11 @@ def consumer_config(
     bootstrap_servers: str,
     group_id: str,
     overrides: Mapping[str, Any] | None = None,
+    on_failure: FailureCallback | None = None,
 ) -> dict[str, Any]:
     """confluent_kafka.Consumer config; `overrides` win over the profile. With
-    `group.protocol: consumer` in the overrides, the classic-only settings go."""
+    `group.protocol: consumer` in the overrides, the classic-only settings go.
+    `on_failure` hears the failures its logs and error events report (consumers/kafka_failures.py)."""
     check_profile(profile)
     base = _merge(_CONSUMER_COMMON, _CONSUMER_PROFILE[profile])
     if (overrides or {}).get("group.protocol", "classic") == "consumer":
@@ -269,15 +271,17 @@ def consumer_config(
             base.pop(key, None)
     elif "group.remote.assignor" in (overrides or {}):
         raise UserError("group.remote.assignor only applies with group.protocol=consumer")
-    return wired(_merge({"bootstrap.servers": bootstrap_servers, "group.id": group_id}, base, overrides))
+    return wired(_merge({"bootstrap.servers": bootstrap_servers, "group.id": group_id}, base, overrides), on_failure)
 
 
 def producer_config(
     profile: str,
     bootstrap_servers: str,
     overrides: Mapping[str, Any] | None = None,
+    on_failure: FailureCallback | None = None,
 ) -> dict[str, Any]:
-    """confluent_kafka.Producer config; `overrides` win over the profile."""
+    """confluent_kafka.Producer config; `overrides` win over the profile; `on_failure`
+    as for consumer_config."""
     check_profile(profile)
     return wired(
         _merge(
@@ -285,7 +289,8 @@ def producer_config(
             _PRODUCER_COMMON,
             _PRODUCER_PROFILE[profile],
             overrides,
-        )
+        ),
+        on_failure,
     )
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from consumers.credential_refresh import CredentialRefresh, refresh_for
 from consumers.kafka_python_settings import kafka_python_settings
 from consumers.profiles import (
     consumer_config,
@@ -64,8 +65,11 @@ def make_source(
     on_assign: Callable[[list[TopicPartition]], None],
     on_revoke: Callable[[list[TopicPartition]], None],
     on_stats: Callable[[str], None] | None = None,
+    credentials: CredentialRefresh | None = None,
 ) -> Source:
-    """on_stats: librdkafka's statistics JSON, periodically (confluent only)."""
+    """on_stats: librdkafka's statistics JSON, periodically (confluent only).
+    credentials: hears the consumer's refused logins and may change its password
+    (consumers/credential_refresh.py, made by `credential_refresh`)."""
     if cfg.client == "confluent":
         from consumers.confluent_backend import ConfluentSource
 
@@ -76,8 +80,12 @@ def make_source(
         overrides = {
             **(large.consumer if large else {}), **group_overrides(cfg, "confluent"), **isolation, **cfg.kafka.client("consumer")
         }
-        conf = consumer_config(cfg.broker_profile, cfg.bootstrap_servers, group_id, overrides)
-        return ConfluentSource(conf, topics, on_assign, on_revoke, on_stats)
+        conf = consumer_config(cfg.broker_profile, cfg.bootstrap_servers, group_id, overrides,
+                               credentials.heard if credentials else None)
+        source = ConfluentSource(conf, topics, on_assign, on_revoke, on_stats)
+        if credentials is not None:
+            credentials.attach("consumer", source, conf)
+        return source
     if cfg.client == "kafka-python":
         backend = kafka_python_backend()
         large = _large(cfg)
@@ -109,19 +117,41 @@ def _exactly_once(cfg: WorkerConfig, group_id: str) -> dict[str, Any]:
     return {"transactional.id": transactional_id(cfg, group_id), "transaction.timeout.ms": cfg.transaction_timeout_ms}
 
 
-def make_producer(cfg: WorkerConfig, group_id: str | None = None) -> Producer:
-    """group_id: the worker's group, for the transactional.id with delivery exactly_once."""
+def credential_refresh(cfg: WorkerConfig) -> CredentialRefresh | None:
+    """What lets a running worker follow a password rotated on the broker, for the
+    confluent client with a PLAIN or SCRAM login (consumers/credential_refresh.py);
+    None otherwise (kafka-python cannot change a live client's password)."""
+    if cfg.client != "confluent":
+        return None
+    # exactly_once: stop, never hand over. A transactional worker given the new password
+    # stood still for good in send_offsets_to_transaction (its main thread waiting in
+    # librdkafka's rd_kafka_txn_op_req0), past its 30 s timeout and deaf to SIGTERM, in
+    # 2 of 2 runs of tests/integration/test_kafka_rotation.py; this looks like
+    # confluentinc/librdkafka#5456 (coordinator requests whose timeout is never checked).
+    # Its restart fences the old producer, aborts its open transaction and reads the new
+    # password.
+    return refresh_for(cfg.kafka, cfg.bootstrap_servers, hand_over=cfg.delivery != "exactly_once")
+
+
+def make_producer(
+    cfg: WorkerConfig, group_id: str | None = None, credentials: CredentialRefresh | None = None
+) -> Producer:
+    """group_id: the worker's group, for the transactional.id with delivery exactly_once.
+    credentials: as for make_source."""
     if cfg.client == "confluent":
         from consumers.confluent_backend import ConfluentProducer, ConfluentTransactionalProducer
 
         large = _large(cfg)
         txn = _exactly_once(cfg, group_id or f"tidebatch-{cfg.pipeline}")
         overrides = {**(large.producer if large else {}), **txn, **cfg.kafka.client("producer")}
-        conf = producer_config(cfg.broker_profile, cfg.bootstrap_servers, overrides)
+        conf = producer_config(cfg.broker_profile, cfg.bootstrap_servers, overrides,
+                               credentials.heard if credentials else None)
         if txn:
             log.info("transactional.id %s (delivery exactly_once)", conf["transactional.id"])
-            return ConfluentTransactionalProducer(conf)
-        return ConfluentProducer(conf)
+        producer = ConfluentTransactionalProducer(conf) if txn else ConfluentProducer(conf)
+        if credentials is not None:
+            credentials.attach("producer", producer, conf)
+        return producer
     if cfg.client == "kafka-python":
         backend = kafka_python_backend()
         large = _large(cfg)

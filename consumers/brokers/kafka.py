@@ -364,6 +364,7 @@ class KafkaBroker(LocalBroker):
     until every node answers a metadata request and is registered. security: adds a
     SASL_SSL listener with SCRAM users and ACLs, and the MTLS and OAUTH listeners if it
     says so (consumers/brokers/kafka_security.py).
+    settings: more server.properties, winning over the defaults.
     """
 
     profile = "kafka"
@@ -378,6 +379,7 @@ class KafkaBroker(LocalBroker):
         start_timeout: float = 90.0,
         stop_timeout: float = STOP_TIMEOUT_S,
         security: KafkaSecurity | None = None,
+        settings: Mapping[str, str] | None = None,
     ) -> None:
         if nodes not in (1, 3):
             raise KafkaBrokerError(f"nodes must be 1 or 3, got {nodes}")
@@ -391,6 +393,9 @@ class KafkaBroker(LocalBroker):
         self.stop_timeout = stop_timeout
         self.cluster_id = new_cluster_id()
         self.security = security
+        # More server.properties, over the defaults: what one test's broker needs
+        # (connections.max.reauth.ms for tests/integration/test_kafka_rotation.py).
+        self.settings = dict(settings or {})
         self.nodes: list[KafkaNode] = []
         self._libs: Path | None = None
         self.start_seconds: float | None = None
@@ -645,6 +650,7 @@ class KafkaBroker(LocalBroker):
             props = server_properties(
                 node.node_id, node.port, node.controller_port, voters, node.dir / "data", secure
             )
+            props.update(self.settings)
             (node.dir / "server.properties").write_text(render_properties(props))
 
     def _java_cmd(self, java: str, main: str, *args: str) -> list[str]:

@@ -19,6 +19,7 @@ from consumers.profiles import EMBEDDED, FAUST_FETCH_MAX_WAIT_MS, faust_app_sett
 from consumers.secret_values import scrub_log_records
 from pipeline.extras import load
 from pipeline.faust.kafka_settings import describe, faust_kafka_settings
+from pipeline.faust.sasl_logs import hide_sasl_tokens
 from pipeline.kafka_keys import DELIVERY_MODES
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,8 @@ def make_app(
     from_block = faust_kafka_settings(kafka) if kafka is not None else {}
     app = faust.App(app_id, broker=broker, **faust_app_settings(profile, {**from_block, **settings}))
     use_broker_profile(app, profile)
+    if "broker_credentials" in from_block:
+        hide_sasl_tokens()  # aiokafka's debug lines would show the login (sasl_logs.py)
     if from_block:
         line = describe(from_block)  # no secret: credentials by kind and mechanism only
 

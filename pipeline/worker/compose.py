@@ -18,6 +18,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from consumers.credential_refresh import CredentialRefresh
 from consumers.records import Producer
 from pipeline.batching.backpressure import Backpressure
 from pipeline.batching.batcher import Batcher
@@ -29,7 +30,7 @@ from pipeline.batching.policy_base import Policy
 from pipeline.clock import Clock, MonotonicClock
 from pipeline.config import RuntimeConfig, WorkerConfig
 from pipeline.hooks import WorkerHook
-from pipeline.kafka_backend import make_producer
+from pipeline.kafka_backend import credential_refresh, make_producer
 from pipeline.metrics import LATENCY_BUCKETS, WorkerMetrics
 from pipeline.outcomes import Topics
 from pipeline.pipelines import PipelineSpec, pipeline_for
@@ -72,6 +73,9 @@ class WorkerParts:
     versions: ModelVersions
     redis: RedisParts | None = None
     tracer: BatchTracer | None = None  # config `tracing` (pipeline/tracing.py)
+    # Follows a password rotated on the broker (consumers/credential_refresh.py); None
+    # without a PLAIN/SCRAM login on the confluent client.
+    credentials: CredentialRefresh | None = None
 
     def close(self) -> None:
         """Close what outlives the worker's own shutdown: Redis (its sinks flush into
@@ -146,7 +150,8 @@ def build_parts(
         b = cfg.batching
         backpressure = Backpressure(b.queue_high_rows, b.queue_low_rows, poll_records=POLL_RECORDS)
         group_id = cfg.group_id or f"tidebatch-{cfg.pipeline}"
-        producer = make_producer(cfg, group_id)
+        credentials = credential_refresh(cfg)
+        producer = make_producer(cfg, group_id, credentials)
         slot = ModelSlot(step)
         versions = _versions(cfg, pipeline, slot, VersionLoader(cfg, pipeline, codec, hooks, metrics, session.input_names), queue, metrics)
     except BaseException:
@@ -159,7 +164,7 @@ def build_parts(
     return WorkerParts(
         cfg, pipeline, input_topic, topics, group_id, metrics,
         policy, queue, backpressure, executors, producer, sinks, slot, versions, redis_parts,
-        make_tracer(cfg.tracing, cfg.pipeline),
+        make_tracer(cfg.tracing, cfg.pipeline), credentials,
     )
 
 

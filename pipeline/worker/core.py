@@ -106,6 +106,7 @@ class Worker:
         self.producer = parts.producer
         self.sinks = parts.sinks
         self.redis, self.tracer = parts.redis, parts.tracer  # closed by whoever built the parts, not here
+        self.credentials = parts.credentials
         try:
             self._build_rooms(cfg)
         except BaseException:
@@ -242,7 +243,7 @@ class Worker:
         if self.transactions is not None:
             self.transactions.start()  # before joining the group: fences our predecessor
         self.source = make_source(self.cfg, self.group_id, [self.input_topic], self.partitions.on_assign,
-                                  self.partitions.on_revoke, self.outage_log.broker_stats)
+                                  self.partitions.on_revoke, self.outage_log.broker_stats, self.credentials)
         self.publisher.start(self._guarded)
         self._executor_pool.start(
             self.executors, self._guarded, pin=rt.pin_executors, intra_op_threads=rt.intra_op_threads
@@ -272,6 +273,8 @@ class Worker:
                     # Holding: wait for the executors here, serving result acks meanwhile.
                     self.producer.poll(_HOLD_WAIT)
                     self.last_poll_ok = time.monotonic()
+                if self.credentials is not None:  # a refused login: new password, or the one line
+                    self.credentials.check()
                 self._serve_outcomes()
                 self.outcomes.observe_stages()
                 for sink in self.sinks:
@@ -291,7 +294,7 @@ class Worker:
                     self.outage_log.sample(now, len(self.producer), len(self.tracker.committable()))
                     next_lag = now + _LAG_INTERVAL
             return self._shutdown()
-        except Exception as exc:  # a missing ACL (KafkaRefused) is its one line, not a traceback
+        except Exception as exc:  # a missing ACL or a refused login (KafkaRefused) is its one line, not a traceback
             log.error("worker failed; offsets not committed past finished work", exc_info=not isinstance(exc, KafkaRefused))
             self.fail(str(exc) if isinstance(exc, KafkaRefused) else f"source loop failed: {type(exc).__name__}: {exc}")
             return self._shutdown(commit=True)

@@ -98,13 +98,16 @@ def kafka_pki(tmp_path_factory: pytest.TempPathFactory) -> CertFiles:
 
 
 @pytest.fixture(scope="module")
-def secured_kafka(tmp_path_factory: pytest.TempPathFactory, kafka_pki: CertFiles) -> Iterator[KafkaBroker]:
+def secured_kafka(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+                  kafka_pki: CertFiles) -> Iterator[KafkaBroker]:
     """A single-node Apache Kafka with a SASL_SSL listener (SCRAM-SHA-512, a certificate
     from `kafka_pki`, StandardAuthorizer ACLs; consumers/brokers/kafka_security.py),
     an MTLS listener (client certificates of `kafka_pki` required) and an OAUTH one
     (OAUTHBEARER, unsecured tokens): one JVM for every way in, since each listener
     costs a port, not a broker. `.security.ca` is the CA its clients trust. Stopped after its
-    module, like kafka_cluster: one more idle JVM would slow the rest of the session."""
+    module, like kafka_cluster: one more idle JVM would slow the rest of the session.
+    A module may parametrize it (indirect) with more server.properties, e.g.
+    connections.max.reauth.ms."""
     from consumers.brokers.kafka_security import KafkaSecurity
     from tests.integration.certs import make_cert
     from tests.integration.secured_helpers import PRINCIPAL_MAPPING_RULES
@@ -115,7 +118,8 @@ def secured_kafka(tmp_path_factory: pytest.TempPathFactory, kafka_pki: CertFiles
     keystore.write_text(leaf.key.read_text() + leaf.cert.read_text())
     security = KafkaSecurity(keystore=keystore, ca=leaf.ca, client_ca=kafka_pki.cert, oauthbearer=True,
                              principal_mapping_rules=PRINCIPAL_MAPPING_RULES)
-    with KafkaBroker(workdir=tmp_path_factory.mktemp("kafka-secured"), security=security) as running:
+    settings = getattr(request, "param", None)
+    with KafkaBroker(workdir=tmp_path_factory.mktemp("kafka-secured"), security=security, settings=settings) as running:
         register_broker(running)
         yield running
 

@@ -49,9 +49,9 @@ def reference_session() -> ort.InferenceSession:
 
 @contextmanager
 def faust_worker(
-    bootstrap: str, inp: str, out: str, app_id: str, tmp_path: Path, name: str, **env: str
+    bootstrap: str, inp: str, out: str, app_id: str, tmp_path: Path, name: str, *, level: str = "info", **env: str
 ) -> Iterator[tuple[subprocess.Popen, int, Path]]:
-    """The example app as a `faust ... worker` process; stopped with SIGTERM at exit."""
+    """The example app as a `faust ... worker -l level` process; stopped with SIGTERM at exit."""
     web_port = free_port()
     log = tmp_path / f"{name}.log"
     full_env = {
@@ -66,7 +66,7 @@ def faust_worker(
     }
     cmd = [
         sys.executable, "-m", "faust", "--datadir", str(tmp_path / f"{name}-data"),
-        "-A", "examples.faust_ctr.app", "worker", "-l", "info",
+        "-A", "examples.faust_ctr.app", "worker", "-l", level,
         "--web-port", str(web_port), "--web-host", "127.0.0.1",
     ]
     with open(log, "wb") as fh:
@@ -297,37 +297,88 @@ def test_the_kafka_block_reaches_the_apps_clients(broker, topic_factory, unique_
     assert proc.returncode == 0, f"faust worker exit code {proc.returncode}; see {log}"
 
 
-def test_the_app_scores_through_sasl_ssl_with_scram(secured_kafka, secured_topic_factory, unique_group_id, tmp_path) -> None:
-    """The `kafka:` block's SASL_SSL settings (SCRAM-SHA-512, the test CA) reach aiokafka:
-    every request scored through the secured listener (tests/integration/test_kafka_secured.py
-    has the broker side), the password never printed."""
+FAUST_README = REPO / "examples" / "faust_ctr" / "README.md"
+
+
+def documented_faust_acls(names: dict[str, str], when: tuple[str, ...] = ("always",)) -> list:
+    """The rows of the example's README ACL table whose "when" begins with one of
+    `when`, placeholders (`<input>`, `<app id>`, ...) filled in from `names`."""
     from consumers.brokers.kafka_security import Acl
+
+    table = FAUST_README.read_text().split("| resource | name | operation | pattern | when |", 1)[1].split("\n\n", 1)[0]
+    rows = table.strip().splitlines()[1:]  # below the |---| line
+    assert len(rows) >= 5, f"no ACL table found in {FAUST_README}"
+    acls = []
+    for line in rows:
+        resource, name, operation, pattern, condition = (c.strip().strip("`") for c in line.strip().strip("|").split("|"))
+        if condition.startswith(when):
+            prefix = name.endswith("-")  # `<app id>-`: the PREFIXED name of Faust's own topics
+            acls.append(Acl(resource, names[name.removesuffix("-")] + ("-" if prefix else ""), operation, pattern))
+    return acls
+
+
+def test_the_documented_faust_acls_are_the_workers_minus_the_size_limits() -> None:
+    """The example's table: what a worker needs to consume and write, nothing on the
+    cluster; Faust's own topics only for apps that have them."""
+    names = {"<input>": "in", "<output>": "out", "<dlq>": "in.dlq", "<late>": "in.late", "<app id>": "app"}
+    granted = {(a.resource_type, a.name, a.operation, a.pattern) for a in documented_faust_acls(names)}
+    assert granted == {("TOPIC", "in", "READ", "LITERAL"), ("GROUP", "app", "READ", "LITERAL"),
+                       ("TOPIC", "out", "WRITE", "LITERAL"), ("TOPIC", "in.dlq", "WRITE", "LITERAL")}
+    more = documented_faust_acls(names, when=("a tenant class", "an app of your own"))
+    assert {(a.name, a.operation, a.pattern) for a in more} == {("in.late", "WRITE", "LITERAL"), ("app-", "ALL", "PREFIXED")}
+
+
+@pytest.mark.parametrize("secret_from", ["env", "file"])
+def test_the_app_scores_through_sasl_ssl_with_scram_and_the_documented_acls(
+    secret_from: str, secured_kafka, secured_topic_factory, unique_group_id, tmp_path
+) -> None:
+    """The `kafka:` block's SASL_SSL settings (SCRAM-SHA-512, the test CA) reach aiokafka:
+    every request scored once through the secured listener, with only the ACLs the
+    example's README lists (tests/integration/test_kafka_secured.py has the broker side),
+    the password given as ${ENV} or as @file: in the config file and never printed."""
     from tests.integration.test_kafka_secured import new_user
 
-    n = 30
-    inp = secured_topic_factory("faust-sec-req", partitions=1)
-    out = secured_topic_factory("faust-sec-scores", partitions=1)
+    n = 60
+    inp = secured_topic_factory("faust-sec-req", partitions=2)
+    out = secured_topic_factory("faust-sec-scores", partitions=2)
     dlq = secured_topic_factory(f"{inp}.dlq", exact=True)
-    user = new_user(secured_kafka, "faust", [
-        Acl("TOPIC", inp, "READ"), Acl("GROUP", unique_group_id, "READ"),
-        Acl("TOPIC", out, "WRITE"), Acl("TOPIC", dlq, "WRITE"),
-        # Faust's own topics (its leader-election topic) and creating them.
-        Acl("TOPIC", f"{unique_group_id}-", "ALL", pattern="PREFIXED"), Acl("CLUSTER", "kafka-cluster", "CREATE"),
-    ])
-    produce_values(secured_kafka.bootstrap_servers, inp, [CtrRequestFactory(seed=35).make(i) for i in range(n)])
+    names = {"<input>": inp, "<output>": out, "<dlq>": dlq, "<late>": f"{inp}.late", "<app id>": unique_group_id}
+    user = new_user(secured_kafka, "faust", documented_faust_acls(names))
+    requests = [CtrRequestFactory(seed=35).make(i) for i in range(n)]
+    produce_values(secured_kafka.bootstrap_servers, inp, requests)
+    security = {
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": user.name,
+        "ssl.ca.location": str(secured_kafka.security.ca),
+    }
+    if secret_from == "file":  # a worker config file, as a mounted Secret would serve it
+        secret = tmp_path / "kafka-password"
+        secret.write_text(user.password + "\n")
+        config = tmp_path / "worker.yaml"
+        config.write_text("kafka:\n  common:\n" + "".join(f"    {k}: '{v}'\n" for k, v in
+                                                       {**security, "sasl.password": f"@file:{secret}"}.items()))
+        env = {"TIDEBATCH_FAUST_CONFIG": str(config)}
+    else:
+        env = {f"TIDEBATCH_KAFKA__COMMON__{k.upper().replace('.', '_')}": v for k, v in security.items()}
+        env |= {"TIDEBATCH_KAFKA__COMMON__SASL_PASSWORD": "${TB_FAUST_PW}", "TB_FAUST_PW": user.password}
+    # The file case at debug level: aiokafka then logs every request, the login included.
+    level = "debug" if secret_from == "file" else "info"
     with faust_worker(
-        secured_kafka.secure_bootstrap_servers, inp, out, unique_group_id, tmp_path, "worker",
-        TIDEBATCH_FAUST_BROKER_PROFILE="kafka",
-        TIDEBATCH_KAFKA__COMMON__SECURITY_PROTOCOL="SASL_SSL",
-        TIDEBATCH_KAFKA__COMMON__SASL_MECHANISM="SCRAM-SHA-512",
-        TIDEBATCH_KAFKA__COMMON__SASL_USERNAME=user.name,
-        TIDEBATCH_KAFKA__COMMON__SASL_PASSWORD="${TB_FAUST_PW}", TB_FAUST_PW=user.password,
-        TIDEBATCH_KAFKA__COMMON__SSL_CA_LOCATION=str(secured_kafka.security.ca),
+        secured_kafka.secure_bootstrap_servers, inp, out, unique_group_id, tmp_path, "worker", level=level,
+        TIDEBATCH_FAUST_BROKER_PROFILE="kafka", **env,
     ) as (proc, _port, log):
-        got = read_topic(secured_kafka.bootstrap_servers, out, n, timeout=120)
-        assert len(got) == n, f"see {log}"
+        ids = {orjson.loads(v)["request_id"] for _, v in requests}
+        found = distinct_results(secured_kafka.bootstrap_servers, out, ids, timeout=120)
+        assert ids <= set(found), f"{len(ids - set(found))} requests never scored; see {log}"
         assert proc.poll() is None, f"faust worker exited; see {log}"
-    assert user.password not in log.read_text()
+    docs = result_docs(read_topic(secured_kafka.bootstrap_servers, out, 10**6, timeout=5))
+    assert len(docs) == n, f"{len(docs)} results for {n} requests"  # each scored once
+    assert proc.returncode == 0, f"faust worker exit code {proc.returncode}; see {log}"
+    assert sum(committed_offsets(secured_kafka.bootstrap_servers, unique_group_id, inp, 2).values()) == n
+    printed = log.read_text()
+    assert f"SASLCredentials(SCRAM-SHA-512, user {user.name})" in printed, f"see {log}"
+    assert user.password not in printed, "the password was printed"
+    if level == "debug":  # the SCRAM exchange is there, without its bytes (pipeline/faust/sasl_logs.py)
+        assert "SaslAuthenticateRequest_v1(sasl_auth_bytes=***)" in printed and "sasl_auth_bytes=b" not in printed
 
 
 def test_tenant_classes_from_the_config_shed_a_flood_and_keep_the_steady_tenant(
