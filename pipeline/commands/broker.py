@@ -75,8 +75,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     parser.add_argument(
         "--log-file", default=None,
-        help="broker log file (default: in a new temp dir); with --engine kafka, the folder "
-        "that gets one sub-folder per node, each with its server.log",
+        help="broker log file (default: in a new temp dir); with --engine kafka, its folder is "
+        "the work directory, which gets one sub-folder per node with its server.log and data, "
+        "and control/ for `tidebatch broker node`",
     )
     parser.set_defaults(func=run)
     _add_node_parser(parser)
