@@ -8,8 +8,9 @@ spawning and tells the book what happened, and the book says what to report.
     book.exited(2, -9)                               # "Apache Kafka node 2 died (killed by SIGKILL) ..."
 
 States: STARTING (spawned, not yet registered with the controller), RUNNING, STOPPING
-(SIGTERM sent: controlled shutdown), STOPPED (ended as asked: stop or kill), DEAD (ended
-on its own: crashed, killed from outside, or never became ready).
+(SIGTERM sent: controlled shutdown), STOPPED (ended after `node stop`), DEAD (SIGKILLed
+by `node kill`, or ended on its own: crashed, killed from outside, never became ready;
+only the latter is `unasked`, and makes the command's end an error).
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ class NodeStatus:
     asked: str | None = None  # the action whose end is awaited: "stop", "kill"
     deadline: float | None = None  # STARTING: ready by then; STOPPING: SIGKILL then
     note: str | None = None  # why the command SIGKILLed an overdue node
+    unasked: bool = False  # DEAD on its own, not by `node kill`
 
 
 class NodeBook:
@@ -103,7 +105,8 @@ class NodeBook:
 
     @property
     def any_died(self) -> bool:
-        return any(s.state == DEAD for s in self._nodes.values())
+        """Did a node end without being asked to (crash, outside kill, failed start)?"""
+        return any(s.state == DEAD and s.unasked for s in self._nodes.values())
 
     def refusal(self, action: str, node_id: int) -> str | None:
         """Why `action` cannot be done to `node_id` now; None when it can."""
@@ -153,6 +156,7 @@ class NodeBook:
         self._enter(s, STARTING, deadline=self._clock() + self.start_timeout)
         s.pid = pid
         s.asked = None
+        s.unasked = False
 
     def ready(self, node_id: int) -> str:
         """The node is registered and answers metadata: the line to print."""
@@ -191,11 +195,12 @@ class NodeBook:
             self._enter(s, STOPPED)
             return f"Apache Kafka node {node_id} stopped as asked ({how}) in {lasted:.1f} s; data kept; log: {log}"
         if asked == "kill":
-            self._enter(s, STOPPED)
+            self._enter(s, DEAD)
             return f"Apache Kafka node {node_id} killed as asked ({how}); data kept; log: {log}"
         self._enter(s, DEAD)
-        during = "while starting" if was == STARTING else f"after {lasted:.1f} s running"
-        return f"Apache Kafka node {node_id} died {during} ({how}); data kept; log: {log}"
+        s.unasked = True
+        during = " while starting" if was == STARTING else ""
+        return f"Apache Kafka node {node_id} died{during} ({how}); data kept; log: {log}"
 
     def forced(self, node_id: int, why: str) -> None:
         """An overdue node (see overdue) was SIGKILLed. A start that never became ready
@@ -220,5 +225,6 @@ def ending_line(book: NodeBook, reason: str) -> str:
     parts = []
     for node_id in book.node_ids:
         s = book.status(node_id)
-        parts.append(f"node {node_id} {s.state}" + (f" ({s.ended})" if s.ended and s.state == DEAD else ""))
+        how = f" ({s.ended}{'' if s.unasked else ', as asked'})" if s.ended and s.state == DEAD else ""
+        parts.append(f"node {node_id} {s.state}{how}")
     return f"{reason}: " + ", ".join(parts)

@@ -55,8 +55,7 @@ def test_a_node_that_dies_is_named_with_its_own_log_and_the_rest_run_on() -> Non
     book = running_book(clock)
     clock.now += 35.0
     line = book.exited(2, -signal.SIGKILL)
-    assert line == ("Apache Kafka node 2 died after 35.0 s running (killed by SIGKILL); data kept; "
-                    "log: /w/node-2/server.log")
+    assert line == "Apache Kafka node 2 died (killed by SIGKILL); data kept; log: /w/node-2/server.log"
     assert book.status(2).state == DEAD and book.status(2).ended == "killed by SIGKILL"
     assert [book.status(n).state for n in (1, 3)] == [RUNNING, RUNNING]
     assert not book.all_gone and book.any_died
@@ -65,7 +64,7 @@ def test_a_node_that_dies_is_named_with_its_own_log_and_the_rest_run_on() -> Non
 def test_a_crash_quotes_the_telling_line_of_the_log() -> None:
     book = running_book(Clock())
     line = book.exited(3, 1, "java.io.IOException: No space left on device")
-    assert "died after 0.0 s running (exit code 1: java.io.IOException: No space left on device)" in line
+    assert "died (exit code 1: java.io.IOException: No space left on device)" in line
     assert line.endswith("log: /w/node-3/server.log")
 
 
@@ -93,8 +92,8 @@ def test_a_kill_as_asked_is_not_a_death() -> None:
     book.killing(1)
     assert book.exited(1, -9) == ("Apache Kafka node 1 killed as asked (killed by SIGKILL); data kept; "
                                   "log: /w/node-1/server.log")
-    assert book.status(1).state == STOPPED
-    assert book.refusal("kill", 1) == "node 1 is stopped already"
+    assert book.status(1).state == DEAD and not book.any_died
+    assert book.refusal("kill", 1) == "node 1 is dead already"
 
 
 def test_a_dead_node_can_be_started_again() -> None:
@@ -103,6 +102,17 @@ def test_a_dead_node_can_be_started_again() -> None:
     assert book.refusal("start", 2) is None
     book.started(2, 6000)
     assert book.status(2).state == STARTING and book.status(2).pid == 6000
+    assert not book.any_died  # it is back
+
+
+def test_when_every_node_was_stopped_or_killed_as_asked_none_died() -> None:
+    book = running_book(Clock())
+    book.killing(1)
+    book.exited(1, -9)
+    for n in (2, 3):
+        book.stopping(n)
+        book.exited(n, 143)
+    assert book.all_gone and not book.any_died
 
 
 def test_unknown_nodes_and_actions_are_refused() -> None:
@@ -137,7 +147,7 @@ def test_a_start_that_never_gets_ready_ends_dead() -> None:
     book.forced(1, "not ready within 90 s")
     line = book.exited(1, -9)
     assert line.startswith("Apache Kafka node 1 died while starting (killed by SIGKILL: not ready within 90 s)")
-    assert book.status(1).state == DEAD
+    assert book.status(1).state == DEAD and book.any_died
 
 
 def test_all_gone_only_when_no_node_is_alive_or_on_its_way() -> None:
@@ -150,8 +160,10 @@ def test_all_gone_only_when_no_node_is_alive_or_on_its_way() -> None:
     book.exited(3, 143)
     assert book.all_gone
     assert ending_line(book, "no node left") == (
-        "no node left: node 1 dead (killed by SIGKILL), node 2 stopped, node 3 stopped"
+        "no node left: node 1 dead (killed by SIGKILL), node 2 dead (killed by SIGKILL, as asked), "
+        "node 3 stopped"
     )
+    assert book.any_died
 
 
 def test_the_snapshot_has_what_node_status_prints() -> None:
