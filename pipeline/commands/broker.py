@@ -119,8 +119,8 @@ def _add_node_parser(parser: argparse.ArgumentParser) -> None:
 def _add_dir_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dir", required=True,
-        help="the running broker command's work directory (its first line names it: the folder "
-        "above node-1/)",
+        help="the running broker command's work directory, the folder above node-1/ (its "
+        "second line, `nodes: ...`, names it)",
     )
 
 
