@@ -70,6 +70,8 @@ HOME_ENV = "TIDEBATCH_KAFKA_HOME"
 _MARKER = ".complete"
 # A clean KRaft shutdown (controlled shutdown, then the log flush) takes 1-3 s here.
 STOP_TIMEOUT_S = 20.0
+# stop(): how long the last nodes may go on once a majority has ended (_kill_quorumless).
+QUORUM_GRACE_S = 2.0
 _POLL_S = 0.05
 _PORT_ATTEMPTS = 3
 # Small heap (tests hold little data) and JIT/GC settings that favour start-up over
@@ -476,14 +478,42 @@ class KafkaBroker(LocalBroker):
 
     def stop(self) -> int | None:
         """SIGTERM every node at once (one by one, the last ones would wait for a quorum
-        that is gone), SIGKILL those still running after stop_timeout. Returns the
-        first node's exit code (None if not running). Data is deleted, logs kept."""
+        that is gone), SIGKILL those still running after stop_timeout, or QUORUM_GRACE_S
+        after a majority has ended. Returns the first node's exit code (None if not
+        running). Data is deleted, logs kept."""
+        for node in self.nodes:
+            if node.running:
+                assert node.proc is not None
+                with contextlib.suppress(ProcessLookupError):
+                    node.proc.terminate()
+        self._kill_quorumless(time.monotonic() + self.stop_timeout)
         codes = self._stop_nodes(self.nodes)
         # Nothing restarts from it (start() formats anew), and a session's brokers
         # would otherwise pile up data in pytest's kept temp dirs.
         for node in self.nodes:
             shutil.rmtree(node.dir / "data", ignore_errors=True)
         return codes[0] if codes else None
+
+    def _kill_quorumless(self, deadline: float) -> None:
+        """Wait for the nodes to end; once fewer than a majority of them are left, SIGKILL
+        the rest after QUORUM_GRACE_S. A node still in its controlled shutdown then waits
+        for a controller that is gone: a node restarted by `tidebatch broker node start`
+        held `stop()` for the whole 20 s stop_timeout that way. Its data is deleted next."""
+        majority = len(self.nodes) // 2 + 1
+        lost_at: float | None = None
+        while time.monotonic() < deadline:
+            alive = [node for node in self.nodes if node.running]
+            if not alive:
+                return
+            if len(alive) < majority:
+                lost_at = lost_at if lost_at is not None else time.monotonic()
+                if time.monotonic() - lost_at >= QUORUM_GRACE_S:
+                    for node in alive:
+                        assert node.proc is not None
+                        with contextlib.suppress(ProcessLookupError):
+                            node.proc.kill()
+                    return
+            time.sleep(_POLL_S)
 
     # ---------------------------------------------------------------- faults
     def node(self, node: KafkaNode | int) -> KafkaNode:
@@ -507,20 +537,56 @@ class KafkaBroker(LocalBroker):
         target = self.node(node)
         if target.running:
             return target
-        self._stop_nodes([target])  # reap, drop the finalizer
-        self._spawn(require_java(), target)
+        self.start_node(target)
         self._wait_ready([target], time.monotonic() + self.start_timeout)
         return target
 
     def restart_many(self, nodes: Sequence[KafkaNode | int]) -> None:
         """restart() for several nodes at once: a cluster that lost its quorum registers
         no node until enough of them run again, so they must start together."""
-        targets = [self.node(n) for n in nodes if not self.node(n).running]
-        self._stop_nodes(targets)  # reap, drop the finalizers
-        java = require_java()
-        for target in targets:
-            self._spawn(java, target)
+        targets = [self.start_node(n) for n in nodes if not self.node(n).running]
         self._wait_ready(targets, time.monotonic() + self.start_timeout)
+
+    def start_node(self, node: KafkaNode | int) -> KafkaNode:
+        """Spawn a stopped or killed node again with its old ports and data, and return at
+        once (node_ready says when it is registered; restart waits for it). Call it from
+        the main thread, as start(): the JVM's parent-death signal is tied to the thread
+        that spawns it (_pdeathsig_preexec)."""
+        target = self.node(node)
+        if target.running:
+            return target
+        if self._libs is None:
+            raise KafkaBrokerError("Apache Kafka is not started")
+        self._stop_nodes([target])  # reap, drop the finalizer
+        self._spawn(require_java(), target)
+        return target
+
+    def signal_node(self, node: KafkaNode | int, signum: int) -> None:
+        """Send `signum` to one node's JVM and return at once (exit_code tells when it
+        ended): SIGTERM for a controlled shutdown, SIGKILL for a crash."""
+        target = self.node(node)
+        if target.running:
+            assert target.proc is not None
+            with contextlib.suppress(ProcessLookupError):
+                target.proc.send_signal(signum)
+
+    def exit_code(self, node: KafkaNode | int) -> int | None:
+        """The node's JVM's return code once it has ended (negative: the signal), None
+        while it runs or was never started."""
+        target = self.node(node)
+        return None if target.proc is None else target.proc.poll()
+
+    def node_ready(self, node: KafkaNode | int, timeout: float = 2.0) -> bool:
+        """One look: does the node answer metadata on its own port and list itself as a
+        broker (registered with the controller, unfenced)?"""
+        target = self.node(node)
+        # A TCP probe first, so librdkafka does not log "Connection refused" noise.
+        if not target.running or not _accepts_connections(target.port):
+            return False
+        try:
+            return target.node_id in self._metadata(timeout, target.address).brokers
+        except KafkaBrokerError:
+            return False
 
     def stop_node(self, node: KafkaNode | int) -> int | None:
         """SIGTERM one node and wait for its controlled shutdown (leaderships handed
@@ -724,12 +790,8 @@ class KafkaBroker(LocalBroker):
                         f"Apache Kafka node {node.node_id} exited during start (code {code}): "
                         f"{failure_line(node.log_path)}; see {node.log_path}"
                     )
-                # A TCP probe first, so librdkafka does not log "Connection refused" noise.
-                if _accepts_connections(node.port):
-                    with contextlib.suppress(KafkaBrokerError):
-                        metadata = self._metadata(min(2.0, max(deadline - time.monotonic(), 0.1)), node.address)
-                        if node.node_id in metadata.brokers:
-                            pending.remove(node)
+                if self.node_ready(node, min(2.0, max(deadline - time.monotonic(), 0.1))):
+                    pending.remove(node)
             if not pending:
                 return
             if time.monotonic() >= deadline:

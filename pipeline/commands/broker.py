@@ -2,11 +2,19 @@
 
     tidebatch broker --port 9092 --topic requests:6 --topic results:6
     tidebatch broker --engine kafka --nodes 3 --topic requests:6
+    tidebatch broker node kill 2 --dir WORKDIR        # while the one above runs
+    tidebatch broker node start 2 --dir WORKDIR
+    tidebatch broker node status --dir WORKDIR
 
 Prints one line with its address and log file, creates the requested topics, and runs
 until SIGINT or SIGTERM, then stops the broker and exits 0. The default engine is the
 embedded Tansu broker (in memory); `--engine kafka` runs Apache Kafka from Maven Central
 jars (consumers/brokers/kafka.py, docs/BROKERS.md). Either way the data is gone when it stops.
+
+With `--engine kafka` a node that ends is reported (one line) and the command goes on
+with the others until none is left; `tidebatch broker node ...` stops, kills and starts
+nodes of the running command, their data kept (consumers/brokers/node_supervisor.py,
+node_control.py; docs/BROKERS.md, "Faulting a local cluster").
 """
 
 from __future__ import annotations
@@ -15,12 +23,14 @@ import argparse
 import logging
 import signal
 import threading
+import time
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from consumers.brokers.embedded import LocalBroker
+    from consumers.brokers.kafka import KafkaBroker
 
 log = logging.getLogger(__name__)
 
@@ -65,11 +75,53 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     parser.add_argument(
         "--log-file", default=None,
-        help="broker log file (default: in a new temp dir); with --engine kafka, the folder "
-        "that gets one sub-folder per node, each with its server.log",
+        help="broker log file (default: in a new temp dir); with --engine kafka, its folder is "
+        "the work directory, which gets one sub-folder per node with its server.log and data, "
+        "and control/ for `tidebatch broker node`",
     )
     parser.set_defaults(func=run)
+    _add_node_parser(parser)
     return parser
+
+
+def _add_node_parser(parser: argparse.ArgumentParser) -> None:
+    """`tidebatch broker node ...`: talk to a running `tidebatch broker --engine kafka`."""
+    sub = parser.add_subparsers(dest="broker_command", metavar="node", required=False)
+    node = sub.add_parser(
+        "node",
+        help="stop, kill, start or list the nodes of a running `tidebatch broker --engine kafka`",
+        description=(
+            "Control the nodes of a running `tidebatch broker --engine kafka` through files in "
+            "its work directory (docs/BROKERS.md, \"Faulting a local cluster\"). A node keeps its "
+            "data and ports across stop/kill and start."
+        ),
+    )
+    actions = node.add_subparsers(dest="node_action", required=True, metavar="ACTION")
+    helps = {
+        "stop": "SIGTERM the node (a controlled shutdown) and wait until it has stopped",
+        "kill": "SIGKILL the node's JVM (a crash) and wait until it is gone",
+        "start": "start a stopped or dead node again and wait until it is registered",
+    }
+    for name, text in helps.items():
+        action = actions.add_parser(name, help=text, description=text)
+        action.add_argument("node_id", metavar="N", type=int, help="the node's number (1-3)")
+        _add_dir_flag(action)
+        action.add_argument(
+            "--timeout", type=float, default=120.0,
+            help="seconds to wait for the node to get there (default: 120)",
+        )
+        action.set_defaults(func=run_node_action)
+    status = actions.add_parser("status", help="list each node: state, pid, port, log")
+    _add_dir_flag(status)
+    status.set_defaults(func=run_node_status)
+
+
+def _add_dir_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--dir", required=True,
+        help="the running broker command's work directory, the folder above node-1/ (its "
+        "second line, `nodes: ...`, names it)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -82,13 +134,19 @@ def run(args: argparse.Namespace) -> int:
         raise BrokerError("--nodes needs --engine kafka (the embedded broker has one node)")
     broker, name = _make_broker(args)
     stop = threading.Event()
-    previous = _install_stop_handlers(stop)
+    signals: list[int] = []
+    previous = _install_stop_handlers(stop, signals)
     try:
         broker.start()
         print(f"{name} listening on {broker.bootstrap_servers} — log: {broker.log_path}", flush=True)
         if topics:
             broker.create_topics(topics)
             log.info("created topics %s", ", ".join(f"{n}:{p}" for n, p in topics.items()))
+        if args.engine == "kafka":
+            from consumers.brokers.kafka import KafkaBroker
+
+            assert isinstance(broker, KafkaBroker)
+            return _supervise_kafka(broker, stop, signals)
         while not stop.wait(_WATCH_S):
             if not broker.running:
                 raise BrokerError(f"{name} exited unexpectedly; see {broker.log_path}")
@@ -96,6 +154,64 @@ def run(args: argparse.Namespace) -> int:
     finally:
         broker.stop()
         _restore_handlers(previous)
+
+
+def _supervise_kafka(kafka: KafkaBroker, stop: threading.Event, signals: list[int]) -> int:
+    """Run the nodes until a signal or until none is left; stop them all and say so in
+    one line. Exit 0, or the BrokerError line when a node died on its own and none is left."""
+    from consumers.brokers.embedded import BrokerError
+    from consumers.brokers.node_states import ending_line
+    from consumers.brokers.node_supervisor import supervise
+
+    print(
+        f"nodes: `tidebatch broker node status|stop N|kill N|start N --dir {kafka.workdir}`",
+        flush=True,
+    )
+    book = supervise(kafka, stop, lambda line: print(line, flush=True))
+    began = time.monotonic()
+    kafka.stop()
+    if book.all_gone:
+        line = ending_line(book, f"no Apache Kafka node left; logs in {kafka.workdir}")
+        if book.any_died:
+            raise BrokerError(line)
+        print(line, flush=True)
+        return 0
+    why = signal.Signals(signals[0]).name if signals else "asked"
+    print(
+        f"{why}: stopped {len(kafka.nodes)} Apache Kafka node(s) in {time.monotonic() - began:.1f} s; "
+        f"data deleted, logs in {kafka.workdir}",
+        flush=True,
+    )
+    return 0
+
+
+def run_node_action(args: argparse.Namespace) -> int:
+    """`tidebatch broker node stop|kill|start N`: one line when the node got there."""
+    from consumers.brokers.node_control import send, wait_for_state
+
+    workdir = Path(args.dir)
+    began = time.monotonic()
+    log.debug("%s", send(workdir, args.node_action, args.node_id))
+    entry = wait_for_state(workdir, args.node_action, args.node_id, timeout=args.timeout)
+    took = time.monotonic() - began
+    how = f"pid {entry['pid']}, port {entry['port']}" if entry["state"] == "running" else entry.get("ended")
+    print(f"node {args.node_id} {entry['state']} after {took:.1f} s ({how}); log: {entry['log']}", flush=True)
+    return 0
+
+
+def run_node_status(args: argparse.Namespace) -> int:
+    """`tidebatch broker node status`: a line per node."""
+    from consumers.brokers.node_control import read_status
+
+    status = read_status(Path(args.dir))
+    print(f"broker command pid {status['pid']}, bootstrap {status.get('bootstrap_servers', '?')}")
+    for entry in status["nodes"]:
+        ended = f", last end: {entry['ended']}" if entry.get("ended") else ""
+        print(
+            f"node {entry['node']}: {entry['state']:<8} pid {entry['pid'] or '-'}, port {entry['port']}, "
+            f"for {entry['for_s']:g} s{ended}, log {entry['log']}"
+        )
+    return 0
 
 
 def _make_broker(args: argparse.Namespace) -> tuple[LocalBroker, str]:
@@ -113,10 +229,12 @@ def _make_broker(args: argparse.Namespace) -> tuple[LocalBroker, str]:
     return EmbeddedBroker(port=args.port, log_path=args.log_file), "embedded Kafka broker (Tansu)"
 
 
-def _install_stop_handlers(stop: threading.Event) -> dict[int, object]:
-    """SIGINT and SIGTERM set `stop`; the main loop then shuts the broker down in order."""
+def _install_stop_handlers(stop: threading.Event, signals: list[int]) -> dict[int, object]:
+    """SIGINT and SIGTERM set `stop` (and are noted in `signals`); the main loop then shuts
+    the broker down in order."""
 
     def handler(signum: int, frame: FrameType | None) -> None:
+        signals.append(signum)
         stop.set()
 
     previous: dict[int, object] = {}
