@@ -223,7 +223,7 @@ def test_a_worker_that_fails_to_start_stops_its_model_process(broker, topic_fact
     before = _children()
     started: set[int] = set()
 
-    def no_producer(_cfg: object, _group_id: str | None = None) -> None:
+    def no_producer(_cfg: object, _group_id: str | None = None, _credentials: object = None) -> None:
         started.update(_children() - before)  # the model process is up by now
         raise RuntimeError("no producer today")
 
