@@ -109,8 +109,8 @@ class Network:
         if ROOT in hosts or len(set(hosts)) != len(hosts) or not 0 < len(hosts) < ROOT_HOST_NUMBER:
             raise ValueError(f"hosts must be distinct names other than {ROOT!r}: {list(hosts)}")
         self.hosts = [ROOT, *hosts]
-        self.run_id = secrets.token_hex(2)
-        self._netns = {h: f"{PREFIX}-{os.getpid()}-{self.run_id}-{h}"[:64] for h in hosts}
+        self.run_id = ""
+        self._netns: dict[str, str] = {}
         self._subnet: int | None = None
         # (a, b) -> (a's end, b's end), one entry per pair
         self._links: dict[tuple[str, str], tuple[str, str]] = {}
@@ -133,8 +133,12 @@ class Network:
         atexit.register(self.close)
         try:
             with open(_LOCK, "w") as lock:
-                # Two runs must not pick the same subnet before either has an address.
+                # Two runs must not pick the same subnet or link names before either has made them.
                 fcntl.flock(lock, fcntl.LOCK_EX)
+                links = ip("-o", "link").stdout
+                while not self.run_id or f"tb{self.run_id}" in links:
+                    self.run_id = secrets.token_hex(2)
+                self._netns = {h: f"{PREFIX}-{os.getpid()}-{self.run_id}-{h}" for h in self.hosts[1:]}
                 used = _subnet_in_use()
                 free = [s for s in range(1, 250) if s not in used]
                 if not free:

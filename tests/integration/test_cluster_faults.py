@@ -205,8 +205,8 @@ def fault_run(
                 kafka_cluster.restart(node)
 
 
-def traffic(run: Run, seed: int) -> PacedProducer:
-    run.producer = PacedProducer(run.cluster.bootstrap_servers, run.topics.input, PRODUCE_S, seed, rate=RATE).start()
+def traffic(run: Run, seed: int, seconds: float = PRODUCE_S) -> PacedProducer:
+    run.producer = PacedProducer(run.cluster.bootstrap_servers, run.topics.input, seconds, seed, rate=RATE).start()
     return run.producer
 
 
@@ -222,7 +222,7 @@ def finish(run: Run, name: str, fault_ms: int, *, outage: bool | None = False, e
         run.pause(0.5)
     assert not run.producer.errors, f"requests not delivered to Kafka: {run.producer.errors[:3]}"
     ids = run.producer.delivered
-    assert len(ids) == int(PRODUCE_S * RATE)
+    assert len(ids) == run.producer.count
     opsutil.wait_for(lambda: run.alive() or not run.collector.missing(ids), 120,
                      "an outcome for every request")
     run.pause(1.5)  # a replayed duplicate would show up in this time
