@@ -396,7 +396,6 @@ class KafkaBroker(LocalBroker):
     ) -> None:
         if nodes not in (1, 3):
             raise KafkaBrokerError(f"nodes must be 1 or 3, got {nodes}")
-        placement = list(zip(hosts or (), netns or (), strict=False))
         if (hosts is not None or netns is not None) and not len(hosts or ()) == len(netns or ()) == nodes:
             raise KafkaBrokerError(f"hosts and netns: one each per node ({nodes}), or neither")
         if port is not None and not 0 < port < 65536:
@@ -409,7 +408,8 @@ class KafkaBroker(LocalBroker):
         self.stop_timeout = stop_timeout
         self.cluster_id = new_cluster_id()
         self.security = security
-        self._placement = placement or None
+        # (host, netns) per node, or None: 127.0.0.1 in this namespace.
+        self._placement = list(zip(hosts, netns, strict=True)) if hosts and netns else None
         self.nodes: list[KafkaNode] = []
         self._libs: Path | None = None
         self.start_seconds: float | None = None

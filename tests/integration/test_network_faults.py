@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -104,8 +105,13 @@ def broker_of(cluster: KafkaBroker, topic: str, partition: int = 0) -> str:
 
 def cut_for(run: Run, network: Network, pairs: list[tuple[str, str]], seed: int) -> tuple[int, int]:
     """Cut `pairs` for CUT_S under traffic (5 s in), heal; (cut, heal) times in ms."""
+    began = time.monotonic()
     traffic(run, seed=seed, seconds=TRAFFIC_S)
-    run.pause(5)
+    # Work in flight when the link goes: a worker with nothing waiting is in no outage
+    # (pipeline/worker/kafka_progress.py), and once, on a loaded machine, its first
+    # fetch had not come back 5 s into the traffic.
+    opsutil.wait_for(lambda: run.alive() or run.collector.seen() > 0, 60, "the first outcome")
+    run.pause(max(0.0, began + 5 - time.monotonic()))
     cut = now_ms()
     for a, b in pairs:
         network.cut(a, b)
