@@ -139,13 +139,20 @@ def test_worker_cut_from_cluster_for_20_s(network: Network, ns_run: Run) -> None
 
 def test_worker_cut_from_one_broker_for_20_s(network: Network, ns_cluster: KafkaBroker, ns_run: Run) -> None:
     # The leader of an output partition: the cluster stays healthy, so it stays leader
-    # and the worker cannot write those results until the link is back.
+    # and the worker cannot write those results until the link is back. Its other
+    # deliveries and commits go on, which is no outage (pipeline/worker/kafka_progress.py:
+    # a channel is stalled only with no success at all), unless the broker is also its
+    # group coordinator (commits wait): readiness reported, not asserted; an outage,
+    # if one began, must be said in a few lines and end.
     victim = broker_of(ns_cluster, ns_run.topics.output)
     cut, healed = cut_for(ns_run, network, [(WORKER, victim)], seed=32)
-    outage_over(ns_run)
-    finish(ns_run, "netns_worker_cut_from_one_broker_20s", cut, outage=True, healed_after_ms=healed - cut,
+    began = bool(outage_lines(ns_run))
+    if began:
+        outage_over(ns_run)
+    finish(ns_run, "netns_worker_cut_from_one_broker_20s", cut, outage=None, healed_after_ms=healed - cut,
            broker=victim, outage_lines=[line[:240] for line in outage_lines(ns_run)])
-    assert_outage_said(ns_run)
+    if began:
+        assert_outage_said(ns_run)
 
 
 def test_broker_cut_from_the_others_for_20_s(network: Network, ns_cluster: KafkaBroker, ns_run: Run) -> None:
@@ -155,6 +162,8 @@ def test_broker_cut_from_the_others_for_20_s(network: Network, ns_cluster: Kafka
     # The two keep the quorum and take its partitions over once they fence it (6 s,
     # broker.session.timeout.ms); whether the worker's writes or commits wait 10 s
     # meanwhile depends on where its group coordinator was: reported, not asserted.
+    if outage_lines(ns_run):
+        outage_over(ns_run)
     finish(ns_run, "netns_broker_cut_from_others_20s", cut, outage=None, healed_after_ms=healed - cut,
            broker=victim, outage_lines=[line[:240] for line in outage_lines(ns_run)])
 
