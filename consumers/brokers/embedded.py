@@ -99,9 +99,9 @@ def port_in_use(port: int) -> bool:
     return False
 
 
-def _accepts_connections(port: int) -> bool:
+def _accepts_connections(port: int, host: str = HOST) -> bool:
     try:
-        with socket.create_connection((HOST, port), timeout=0.5):
+        with socket.create_connection((host, port), timeout=0.5):
             return True
     except OSError:
         return False

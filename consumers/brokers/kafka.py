@@ -164,10 +164,14 @@ def server_properties(
     voters: Mapping[int, int],
     log_dir: Path,
     secure: tuple[Mapping[str, int], KafkaSecurity] | None = None,
+    hosts: Mapping[int, str] | None = None,
 ) -> dict[str, str]:
     """The full server.properties of one node. voters: {node id: controller port}.
     secure: ({listener name: port}, security) of the secured listeners
-    (consumers/brokers/kafka_security.py: SASL_SSL, and MTLS and OAUTH when asked)."""
+    (consumers/brokers/kafka_security.py: SASL_SSL, and MTLS and OAUTH when asked).
+    hosts: {node id: the address it listens on and advertises}, HOST for those missing."""
+    hosts = hosts or {}
+    host = hosts.get(node_id, HOST)
     props = {**SHARED_SETTINGS, **LOCAL_SETTINGS}
     if len(voters) >= 3:
         props.update(CLUSTER_SETTINGS)
@@ -175,17 +179,19 @@ def server_properties(
         props.update(SINGLE_NODE_SETTINGS)
     props.update({
         "node.id": str(node_id),
-        "listeners": f"PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{controller_port}",
-        "advertised.listeners": f"PLAINTEXT://{HOST}:{port}",
+        "listeners": f"PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://{host}:{port}",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
         # A static quorum (as in docker-compose.yml): no dynamic-voter bootstrapping.
-        "controller.quorum.voters": ",".join(f"{n}@{HOST}:{p}" for n, p in sorted(voters.items())),
+        "controller.quorum.voters": ",".join(
+            f"{n}@{hosts.get(n, HOST)}:{p}" for n, p in sorted(voters.items())
+        ),
         "log.dirs": str(log_dir),
     })
     if secure is not None:
         ports, security = secure
         for name, protocol in listener_protocols(security).items():
-            listener = f"{name}://{HOST}:{ports[name]}"
+            listener = f"{name}://{host}:{ports[name]}"
             props["listeners"] += f",{listener}"
             props["advertised.listeners"] += f",{listener}"
             props["listener.security.protocol.map"] += f",{name}:{protocol}"
@@ -299,12 +305,16 @@ class KafkaNode:
     dir: Path
     # The secured listeners' ports by name (SASL_SSL, MTLS, OAUTH), when the broker is secured.
     secure_ports: dict[str, int] = field(default_factory=dict)
+    # Where it listens and advertises, and the network namespace it runs in (None: this
+    # one): tests/integration/netns.py puts each node in its own to cut links.
+    host: str = HOST
+    netns: str | None = None
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     finalizer: weakref.finalize | None = field(default=None, repr=False)
 
     @property
     def address(self) -> str:
-        return f"{HOST}:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def log_path(self) -> Path:
@@ -365,7 +375,10 @@ class KafkaBroker(LocalBroker):
     stop() deletes the data and keeps the logs for post-mortems. start_timeout: seconds
     until every node answers a metadata request and is registered. security: adds a
     SASL_SSL listener with SCRAM users and ACLs, and the MTLS and OAUTH listeners if it
-    says so (consumers/brokers/kafka_security.py).
+    says so (consumers/brokers/kafka_security.py). hosts and netns (one per node, both
+    or neither): node i listens on and advertises hosts[i-1] and runs in network
+    namespace netns[i-1] (`ip netns exec`); tests/integration/netns.py makes them, so
+    that links can be cut. Default: 127.0.0.1 in this namespace.
     settings: more server.properties, winning over the defaults.
     """
 
@@ -382,9 +395,13 @@ class KafkaBroker(LocalBroker):
         stop_timeout: float = STOP_TIMEOUT_S,
         security: KafkaSecurity | None = None,
         settings: Mapping[str, str] | None = None,
+        hosts: Sequence[str] | None = None,
+        netns: Sequence[str] | None = None,
     ) -> None:
         if nodes not in (1, 3):
             raise KafkaBrokerError(f"nodes must be 1 or 3, got {nodes}")
+        if (hosts is not None or netns is not None) and not len(hosts or ()) == len(netns or ()) == nodes:
+            raise KafkaBrokerError(f"hosts and netns: one each per node ({nodes}), or neither")
         if port is not None and not 0 < port < 65536:
             raise KafkaBrokerError(f"port must be 1-65535, got {port}")
         self.node_count = nodes
@@ -398,6 +415,8 @@ class KafkaBroker(LocalBroker):
         # More server.properties, over the defaults: what one test's broker needs
         # (connections.max.reauth.ms for tests/integration/test_kafka_rotation.py).
         self.settings = dict(settings or {})
+        # (host, netns) per node, or None: 127.0.0.1 in this namespace.
+        self._placement = list(zip(hosts, netns, strict=True)) if hosts and netns else None
         self.nodes: list[KafkaNode] = []
         self._libs: Path | None = None
         self.start_seconds: float | None = None
@@ -420,7 +439,7 @@ class KafkaBroker(LocalBroker):
             raise KafkaBrokerError(f"this Apache Kafka has no {listener} listener")
         if not self.nodes:
             raise KafkaBrokerError("Apache Kafka is not started")
-        return ",".join(f"{HOST}:{node.secure_ports[listener]}" for node in self.nodes)
+        return ",".join(f"{node.host}:{node.secure_ports[listener]}" for node in self.nodes)
 
     def add_scram_user(self, username: str, password: str) -> None:
         """A SCRAM-SHA-512 user of the SASL_SSL listener."""
@@ -581,7 +600,7 @@ class KafkaBroker(LocalBroker):
         broker (registered with the controller, unfenced)?"""
         target = self.node(node)
         # A TCP probe first, so librdkafka does not log "Connection refused" noise.
-        if not target.running or not _accepts_connections(target.port):
+        if not target.running or not _accepts_connections(target.port, target.host):
             return False
         try:
             return target.node_id in self._metadata(timeout, target.address).brokers
@@ -709,12 +728,16 @@ class KafkaBroker(LocalBroker):
             shutil.rmtree(node_dir / "data", ignore_errors=True)
             node_dir.mkdir(parents=True, exist_ok=True)
             names = listener_protocols(self.security) if self.security is not None else {}
-            self.nodes.append(KafkaNode(node_id, port, free_port(), node_dir, {n: free_port() for n in names}))
+            node = KafkaNode(node_id, port, free_port(), node_dir, {n: free_port() for n in names})
+            if self._placement is not None:
+                node.host, node.netns = self._placement[node_id - 1]
+            self.nodes.append(node)
         voters = {node.node_id: node.controller_port for node in self.nodes}
+        hosts = {node.node_id: node.host for node in self.nodes}
         for node in self.nodes:
             secure = (node.secure_ports, self.security) if self.security is not None else None
             props = server_properties(
-                node.node_id, node.port, node.controller_port, voters, node.dir / "data", secure
+                node.node_id, node.port, node.controller_port, voters, node.dir / "data", secure, hosts
             )
             props.update(self.settings)
             (node.dir / "server.properties").write_text(render_properties(props))
@@ -745,6 +768,9 @@ class KafkaBroker(LocalBroker):
 
     def _spawn(self, java: str, node: KafkaNode) -> None:
         cmd = self._java_cmd(java, "kafka.Kafka", str(node.dir / "server.properties"))
+        if node.netns is not None:
+            # `ip netns exec` execs the command in place: the pid is the JVM's.
+            cmd = ["ip", "netns", "exec", node.netns, *cmd]
         with open(node.log_path, "ab") as log_file:
             try:
                 node.proc = subprocess.Popen(

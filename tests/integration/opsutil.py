@@ -188,13 +188,16 @@ class WorkerProcess:
 
 def start_worker_process(
     broker: LocalBroker, topics: Topics, group_id: str, log_dir: Path, name: str, *,
-    pipeline: str = "ctr", args: tuple[str, ...] = (), **env: str,
+    pipeline: str = "ctr", args: tuple[str, ...] = (), prefix: tuple[str, ...] = (),
+    metrics_host: str = "127.0.0.1", **env: str,
 ) -> WorkerProcess:
     """`broker` is any LocalBroker (Tansu or Apache Kafka; the worker gets its profile);
-    `args` are extra `tidebatch run` flags; `env` adds or overrides variables."""
+    `args` are extra `tidebatch run` flags; `env` adds or overrides variables. `prefix`
+    runs the command through another (tests/integration/netns.py: `ip netns exec NS`),
+    with the ops endpoints on `metrics_host` (an address this namespace reaches)."""
     port = free_port()
     cmd = [
-        sys.executable, "-m", "pipeline.cli", "run", "--pipeline", pipeline,
+        *prefix, sys.executable, "-m", "pipeline.cli", "run", "--pipeline", pipeline,
         "--bootstrap-servers", broker.bootstrap_servers, "--broker-profile", broker.profile, *args,
         "--group-id", group_id, "--input-topic", topics.input, "--output-topic", topics.output,
         "--metrics-port", str(port),
@@ -205,7 +208,7 @@ def start_worker_process(
         "TIDEBATCH_DLQ_TOPIC": topics.dlq,
         "TIDEBATCH_LATE_TOPIC": topics.late,
         "TIDEBATCH_CREATE_TOPICS": "false",
-        "TIDEBATCH_METRICS__HOST": "127.0.0.1",
+        "TIDEBATCH_METRICS__HOST": metrics_host,
         **env,
     }
     log_path = log_dir / f"{name}.log"
@@ -213,7 +216,7 @@ def start_worker_process(
         proc = subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=log, stderr=subprocess.STDOUT)
     # With metrics.tls the port speaks HTTPS only (pipeline/ops/http_tls.py).
     scheme = "https" if full_env.get("TIDEBATCH_METRICS__TLS__CERT_FILE") else "http"
-    return WorkerProcess(proc, f"{scheme}://127.0.0.1:{port}", log_path, name)
+    return WorkerProcess(proc, f"{scheme}://{metrics_host}:{port}", log_path, name)
 
 
 # ----------------------------------------------------------------------------- traffic

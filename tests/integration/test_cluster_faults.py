@@ -120,6 +120,13 @@ def baseline_p99(results: list[tuple[int, int]], fault_ms: int) -> float | None:
     return p99(base) if base else None
 
 
+def longest_gap_ms(results: list[tuple[int, int]]) -> int:
+    """The longest time between two consecutive result records (record timestamps):
+    how long nothing came out."""
+    stamps = sorted(ts for ts, _ in results)
+    return max((b - a for a, b in zip(stamps, stamps[1:], strict=False)), default=0)
+
+
 def timeline(results: list[tuple[int, int]], fault_ms: int) -> dict[int, float]:
     """p99 latency per whole second of result time, relative to the fault."""
     buckets: dict[int, list[int]] = {}
@@ -166,11 +173,13 @@ def fault_run(
     *,
     before_worker: Callable[[], None] = lambda: None,
     worker_env: dict[str, str] | None = None,
+    start_worker: Callable[..., opsutil.WorkerProcess] = opsutil.start_worker_process,
 ) -> Iterator[Run]:
     """Fresh topics, a worker process, an outcome reader; `before_worker` runs after
     the topics exist (fully replicated) and before the worker starts; `worker_env`
-    adds to the worker's environment. Every node runs again at the end: the cluster
-    is shared by the session."""
+    adds to the worker's environment; `start_worker` starts it (opsutil's, or that with
+    a netns prefix: test_network_faults.py). Every node runs again at the end: the
+    cluster is shared by the session."""
     inp = cluster_topic_factory("faults-req", PARTITIONS)
     topics = opsutil.Topics(
         inp, cluster_topic_factory("faults-res", PARTITIONS),
@@ -178,8 +187,8 @@ def fault_run(
     )
     try:
         before_worker()
-        worker = opsutil.start_worker_process(kafka_cluster, topics, group, tmp_path, "worker",
-                                              TIDEBATCH_BATCHING__SLO_MS=str(SLO_MS), **(worker_env or {}))
+        worker = start_worker(kafka_cluster, topics, group, tmp_path, "worker",
+                              TIDEBATCH_BATCHING__SLO_MS=str(SLO_MS), **(worker_env or {}))
         collector = OutcomeCollector(kafka_cluster.bootstrap_servers, topics, PARTITIONS)
         run = Run(kafka_cluster, topics, worker, worker.proc.pid, collector, ReadinessProbe(worker.url), group)
         try:
@@ -194,30 +203,32 @@ def fault_run(
         kafka_cluster.restart_many([node for node in kafka_cluster.nodes if not node.running])
 
 
-def traffic(run: Run, seed: int) -> PacedProducer:
-    run.producer = PacedProducer(run.cluster.bootstrap_servers, run.topics.input, PRODUCE_S, seed, rate=RATE).start()
+def traffic(run: Run, seed: int, seconds: float = PRODUCE_S) -> PacedProducer:
+    run.producer = PacedProducer(run.cluster.bootstrap_servers, run.topics.input, seconds, seed, rate=RATE).start()
     return run.producer
 
 
-def finish(run: Run, name: str, fault_ms: int, *, outage: bool = False, exactly_once: bool = False,
+def finish(run: Run, name: str, fault_ms: int, *, outage: bool | None = False, exactly_once: bool = False,
            **extra: object) -> dict:
     """Wait for the traffic and every outcome, stop the worker (exit 0), check one
     outcome per request, report the recovery time. `outage`: the fault took the
-    cluster's quorum, so the worker must have turned unready for it, and ready again.
+    cluster's quorum, so the worker must have turned unready for it, and ready again;
+    None: it may or may not have (reported), but must be ready again.
     `exactly_once`: no request may have two outcomes (the reader is read_committed)."""
     assert run.producer is not None
     while run.producer.running:
         run.pause(0.5)
     assert not run.producer.errors, f"requests not delivered to Kafka: {run.producer.errors[:3]}"
     ids = run.producer.delivered
-    assert len(ids) == int(PRODUCE_S * RATE)
+    assert len(ids) == run.producer.count
     opsutil.wait_for(lambda: run.alive() or not run.collector.missing(ids), 120,
                      "an outcome for every request")
     run.pause(1.5)  # a replayed duplicate would show up in this time
     run.alive()
     run.probe.close()
-    if outage:
-        assert any(r.startswith("Kafka outage:") for r in run.probe.not_ready), run.probe.not_ready[:5]
+    if outage or outage is None:
+        if outage:
+            assert any(r.startswith("Kafka outage:") for r in run.probe.not_ready), run.probe.not_ready[:5]
         assert run.probe.statuses and run.probe.statuses[-1] == 200, "not ready again after the outage"
     else:
         # The source loop kept polling through the fault: the worker never called itself
@@ -246,6 +257,7 @@ def finish(run: Run, name: str, fault_ms: int, *, outage: bool = False, exactly_
         "recovery_ms": recovery_ms(outcomes.results, fault_ms, SLO_MS),
         "recovery_ms_at_1000": recovery_ms(outcomes.results, fault_ms, TIGHT_SLO_MS),
         "max_latency_ms": max(lat for _, lat in outcomes.results),
+        "longest_gap_ms": longest_gap_ms(outcomes.results),
         "max_poll_age_s": run.probe.max_poll_age_s,
         "not_ready": sorted(set(run.probe.not_ready))[:10],
         "unready_answers": sum(1 for st in run.probe.statuses if st != 200),
@@ -355,11 +367,21 @@ def lose_quorum(run: Run, kafka_cluster: KafkaBroker, name: str, seed: int, *, e
     log = run.worker.log_path.read_text(errors="replace")
     finish(run, name, fault, outage=True, exactly_once=exactly_once, nodes=[n.node_id for n in down],
            outage_lines=[line[:240] for line in log.splitlines() if "Kafka outage" in line or "producer" in line])
+    assert_outage_said(run)
+
+
+def outage_lines(run: Run) -> list[str]:
+    """The worker's "Kafka outage" log lines (pipeline/worker/outage_log.py)."""
     log = run.worker.log_path.read_text(errors="replace")
-    lines = [line for line in log.splitlines() if "Kafka outage" in line]
-    assert any("Kafka outage:" in line for line in lines), log[-3000:]
-    assert any("Kafka outage over after" in line for line in lines), log[-3000:]
-    assert len(lines) <= 8, lines  # a start, one per 10 s, an end: not a storm
+    return [line for line in log.splitlines() if "Kafka outage" in line]
+
+
+def assert_outage_said(run: Run) -> None:
+    """The outage is in the worker's log, in a few lines: its start, one per 10 s, its end."""
+    lines = outage_lines(run)
+    assert any("Kafka outage:" in line for line in lines), run.worker.log_tail(60)
+    assert any("Kafka outage over after" in line for line in lines), run.worker.log_tail(60)
+    assert len(lines) <= 8, lines  # not a storm
 
 
 def test_quorum_lost_for_20_s(kafka_cluster, cluster_topic_factory, unique_group_id, tmp_path) -> None:
