@@ -375,6 +375,7 @@ class ConfluentTransactionalProducer(ConfluentProducer):
     def __init__(self, config: Mapping[str, object]) -> None:
         super().__init__(config)
         self._steps = _StepThread()
+        self._offsets_in = False  # the open transaction holds its offsets already
 
     def _step(self, step: str, call: Callable[[], None], timeout: float) -> None:
         future = self._steps.submit(call)
@@ -397,21 +398,27 @@ class ConfluentTransactionalProducer(ConfluentProducer):
             self._producer.begin_transaction()
         except KafkaException as exc:
             raise _transaction_error("begin_transaction", exc) from exc
+        self._offsets_in = False
 
     def commit_transaction(
         self, offsets: Mapping[TopicPartition, int], group_metadata: object, timeout: float
     ) -> None:
         parts = [CkTopicPartition(t, p, o) for (t, p), o in offsets.items()]
         producer = self._producer
-        if parts:
+        # A commit that timed out is resumed by calling commit_transaction again, not by
+        # sending the offsets again: librdkafka refuses that ("Conflicting
+        # commit_transaction API call is already in progress"), and so every abort after.
+        if parts and not self._offsets_in:
             self._step("send_offsets_to_transaction",
                        lambda: producer.send_offsets_to_transaction(parts, group_metadata, timeout), timeout)
+            self._offsets_in = True
         self._step("commit_transaction", lambda: producer.commit_transaction(timeout), timeout)
 
     def abort_transaction(self, timeout: float) -> None:
         """Purges the records still queued (their delivery reports fail) and has the
         coordinator write abort markers: read_committed readers skip every record."""
         self._step("abort_transaction", lambda: self._producer.abort_transaction(timeout), timeout)
+        self._offsets_in = False
 
     def renew(self) -> None:
         """A new librdkafka producer with the same settings (transactional.id too): its
@@ -419,6 +426,7 @@ class ConfluentTransactionalProducer(ConfluentProducer):
         abort the old one's open transaction. The old one's queued records are purged
         and its delivery reports never served: the caller produces again what it needs."""
         old, self._producer = self._producer, Producer(self._config)
+        self._offsets_in = False
         with contextlib.suppress(KafkaException, RuntimeError):
             old.purge(in_queue=True, in_flight=True, blocking=False)
         # A step still stuck in the old client keeps its helper thread: new steps get a

@@ -54,11 +54,11 @@ INIT_TIMEOUT_S = 60.0
 STEP_TIMEOUT_S = 30.0  # commit and abort: a broker failover takes seconds
 FLUSH_TIMEOUT_S = 5.0  # records not acked by then: the commit waits for the next interval
 COMMIT_ATTEMPTS = 3  # retriable commit failures before the transaction is aborted
-# Renewals of the producer (a new client with the same transactional.id) allowed in a
-# window: two live processes with one transactional.id would fence each other for ever.
+# Renewals allowed in a window: two live processes with one transactional.id would fence each other for ever.
 MAX_RENEWALS = 3
 RENEW_WINDOW_S = 600.0
 RETRY_PAUSE_S = 1.0  # between attempts to reach the coordinator during an outage
+ABORT_ATTEMPTS = 10  # retriable abort failures before the producer is renewed
 RENEW_STEP_TIMEOUT_S = 10.0  # short, so a stop asked for meanwhile is seen soon
 
 
@@ -293,17 +293,17 @@ class Transactions:
         self._resend()
 
     def _abort_call(self) -> TransactionError | None:
-        """Abort; a retriable failure (the coordinator unreachable during an outage) is
-        tried again until it goes through or a stop is asked for. Returns the error
-        that ended the attempts, or None."""
-        while True:
+        """Abort; a retriable failure (the coordinator away) is tried again, ABORT_ATTEMPTS
+        times at most (retriable for ever is a producer only a new one gets out of), or
+        until a stop. Returns the error that ended the attempts, or None."""
+        for attempt in range(1, ABORT_ATTEMPTS + 1):
             try:
                 with self.calls.call("abort_transaction", STEP_TIMEOUT_S + FLUSH_TIMEOUT_S + 5):
                     self.producer.abort_transaction(STEP_TIMEOUT_S)
                     self.producer.flush(FLUSH_TIMEOUT_S)  # the purged records' reports, ignored
                 return None
             except TransactionError as exc:
-                if not exc.retriable or exc.fatal or self.stopping():
+                if not exc.retriable or exc.fatal or self.stopping() or attempt == ABORT_ATTEMPTS:
                     return exc
                 log.warning("transaction abort failed, trying again: %s", exc.reason)
                 self.sleep(RETRY_PAUSE_S)

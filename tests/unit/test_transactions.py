@@ -417,3 +417,24 @@ def test_a_partition_not_owned_without_records_yet_is_forgotten_and_the_rest_com
     rig.outcomes.result(r0, b"s0")
     assert rig.txns.commit() is True
     assert rig.producer.committed == [([("res", b"s0")], {("req", 0): 1})] and rig.producer.aborted == []
+
+
+def test_an_abort_retriable_for_ever_renews_the_producer() -> None:
+    # librdkafka answered "Conflicting commit_transaction API call is already in
+    # progress" (retriable) to every abort after a commit that timed out: the worker
+    # sat in that loop until the test gave up (issue 49). Bounded, then renewed.
+    from pipeline.worker.transactions import ABORT_ATTEMPTS
+
+    rig = Rig()
+    (r0,) = rig.consume(0, 0)
+    rig.outcomes.result(r0, b"s0")
+    rig.producer.fail_topics = {"res"}
+    conflict = TransactionError("abort_transaction: Conflicting commit_transaction API call is already in progress",
+                                retriable=True)
+    rig.producer.abort_errors = [conflict] * (ABORT_ATTEMPTS + 5)
+    assert rig.txns.commit() is False
+    assert rig.producer.renewed == 1 and len(rig.slept) == ABORT_ATTEMPTS - 1 and not rig.failures
+    rig.producer.fail_topics = set()
+    rig.producer.abort_errors = []
+    assert rig.txns.commit() is True
+    assert rig.producer.committed == [([("res", b"s0")], {("req", 0): 1})]
