@@ -28,6 +28,7 @@ class OutageLog:
         self._outage = metrics.outage.labels(pipeline)
         self._outages = metrics.outages.labels(pipeline)
         self._lock = threading.Lock()  # two threads report; each line once
+        self._acknowledged = 0
         self._connections = BrokerConnections()
         self._connects = metrics.broker_connects.labels(pipeline)
         self._disconnects = metrics.broker_disconnects.labels(pipeline)
@@ -44,9 +45,12 @@ class OutageLog:
         self._disconnects.inc(delta.disconnects)
         self._brokers_up.set(delta.up)
 
-    def sample(self, now: float, unacknowledged: int, uncommitted: int) -> None:
+    def sample(self, now: float, unacknowledged: int, uncommitted: int, acknowledged: int) -> None:
         """Records produced and not acknowledged, partitions with done offsets not
-        committed (source thread), then the lines due."""
+        committed, acknowledgements so far (source thread), then the lines due."""
+        if acknowledged != self._acknowledged:
+            self._acknowledged = acknowledged
+            self.progress.ok(DELIVERY, now)
         self.progress.waiting(DELIVERY, unacknowledged, now)
         self.progress.waiting(COMMIT, uncommitted, now)
         self.report(now)
