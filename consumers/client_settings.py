@@ -90,6 +90,13 @@ def settings_for(
     return {k: resolve_secret(k, v, env) if is_secret(k) else v for k, v in merged.items()}
 
 
+def is_reference(value: object) -> bool:
+    """True for `${ENV_VAR}` and `@file:/path`, the forms resolve_secret reads; any other
+    value is the secret itself."""
+    text = str(value)
+    return bool(_ENV_REF.match(text)) or text.startswith(_FILE_REF)
+
+
 def resolve_secret(key: str, value: Any, environ: Mapping[str, str], what: str = "Kafka setting") -> str:
     """`${VAR}` from the environment, `@file:/path` from the file (stripped), else the
     value itself. Errors name the key (`what` says whose) and where it was looked for,

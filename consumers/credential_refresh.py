@@ -25,13 +25,12 @@ anything else (TLS only, GSSAPI, OAUTHBEARER) gets no refresh (`refresh_for` say
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
-from consumers.client_settings import KafkaBlock, settings_for
+from consumers.client_settings import KafkaBlock, is_reference, settings_for
 from consumers.kafka_failures import AUTHENTICATION, KafkaFailure
 from consumers.records import KafkaRefused
 from pipeline.errors import UserError
@@ -160,17 +159,8 @@ class CredentialRefresh:
         for role in self._clients:
             merged.update({k: v for k, v in {**self._kafka.common, **getattr(self._kafka, role)}.items()
                            if k in CREDENTIAL_KEYS})
-        refs = [f"{k} from {v}" for k, v in merged.items() if _is_reference(v)]
+        refs = [f"{k} from {v}" for k, v in merged.items() if is_reference(v)]
         return ", ".join(refs) if refs else "sasl.username and sasl.password, given as values"
-
-
-# The two reference forms consumers/client_settings.py resolve_secret reads; anything
-# else is the value itself and must not be shown.
-_REFERENCE = re.compile(r"^(\$\{[A-Za-z_][A-Za-z0-9_]*\}|@file:.+)$")
-
-
-def _is_reference(value: object) -> bool:
-    return bool(_REFERENCE.match(str(value)))
 
 
 def refresh_for(
