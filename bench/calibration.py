@@ -23,7 +23,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from pipeline.pipelines import get_pipeline
+from pipeline.registry.pipelines import get_pipeline
 from pipeline.simulate import (
     Arrival,
     Curve,

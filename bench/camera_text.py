@@ -226,7 +226,7 @@ def camera_producer(bootstrap: str, topic: str):
     from confluent_kafka import Producer
 
     from pipeline.commands.produce import warm_up_producer
-    from pipeline.pipelines import get_pipeline
+    from pipeline.registry.pipelines import get_pipeline
 
     limit = get_pipeline("camera").max_message_bytes or 16 * 1024 * 1024
     producer = Producer(producer_config("embedded", bootstrap, large_message_overrides(limit).producer))

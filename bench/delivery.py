@@ -199,11 +199,11 @@ def markers(bootstrap: str, topic: str, records: int) -> int:
 
 
 def transaction_stats(proc, seconds: float) -> dict:
-    """The worker's transaction metrics so far (pipeline/metrics.py): commits, their mean
+    """The worker's transaction metrics so far (pipeline/observe/metrics.py): commits, their mean
     time, aborts, every transaction sample as it was scraped, and the mean time between
     commits over the `seconds` the worker had work (the setting is a lower bound: the
     worker commits between turns of its source loop). Empty under at-least-once."""
-    from pipeline.demo import _sum, scrape
+    from pipeline.app.demo import _sum, scrape
 
     try:
         m = scrape(proc.metrics_url)

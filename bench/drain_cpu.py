@@ -81,7 +81,7 @@ def tree_cpu(pid: int) -> float:
 def wait_records(metrics_url: str, n: int, timeout: float = 600.0) -> None:
     """Until the worker reports n outcomes; scraped once a second (five scrapes a
     second cost this process and the worker ~0.2 of a core between them)."""
-    from pipeline.demo import _sum, scrape
+    from pipeline.app.demo import _sum, scrape
 
     deadline = time.monotonic() + timeout
     while _sum(scrape(metrics_url), "tidebatch_records_total") < n:

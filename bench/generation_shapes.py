@@ -34,7 +34,7 @@ from bench.generation_steps import drain  # noqa: E402
 from bench.harness import table  # noqa: E402
 from models.decoder.export import build_graph  # noqa: E402
 from models.decoder.numpy_model import Config, init_params, n_params  # noqa: E402
-from pipeline.generation.runner import DecoderShape  # noqa: E402
+from pipeline.generation.shape import DecoderShape  # noqa: E402
 from pipeline.generation.slot_decoder import open_in_place  # noqa: E402
 from pipeline.runtime.session import InferenceSession  # noqa: E402
 

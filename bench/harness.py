@@ -105,7 +105,7 @@ def cpu_shares(
 def stages(proc: subprocess.Popen, pipeline: str = "ctr") -> dict[str, dict[str, float | None]]:
     """Where the worker's scored requests spent their time so far (its
     tidebatch_stage_seconds: to_worker, decode, queue, model, publish; p50/p99/mean ms)."""
-    from pipeline.demo import scrape_text
+    from pipeline.app.demo import scrape_text
     from pipeline.ops.stats import from_text, stage_breakdown
 
     return stage_breakdown(None, from_text(scrape_text(proc.metrics_url)), pipeline)  # type: ignore[attr-defined]
@@ -119,7 +119,7 @@ def rules_text(rules: dict[str, int] | None) -> str:
 def routed_rules(proc: subprocess.Popen) -> dict[str, int]:
     """How many requests the worker routed late so far, by the rule that routed them
     (tidebatch_routed_late_total: expired, shed, overdue, hopeless, over_ceiling)."""
-    from pipeline.demo import scrape_text
+    from pipeline.app.demo import scrape_text
     from pipeline.ops.stats import from_text
 
     series = from_text(scrape_text(proc.metrics_url)).get("tidebatch_routed_late_total", {})  # type: ignore[attr-defined]
@@ -360,7 +360,7 @@ def stop_process(proc: subprocess.Popen, timeout: float = 60.0) -> None:
 
 
 def _wait_assigned(proc: subprocess.Popen, port: int, log: Path, timeout: float = 90) -> None:
-    from pipeline.demo import _sum, scrape
+    from pipeline.app.demo import _sum, scrape
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -380,7 +380,7 @@ def wait_outcomes(proc: subprocess.Popen, n: int, timeout: float = 600.0, every:
     """Block until the worker reports n final outcomes (scored, late, DLQ, ...), so a
     backlog drain is not slowed by the benchmark reading results at the same time.
     every: seconds between scrapes of its /metrics."""
-    from pipeline.demo import _sum, scrape
+    from pipeline.app.demo import _sum, scrape
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

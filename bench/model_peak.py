@@ -86,7 +86,7 @@ def request_feeds(model: str, rows: int) -> dict[str, np.ndarray]:
     """At least `rows` model rows from the generated requests of the pipeline named
     like the model, decoded and collated as the worker does."""
     from pipeline.config import WorkerConfig
-    from pipeline.pipelines import get_pipeline
+    from pipeline.registry.pipelines import get_pipeline
 
     pipeline = get_pipeline(model)
     codec = pipeline.make_codec(WorkerConfig(pipeline=model))

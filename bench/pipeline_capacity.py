@@ -173,7 +173,7 @@ def soak(bootstrap: str, pool: RequestPool, rate: float, seconds: float) -> dict
     against whether the worker was keeping up at the time."""
     import threading
 
-    from pipeline.demo import _sum, scrape
+    from pipeline.app.demo import _sum, scrape
 
     # Long runs: the embedded broker's fetch scans every stored batch of a partition and
     # starves consumers past ~20k batches (docs/BROKERS.md); fewer, bigger producer batches

@@ -54,8 +54,8 @@ from bench.harness import (  # noqa: E402
     worker_process,
 )
 from pipeline.config import load_config  # noqa: E402
-from pipeline.pipelines import get_pipeline  # noqa: E402
 from pipeline.profiling.measure import Calibration, Profile, default_settings, run_profile  # noqa: E402
+from pipeline.registry.pipelines import get_pipeline  # noqa: E402
 
 TARGET = 0.20
 

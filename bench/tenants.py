@@ -109,7 +109,7 @@ def where_backlog_waits(url: str, every: float = 0.25):
     librdkafka's prefetch, FIFO, before any tenant gate) and its queue's rows (after
     the gate), sampled from /metrics; and at the end the gate's rows by class and
     colour. Filled on exit: mean and max of each gauge."""
-    from pipeline.demo import _sum, scrape
+    from pipeline.app.demo import _sum, scrape
 
     samples: list[tuple[float, float]] = []
     stop = threading.Event()

@@ -53,7 +53,7 @@ _FILE_REF = "@file:"
 
 
 class KafkaBlock(Protocol):
-    """The `kafka:` section (pipeline/config.py KafkaOverrides)."""
+    """The `kafka:` section (pipeline/config/sections.py KafkaOverrides)."""
 
     common: dict[str, Any]
     consumer: dict[str, Any]

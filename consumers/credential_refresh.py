@@ -10,7 +10,7 @@ loop calls `check()` on every turn:
 
 - after an authentication failure, each role's settings are resolved again from the
   `kafka:` block (consumers/client_settings.py `settings_for`): its `@file:/path` and
-  `${ENV}` references stay in the block (pipeline/config.py KafkaOverrides), so a
+  `${ENV}` references stay in the block (pipeline/config/sections.py KafkaOverrides), so a
   rewritten file gives the new password;
 - a changed sasl.username/sasl.password goes to that role's live clients
   (`set_sasl_credentials`, librdkafka's rd_kafka_sasl_set_credentials: the next login

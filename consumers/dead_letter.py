@@ -13,7 +13,7 @@ Every dead letter also carries Kafka Connect's `__connect.errors.*` context head
 (errors.deadletterqueue.context.headers.enable), so tools and people used to Connect's
 dead-letter queues read ours alike; docs/OPERATIONS.md, "Dead letters: inspect and
 replay", maps tidebatch's meaning onto each. They are "our headers": kept by every
-copy, the minimal one included, and bounded, so pipeline/limits.py's headroom holds."""
+copy, the minimal one included, and bounded, so pipeline/delivery/limits.py's headroom holds."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ RECORD_OVERHEAD_BYTES = 512
 # A key kept in a cut-down copy: enough to recognise it, never a size problem.
 KEY_PREFIX_BYTES = 256
 MAX_REASON_CHARS = 1000
-# Bounds that keep our headers within pipeline/limits.py's DEAD_LETTER_HEADROOM_BYTES
+# Bounds that keep our headers within pipeline/delivery/limits.py's DEAD_LETTER_HEADROOM_BYTES
 # (a unit test adds up the worst case): Kafka's own limit on a topic or group name is
 # 249 characters, and a traceback's last lines say where it was raised.
 MAX_NAME_CHARS = 249

@@ -47,7 +47,7 @@ def kafka_python_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
 def librdkafka_check_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
     """What librdkafka needs to check the connection a kafka-python client of
     `settings` will make: the start-up check runs through librdkafka for both clients
-    (pipeline/serve.py). The dotted names are librdkafka's already; kafka-python's own
+    (pipeline/app/serve.py). The dotted names are librdkafka's already; kafka-python's own
     keywords are left out, but for `ssl_check_hostname: false`, which librdkafka says
     as ssl.endpoint.identification.algorithm none (else the check would refuse a
     certificate kafka-python accepts)."""

@@ -13,7 +13,7 @@ TopicPartition = tuple[str, int]
 class SendError:
     """Why Kafka did not take a produced record. `refused`: the record itself was
     refused (over a size limit, or invalid), so sending it again cannot succeed and the
-    caller must change it (pipeline/outcomes.py); `forbidden`: the principal lacks an
+    caller must change it (pipeline/delivery/outcomes.py); `forbidden`: the principal lacks an
     ACL for the topic, so neither a retry nor a dead letter can help and the worker
     stops (`reason` is then consumers/kafka_failures.py's one line); otherwise the error
     is the broker's or the network's, and a retry may succeed."""
@@ -143,7 +143,7 @@ class KafkaRefused(Exception):
 
 
 class TransactionalProducer(Protocol):
-    """A Producer with a transactional.id (delivery exactly_once, pipeline/worker/transactions.py).
+    """A Producer with a transactional.id (delivery exactly_once, pipeline/delivery/transactions.py).
     Every method raises TransactionError on failure."""
 
     def init_transactions(self, timeout: float) -> None: ...
@@ -162,7 +162,7 @@ class TransactionalProducer(Protocol):
         """Drop the client (and whatever it still queues) for a new one with the same
         settings and transactional.id; init_transactions() must be called next. For a
         client whose transaction state cannot be recovered in place (fenced, or an
-        abort that failed), pipeline/worker/transactions.py."""
+        abort that failed), pipeline/delivery/transactions.py."""
         ...
 
 

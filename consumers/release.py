@@ -1,6 +1,6 @@
 """Outcomes released in offset order, per partition: what a transaction may commit.
 
-With delivery exactly_once (pipeline/worker/transactions.py) a transaction commits the
+With delivery exactly_once (pipeline/delivery/transactions.py) a transaction commits the
 input offset O of a partition together with the outcome records it holds, and O must
 mean "every request before O has its outcome in this or an earlier transaction, and
 none from O on does": a result of a request past O would be visible now and again

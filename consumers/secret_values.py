@@ -5,7 +5,7 @@ secret out of the lines the project builds itself. It cannot keep one out of tex
 someone else wrote: librdkafka's debug lines, an exception's message, a traceback, a
 repr of a dict that a new log line forgets to redact. So every secret value the project
 resolves is also registered here (`resolve_secret` does it), and the log formatters
-(pipeline/logs.py) and the CLI's error line (pipeline/cli.py) pass their finished text
+(pipeline/observe/logs.py) and the CLI's error line (pipeline/cli.py) pass their finished text
 through `scrub`, which replaces any registered value, wherever it appears, by `***`.
 Handlers the project does not set up (`faust worker` installs its own) are covered by
 `scrub_log_records`, which masks each record's message as it is made.

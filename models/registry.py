@@ -59,7 +59,7 @@ def load_spec(name: str) -> ModelSpec:
 
 def load_spec_file(spec_path: Path) -> ModelSpec:
     """Read a spec.json of this format wherever it is (a `pipelines:` entry's `model:`
-    may name one, pipeline/user_pipelines.py). Raises UserError (one line) for an
+    may name one, pipeline/registry/user_pipelines.py). Raises UserError (one line) for an
     unreadable spec or a missing ONNX file."""
     name = spec_path.parent.name
     try:

@@ -8,10 +8,10 @@ import argparse
 import importlib
 import sys
 
-from pipeline import logs
 from pipeline.commands.parser_tree import walk
 from pipeline.errors import UserError
-from pipeline.logs import FORMATS, LEVELS, scrub
+from pipeline.observe import logs
+from pipeline.observe.logs import FORMATS, LEVELS, scrub
 
 # One module per subcommand; import lazily so `tidebatch broker` never loads ONNX Runtime.
 COMMAND_MODULES: tuple[str, ...] = (

@@ -22,7 +22,7 @@ from consumers.records import Producer, Source, TopicPartition
 from pipeline.config import WorkerConfig
 from pipeline.errors import UserError
 from pipeline.extras import load
-from pipeline.pipelines import pipeline_for
+from pipeline.registry.pipelines import pipeline_for
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from models.registry import ModelSpec
     from pipeline.batching.cost import AffineCost
     from pipeline.hooks import WorkerHook
-    from pipeline.pipelines import PipelineSpec
+    from pipeline.registry.pipelines import PipelineSpec
     from pipeline.runtime.model_process import ProcessSession
     from pipeline.runtime.session import InferenceSession
 

@@ -526,7 +526,7 @@ class SimConfig:
     shed_reserve: float = DEFAULT_RESERVE  # Admission's reserve (route_late only)
     # Per-tenant SLA, seconds by tenant name (pipeline/simulate_tenants.py): a request's
     # budget, whatever its priority, as a `tenants:` class's slo_ms gives it in the
-    # worker (pipeline/tenants_config.py); absent tenants get the curve's budget.
+    # worker (pipeline/config/tenants.py); absent tenants get the curve's budget.
     tenant_slo: dict[str, float] | None = None
     publish_s: float = 0.0  # publisher-thread seconds per result; 0: answered at the model's end
 

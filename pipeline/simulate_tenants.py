@@ -139,7 +139,7 @@ def tenant_classes(
     burst_s: float | None = None,
 ) -> dict[str, TenantClass]:
     """A class per tenant: rate = share × capacity, depth = rate × burst_s (default its
-    SLA, as a class without burst_ms in the worker, pipeline/tenants_config.py)."""
+    SLA, as a class without burst_ms in the worker, pipeline/config/tenants.py)."""
     return {
         name: TenantClass(name, rate=share * curve.capacity,
                           depth=share * curve.capacity * (burst_s or tenant_slo_s(curve, slo, name)))

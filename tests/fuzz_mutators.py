@@ -64,8 +64,8 @@ def targets(seed: int, per_codec: int = 8) -> list[Target]:
     from pipeline.codecs.camera import CameraCodec
     from pipeline.codecs.ctr import CtrCodec
     from pipeline.codecs.text import TextCodec
-    from pipeline.pipelines import get_pipeline
     from pipeline.redisio.codec import CtrIdCodec
+    from pipeline.registry.pipelines import get_pipeline
 
     def samples(name: str, n: int) -> list[Message]:
         make = get_pipeline(name).make_samples(seed)
@@ -93,8 +93,8 @@ def _tensor_json(seed: int, n: int, binary: bool = False) -> tuple[Codec, list[M
     its msgpack form (pipeline/codecs/tensor_binary.py), tensors as raw bytes."""
     from pipeline.codecs.tensor_binary import TensorBinaryCodec
     from pipeline.codecs.tensor_json import TensorJsonCodec
-    from pipeline.onnx_graph import TensorInfo
-    from pipeline.user_pipelines import sample_fields
+    from pipeline.registry.onnx_graph import TensorInfo
+    from pipeline.registry.user_pipelines import sample_fields
 
     inputs = [
         TensorInfo("dense", "tensor(float)", ("batch", 4)),

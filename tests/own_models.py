@@ -1,5 +1,5 @@
 """Models the project has never seen, built in the test with onnx.helper (issue 20):
-the user's own model served from configuration (pipeline/user_pipelines.py).
+the user's own model served from configuration (pipeline/registry/user_pipelines.py).
 
 ranker(): two inputs, a dynamic batch dimension and a dynamic sequence dimension:
     dense  float[batch, 4], tokens int64[batch, seq]

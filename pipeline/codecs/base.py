@@ -8,7 +8,7 @@ Optional, beside the protocol's methods: `decode_many(messages)` (a poll's worth
 once, `decode_all` below) and `samples(seed) -> (i -> Sample)`, valid requests for the
 warm-up profile, `tidebatch profile` and `tidebatch produce` (the shipped codecs give
 their load generators', pipeline/loadgen/; a codec without one gets them from its
-entry's `samples` file or, for tensor-json, from the graph: pipeline/user_pipelines.py);
+entry's `samples` file or, for tensor-json, from the graph: pipeline/registry/user_pipelines.py);
 `tenant_of(value, headers) -> str | None`, a request's tenant read without decoding it
 (admission's shed order with tenant classes, pipeline/worker/admission.py; without it
 admission sheds tenant-blind, oldest first).

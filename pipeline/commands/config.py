@@ -33,7 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def print_schema(_args: argparse.Namespace) -> int:
     from pipeline.config import WorkerConfig
-    from pipeline.config_schema import config_schema
+    from pipeline.config.schema import config_schema
 
     json.dump(config_schema(WorkerConfig), sys.stdout, indent=2)
     print()
@@ -62,7 +62,7 @@ def resolve_secrets(cfg: WorkerConfig, environ: Mapping[str, str]) -> None:
 
     for role in ROLES:  # every client's view: a secret set for one client alone counts too
         settings_for(cfg.kafka, role, environ)
-    if cfg.metrics.enabled:  # as pipeline/serve.py checks it
+    if cfg.metrics.enabled:  # as pipeline/app/serve.py checks it
         from pipeline.ops.http_auth import HttpAuth
 
         HttpAuth.from_config(cfg.metrics.auth, environ)

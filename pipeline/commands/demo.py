@@ -34,7 +34,7 @@ EMBEDDED_NO_EXACTLY_ONCE = (
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipeline.demo import format_summary, run_demo
+    from pipeline.app.demo import format_summary, run_demo
     from pipeline.errors import UserError
 
     if args.delivery == "exactly_once":

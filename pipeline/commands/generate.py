@@ -11,9 +11,9 @@ from __future__ import annotations
 import argparse
 
 from consumers.client_settings import parse_x
-from pipeline import logs
 from pipeline.commands.kafka_flags import add_x_flag
 from pipeline.generation.policies import POLICIES
+from pipeline.observe import logs
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

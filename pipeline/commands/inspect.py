@@ -1,7 +1,7 @@
 """`tidebatch inspect MODEL.onnx`: a model's inputs, outputs and dynamic dimensions,
 whether it can be batched (its inputs, and what its outputs give when it runs on a few
-sample requests: pipeline/model_probe.py), a sample request and result, and a starter
-config (pipeline/inspect_model.py)."""
+sample requests: pipeline/registry/model_probe.py), a sample request and result, and a starter
+config (pipeline/registry/inspect_model.py)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipeline.inspect_model import batching_problems, pipeline_name, report, sample_request
-    from pipeline.model_probe import PROBE_ROWS, probe
-    from pipeline.onnx_graph import read_graph
+    from pipeline.registry.inspect_model import (
+        batching_problems,
+        pipeline_name,
+        report,
+        sample_request,
+    )
+    from pipeline.registry.model_probe import PROBE_ROWS, probe
+    from pipeline.registry.onnx_graph import read_graph
 
     graph = read_graph(args.model)
     found = None

@@ -25,7 +25,7 @@ from pipeline.loadgen.generate import DEFAULT_OUTPUT as GENERATE_OUTPUT
 from pipeline.loadgen.generate import INPUT_TOPIC as GENERATE_TOPIC
 from pipeline.loadgen.generate import generate_samples
 from pipeline.loadgen.pacing import poisson_schedule, run_open_loop
-from pipeline.pipelines import Sample, get_pipeline, shipped_names
+from pipeline.registry.pipelines import Sample, get_pipeline, shipped_names
 
 DEFAULT_RATE = 500.0
 DEFAULT_FPS = 5.0
@@ -170,7 +170,7 @@ def produce(
     (KafkaOverrides.client("producer")). `defined`: the config's `pipelines` entries;
     `requests`: request values to send round robin instead of generated ones.
     `generate`: i -> request of the generate pipeline (pipeline/loadgen/generate.py),
-    which is no scoring pipeline of the registry (pipeline/pipelines.py)."""
+    which is no scoring pipeline of the registry (pipeline/registry/pipelines.py)."""
     make_samples: Callable[[int], Callable[[int], Sample]]
     if pipeline == "generate":
         input_topic, max_message_bytes = GENERATE_TOPIC, None
@@ -322,7 +322,7 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "file", None):  # not camera's: its requests are images
         from pathlib import Path
 
-        from pipeline.user_pipelines import request_lines
+        from pipeline.registry.user_pipelines import request_lines
 
         requests = request_lines(Path(args.file), f"--file {args.file}")
     count = args.count if args.count is not None else (len(requests) if requests else 10_000)

@@ -90,10 +90,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from pipeline.config import WorkerConfig, load_config
     from pipeline.errors import UserError
-    from pipeline.pipelines import get_pipeline
     from pipeline.profiling.measure import default_settings, run_profile
     from pipeline.profiling.report import report_dict, report_text, write_outputs
     from pipeline.profiling.sweep import EXECUTORS
+    from pipeline.registry.pipelines import get_pipeline
 
     if args.pipeline == "generate":
         return run_generate(args)

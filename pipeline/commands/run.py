@@ -6,11 +6,11 @@ import argparse
 import logging
 
 from consumers.client_settings import parse_x
-from pipeline import logs
 from pipeline.batching.policies import POLICY_NAMES
 from pipeline.commands.kafka_flags import add_x_flag, connect_timeout_help
 from pipeline.config import load_config
-from pipeline.pipelines import shipped_names
+from pipeline.observe import logs
+from pipeline.registry.pipelines import shipped_names
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ def flag_overrides(args: argparse.Namespace) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipeline.serve import serve
+    from pipeline.app.serve import serve
 
     cfg = load_config(args.config, flag_overrides(args))
     # The flags (pipeline/cli.py) win over the config's log_level / log_format.

@@ -17,10 +17,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from consumers.client_settings import KafkaBlock
 from consumers.profiles import EMBEDDED, FAUST_FETCH_MAX_WAIT_MS, faust_app_settings
 from consumers.secret_values import scrub_log_records
+from pipeline.config.kafka_keys import DELIVERY_MODES
 from pipeline.extras import load
 from pipeline.faust.kafka_settings import describe, faust_kafka_settings
 from pipeline.faust.sasl_logs import hide_sasl_tokens
-from pipeline.kafka_keys import DELIVERY_MODES
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ def make_app(
     tunables; UserError for what Faust cannot honour), then explicit ``settings``; and,
     for the embedded broker, its fetch-wait transport."""
     faust = load("faust", "faust")
-    # `faust worker` logs through its own handlers, not pipeline/logs.py's: mask the
+    # `faust worker` logs through its own handlers, not pipeline/observe/logs.py's: mask the
     # secrets resolved below in every record's message there too.
     scrub_log_records()
     from_block = faust_kafka_settings(kafka) if kafka is not None else {}
@@ -54,7 +54,7 @@ def make_app(
     return app
 
 
-# tidebatch's `delivery` key (pipeline/kafka_keys.py) -> Faust's processing_guarantee. Faust
+# tidebatch's `delivery` key (pipeline/config/kafka_keys.py) -> Faust's processing_guarantee. Faust
 # accepts both values; only at_least_once is given to it (processing_guarantee()).
 PROCESSING_GUARANTEE = {"at_least_once": "at_least_once", "exactly_once": "exactly_once"}
 

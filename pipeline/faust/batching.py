@@ -30,13 +30,13 @@ from typing import Any
 
 from pipeline.batching.cost import CostModel
 from pipeline.clock import Clock, MonotonicClock
+from pipeline.config.tenants import TenantsConfig
 from pipeline.faust.acks import AckGate, PartitionKey, ack_gate_for
 from pipeline.faust.batch import REASON_REJECTED, REASON_ROUTED_LATE, FaustBatch, Rejected
 from pipeline.faust.core import BatchingCore, Pending, make_core
 from pipeline.faust.driver import AdaptiveBatches, BatchMetrics, PrepareFn
-from pipeline.metrics import LATENCY_BUCKETS
-from pipeline.tenant_metrics import watch_tenants
-from pipeline.tenants_config import TenantsConfig
+from pipeline.observe.metrics import LATENCY_BUCKETS
+from pipeline.observe.tenant_metrics import watch_tenants
 
 
 def adaptive_batches(
@@ -81,7 +81,7 @@ def adaptive_batches(
     SLA as its events' deadline budget (docs/BATCHING.md, "Tenants"). ``tenant`` reads
     an event's tenant id (default: the prepared object's ``.tenant``, or a dict value's
     "tenant"). Events shed over a ceiling come back in ``batch.routed_late``; with
-    ``metrics`` the worker's per-class series (pipeline/tenant_metrics.py) too.
+    ``metrics`` the worker's per-class series (pipeline/observe/tenant_metrics.py) too.
     """
     clock = clock or MonotonicClock()  # one clock for the driver and the tenant gate's gauges
     core = make_core(

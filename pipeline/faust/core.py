@@ -5,7 +5,7 @@ No Faust, no asyncio, no clock of its own: ``now`` is passed in, so the unit tes
 drive it with a fake clock. It wraps the worker's ``Batcher`` (pipeline/batching:
 policy + cost model + late lane); each event's deadline is its Kafka timestamp plus the
 SLO (tightened by a codec's own ``deadline_ms``). With tenant classes (the worker
-config's `tenants:` section, pipeline/tenants_config.py) the batcher has the worker's
+config's `tenants:` section, pipeline/config/tenants.py) the batcher has the worker's
 tenant gate, and an event's SLO is its class's.
 """
 
@@ -22,8 +22,8 @@ from pipeline.batching.policies import policy_params as make_policy_params
 from pipeline.batching.request import Batch, Request
 from pipeline.clock import ClockAnchor
 from pipeline.config import BatchingConfig
+from pipeline.config.tenants import TenantsConfig, class_slo_seconds, tenant_budget_ms, tenant_gate
 from pipeline.faust.tenants import tenants_section
-from pipeline.tenants_config import TenantsConfig, class_slo_seconds, tenant_budget_ms, tenant_gate
 
 BudgetFn = Callable[[str | None, int], float]  # (tenant id, priority) -> deadline budget, ms
 

@@ -34,7 +34,7 @@ from pipeline.faust.batch import REASON_REJECTED, REASON_ROUTED_LATE, FaustBatch
 from pipeline.faust.core import BatchingCore, Pending
 from pipeline.faust.events import event_position, event_topic, kafka_timestamp_ms
 from pipeline.faust.tenants import TenantOutcomes, count_outcomes, tenant_of
-from pipeline.metrics import BatchingMetrics
+from pipeline.observe.metrics import BatchingMetrics
 
 # Named after the public entry point, as before the split: logging set up for
 # "pipeline.faust.batching" keeps seeing the driver's warnings.

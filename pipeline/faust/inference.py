@@ -41,10 +41,10 @@ from pipeline.batching.cost import AffineCost, CostModel
 from pipeline.clock import wall_ms
 from pipeline.codecs.base import Decoded
 from pipeline.faust.batch import FaustBatch
-from pipeline.pipelines import get_pipeline
+from pipeline.observe.tracing import TRACE_HEADERS
+from pipeline.registry.pipelines import get_pipeline
 from pipeline.runtime.session import InferenceSession
 from pipeline.scoring import BatchTiming, ScoringStep, result_document
-from pipeline.tracing import TRACE_HEADERS
 
 log = logging.getLogger(__name__)
 # Records this path writes must fit aiokafka's max_request_size (1 MiB) and Apache
@@ -215,7 +215,7 @@ class BatchScorer:
                 continue
             carried = [(k, v) for k, v in rec.headers.items() if k in self.carry_headers] or None
             if (size := record_bytes(rec.key, value, carried)) > FAUST_MAX_RECORD_BYTES:
-                # As the worker (pipeline/outcomes.py): a result Kafka would refuse is
+                # As the worker (pipeline/delivery/outcomes.py): a result Kafka would refuse is
                 # this request's dead letter, never an error for the whole batch.
                 batch.outcomes[i] = "dlq"
                 reason = f"result is {size} bytes, over the {FAUST_MAX_RECORD_BYTES}-byte record limit"

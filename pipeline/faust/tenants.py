@@ -1,6 +1,6 @@
 """Tenant classes in the Faust helper (pipeline/faust/batching.py): the worker config's
 `tenants:` section as the helper takes it, the tenant id an event carries, and the
-per-class outcomes the worker's publisher counts (pipeline/tenant_metrics.py). The gate
+per-class outcomes the worker's publisher counts (pipeline/observe/tenant_metrics.py). The gate
 itself is the worker's (pipeline/batching/tenants.py), in the helper's Batcher.
 """
 
@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from pipeline.config import _coerce  # the worker config's coercions and messages
+from pipeline.config.load import _coerce  # the worker config's coercions and messages
+from pipeline.config.tenants import TenantsConfig, validate_tenants
 from pipeline.errors import config_key_error
-from pipeline.tenant_metrics import TenantOutcomes
-from pipeline.tenants_config import TenantsConfig, validate_tenants
+from pipeline.observe.tenant_metrics import TenantOutcomes
 
 
 class Counted(Protocol):

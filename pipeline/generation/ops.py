@@ -26,7 +26,7 @@ from pipeline.ops.http_config import MetricsConfig
 if TYPE_CHECKING:
     from consumers.records import TopicPartition
     from pipeline.generation.service import GenerationLoop
-    from pipeline.metrics import WorkerMetrics
+    from pipeline.observe.metrics import WorkerMetrics
     from pipeline.worker.stats import WorkerStats
 
 

@@ -27,6 +27,7 @@ import numpy as np
 
 from pipeline.generation.scheduler import Plan
 from pipeline.generation.sequence import GenRequest, Sequence
+from pipeline.generation.shape import DecoderShape
 from pipeline.generation.stream import Generation, sample
 
 if TYPE_CHECKING:
@@ -35,20 +36,6 @@ if TYPE_CHECKING:
 
 class Session(Protocol):
     def run(self, feeds: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]: ...
-
-
-@dataclass(frozen=True, slots=True)
-class DecoderShape:
-    """What the runner needs to know of the graph (models/decoder/spec.json "architecture")."""
-
-    layers: int
-    heads: int
-    head_dim: int
-    context: int
-
-    @classmethod
-    def from_spec(cls, arch: Mapping[str, int]) -> DecoderShape:
-        return cls(int(arch["layers"]), int(arch["heads"]), int(arch["head_dim"]), int(arch["context"]))
 
 
 @dataclass(frozen=True, slots=True)

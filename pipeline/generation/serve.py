@@ -1,6 +1,6 @@
 """`tidebatch generate` in one process: topics, the decoder, the scheduler, the Kafka
 source and producer, and the generation loop (pipeline/generation/service.py) until
-SIGTERM/SIGINT. The parts are built here and passed in, as pipeline/serve.py does for
+SIGTERM/SIGINT. The parts are built here and passed in, as pipeline/app/serve.py does for
 the request-batching worker."""
 
 from __future__ import annotations
@@ -49,15 +49,15 @@ def serve_generate(svc: GenerateService) -> int:
     from consumers.confluent_backend import ConfluentProducer, ConfluentSource
     from consumers.kafka_reachable import require_kafka
     from consumers.profiles import consumer_config, producer_config
+    from pipeline.app.serve import install_signal_handlers
+    from pipeline.delivery.outcomes import Outcomes, Topics
     from pipeline.extras import onnxruntime
     from pipeline.generation.budget import KvBudget
     from pipeline.generation.policies import make_generation_policy
     from pipeline.generation.runner import DecoderRunner, open_decoder
     from pipeline.generation.scheduler import GenerationScheduler
     from pipeline.generation.slot_decoder import open_in_place
-    from pipeline.metrics import WorkerMetrics
-    from pipeline.outcomes import Outcomes, Topics
-    from pipeline.serve import install_signal_handlers
+    from pipeline.observe.metrics import WorkerMetrics
     from pipeline.worker.topic_limits import broker_limits
 
     onnxruntime("the generate worker")

@@ -33,7 +33,7 @@ import numpy as np
 
 from models.decoder.numpy_model import Config, Params
 from pipeline.extras import onnxruntime
-from pipeline.generation.runner import DecoderShape
+from pipeline.generation.shape import DecoderShape
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 
 from prometheus_client.registry import CollectorRegistry
 
-from pipeline.metrics import OPTIONAL_STAGES, STAGES
+from pipeline.observe.metrics import OPTIONAL_STAGES, STAGES
 
 Labels = tuple[tuple[str, str], ...]  # sorted (name, value) pairs
 Samples = dict[str, dict[Labels, float]]  # sample name -> labels -> value

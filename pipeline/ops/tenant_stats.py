@@ -1,6 +1,6 @@
 """Per-tenant-class figures over a window, for `tidebatch status` (pipeline/commands/
 status.py), from two snapshots of a worker's metrics or from Prometheus: the
-arithmetic of pipeline/ops/stats.py applied to the series of pipeline/tenant_metrics.py.
+arithmetic of pipeline/ops/stats.py applied to the series of pipeline/observe/tenant_metrics.py.
 
 Per class: the rate of outcomes (requests/s), its share used and served (its recent
 rate and its recent rows taken into batches over its guaranteed rate: at the newer

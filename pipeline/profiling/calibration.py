@@ -9,7 +9,7 @@ the executors' queue and hand-over work, and what handing the GIL between three 
 threads costs each of them.
 
 How: the pipeline's sample requests are produced to scratch topics at the broker, and
-a real `Worker` (pipeline/worker/core.py, built by pipeline/worker/compose.py
+a real `Worker` (pipeline/worker/core.py, built by pipeline/app/compose.py
 `build_parts` with the worker's own Kafka client config) drains them in this process
 in the configuration given. Each thread's CPU clock is read by the thread the worker
 actually runs (its source thread, and `Worker.threads()`: the executors and the
@@ -167,8 +167,8 @@ def calibrate(
 
 
 def _drain(cfg: WorkerConfig, count: int, bootstrap: str, broker_pids: Sequence[int], timeout_s: float) -> ThreadCpu:
+    from pipeline.app.compose import build_parts
     from pipeline.runtime.model_process import ProcessSession
-    from pipeline.worker.compose import build_parts
     from pipeline.worker.core import Worker
 
     parts = build_parts(cfg)

@@ -5,7 +5,7 @@ The worker's threads (pipeline/worker/core.py, its module docstring):
 
 - the source thread: consume, admission (decode, deadlines, offsets, queueing),
   delivery reports; all of it holds the GIL;
-- the executor threads (`runtime.executors`, pipeline/worker/compose.py
+- the executor threads (`runtime.executors`, pipeline/app/compose.py
   `executor_count`): collate and split hold the GIL; ONNX Runtime releases it, or runs
   in the model process, which runs one batch at a time;
 - the publisher thread: result documents and the produce calls; holds the GIL;

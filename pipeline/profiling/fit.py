@@ -83,7 +83,7 @@ def best(fitted: Sequence[Fitted], ceiling: float = math.inf,
 
 
 def recommended_config(pipeline: str, chosen: Fitted, policy: str, slo_ms: float) -> str:
-    """The worker config (pipeline/config.py key names) for the chosen configuration."""
+    """The worker config (pipeline/config/sections.py key names) for the chosen configuration."""
     doc = {
         "pipeline": pipeline,
         "batching": {"policy": policy, "max_batch_rows": chosen.curve.max_batch_rows, "slo_ms": slo_ms},

@@ -18,20 +18,20 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from models.registry import ModelSpec
+from pipeline.app.compose import executor_count
 from pipeline.batching.concurrent import BatchQueue
 from pipeline.codecs.base import Codec, Decoded
 from pipeline.config import RuntimeConfig, WorkerConfig
 from pipeline.errors import UserError
-from pipeline.pipelines import PipelineSpec
 from pipeline.profiling.calibration import ThreadCpu, calibrate
 from pipeline.profiling.capacity import WorkerStages
 from pipeline.profiling.fit import Fitted, best, fit
 from pipeline.profiling.stages import PythonStage, measure_python_stage
 from pipeline.profiling.sweep import EXECUTORS, Setting, ladder, sweep
+from pipeline.registry.pipelines import PipelineSpec
 from pipeline.runtime.sessions import open_session
 from pipeline.scoring import ScoringStep, sample_requests
 from pipeline.simulate import RunResult, SimConfig, compare
-from pipeline.worker.compose import executor_count
 
 SIM_REQUESTS = 20_000  # simulated requests at the highest load: enough for a p99
 # Requests whose Python stage is timed: on a shared machine a few dozen gave 158-332 µs
@@ -262,10 +262,10 @@ def _python_stage(pipeline: PipelineSpec, cfg: WorkerConfig, codec: Codec, model
                   count: int, timer: Callable[[], float]) -> PythonStage:
     """The Python stage, with the model in-process (its outputs feed split; the model
     process's wire carries numeric arrays only)."""
+    from pipeline.app.compose import batch_queue, batching_params
     from pipeline.batching.cost import CostModel
     from pipeline.batching.policies import make_policy
     from pipeline.clock import MonotonicClock
-    from pipeline.worker.compose import batch_queue, batching_params
 
     params = batching_params(cfg, pipeline.max_batch_rows)
     max_rows = params.get("max_batch_rows", pipeline.max_batch_rows)

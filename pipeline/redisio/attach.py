@@ -1,5 +1,5 @@
 """Build the Redis hooks and sink of a worker from its `redis` config section
-(used by the composition root, pipeline/worker/compose.py)."""
+(used by the composition root, pipeline/app/compose.py)."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def accept_id_requests(codec: Any, pipeline: str) -> Any:
     """The codec a worker with feature lookup decodes with: CtrIdCodec for the CTR
     codec (inline requests decode identically; id-only requests decode too), the
     codec unchanged elsewhere (with a warning: feature lookup is CTR only). Chosen by
-    pipeline/worker/compose.py before the warm-up profile runs the codec."""
+    pipeline/app/compose.py before the warm-up profile runs the codec."""
     from pipeline.codecs.ctr import CtrCodec
     from pipeline.redisio.codec import CtrIdCodec
 

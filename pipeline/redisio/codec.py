@@ -20,7 +20,7 @@ featurised by CtrCodec's own helpers (pipeline/codecs/ctr_fields.py, ctr_feature
 so both paths are the same code.
 
 The worker gets this codec when `redis.features.enabled`: the composition root
-(pipeline/worker/compose.py, with pipeline/redisio/attach.py) puts it in place of the
+(pipeline/app/compose.py, with pipeline/redisio/attach.py) puts it in place of the
 CTR pipeline's CtrCodec, before the warm-up profile runs it.
 """
 

@@ -1,5 +1,5 @@
 """Prometheus metrics of the Redis integration, added to a worker's own registry
-(pipeline/metrics.py keeps its names; these live beside them). No pipeline label: one
+(pipeline/observe/metrics.py keeps its names; these live beside them). No pipeline label: one
 worker process talks to one Redis, and Prometheus adds job/instance itself."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The one place a model session is opened from the `runtime` section: ONNX Runtime on
 the calling threads (session.py) or in a model process of its own (model_process.py).
-The worker (pipeline/worker/compose.py) and `tidebatch profile` (pipeline/profiling/)
+The worker (pipeline/app/compose.py) and `tidebatch profile` (pipeline/profiling/)
 both open theirs here, so what the profile measures is what the worker runs."""
 
 from __future__ import annotations

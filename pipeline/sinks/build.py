@@ -15,7 +15,7 @@ def build_sinks(cfg: Any) -> list[ResultSink]:
     sinks: list[ResultSink] = []
     pc = cfg.sinks.parquet
     if pc.enabled:
-        from pipeline.pipelines import pipeline_for
+        from pipeline.registry.pipelines import pipeline_for
         from pipeline.sinks.parquet import ParquetSink
 
         model = pipeline_for(cfg).load_model().name  # names the model= directory

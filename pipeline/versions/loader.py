@@ -26,8 +26,8 @@ from pipeline.scoring import WARMUP_SEED, ScoringStep
 if TYPE_CHECKING:
     from pipeline.config import WorkerConfig
     from pipeline.hooks import WorkerHook
-    from pipeline.metrics import WorkerMetrics
-    from pipeline.pipelines import PipelineSpec
+    from pipeline.observe.metrics import WorkerMetrics
+    from pipeline.registry.pipelines import PipelineSpec
 
 
 class VersionLoader:

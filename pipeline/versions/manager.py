@@ -8,7 +8,7 @@ Two ways in:
   version now, without waiting for its file to look settled, and answer with the
   outcome.
 
-Loading (`load`, built by pipeline/worker/compose.py) opens a session the way the
+Loading (`load`, built by pipeline/app/compose.py) opens a session the way the
 worker's first one was opened and runs the warm-up profile through the serving codec:
 a file that is corrupt, has other input names or types, or fails on the pipeline's
 sample requests is refused before any request could reach it. Only one load runs at

@@ -1,6 +1,6 @@
 """Where a pipeline's model versions live, and which one is newest.
 
-A pipeline's `model:` (pipeline/user_pipelines.py) or a shipped model's ONNX file
+A pipeline's `model:` (pipeline/registry/user_pipelines.py) or a shipped model's ONNX file
 (models/registry.py) is either
 
 - a file: one version. It is the version the configuration names (default "1") as

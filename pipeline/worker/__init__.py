@@ -10,8 +10,8 @@
 - stats.py: the counters.
 """
 
+from pipeline.app.compose import WorkerParts, batching_params, build_parts
 from pipeline.worker.admission import InFlight
-from pipeline.worker.compose import WorkerParts, batching_params, build_parts
 from pipeline.worker.core import Worker
 from pipeline.worker.stats import WorkerStats
 

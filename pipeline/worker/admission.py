@@ -52,7 +52,7 @@ class InFlight:
 
 
 class AdmissionOutcomes(Protocol):
-    """The outcomes admission gives (pipeline/outcomes.py Outcomes is one)."""
+    """The outcomes admission gives (pipeline/delivery/outcomes.py Outcomes is one)."""
 
     def dead_letter(
         self, rec: SourceRecord, reason: str, stage: str, *, error: BaseException | str | None = None
@@ -77,11 +77,11 @@ class Admission:
     budget_ms: a priority's latency budget in ms (the SLO of its class).
     outcomes: where dead letters and routed-late records go.
     request_bytes: the current request size limit (it changes once the broker has
-        described the topics, pipeline/limits.py).
+        described the topics, pipeline/delivery/limits.py).
     route_expired_ms: route records older than this many ms to the late topic without
         decoding them; None to decode everything (only set where expiry routes late).
     tenant_budget_ms: the budget by (tenant, priority) where tenant classes have SLAs of
-        their own (pipeline/tenants_config.py); None: budget_ms for every tenant.
+        their own (pipeline/config/tenants.py); None: budget_ms for every tenant.
     wall: wall-clock ms, read before and after a poll is decoded (a fake one in tests).
     reserve: with route_expired_ms, the most of that budget a record must still have
         when it reaches the queue, after its poll's decode: the learned decode-to-answer
@@ -173,7 +173,7 @@ class Admission:
 
     def within_size_limit(self, records: list[SourceRecord]) -> list[SourceRecord]:
         """Dead-letter requests over the entry limit before anything else looks at
-        them (pipeline/limits.py): decoding a huge value costs memory and time, and its
+        them (pipeline/delivery/limits.py): decoding a huge value costs memory and time, and its
         copy must still fit the dead-letter topic."""
         limit = self.request_bytes()
         kept: list[SourceRecord] = []

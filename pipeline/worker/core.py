@@ -10,7 +10,7 @@ batched, scored and published, and commits what is done. Its rooms (pipeline/wor
   (pipeline/scoring.py);
 - the publisher thread (publisher.py) builds the result documents, produces them and
   hands the rows to the sinks, in dispatch order;
-- outcomes (pipeline/outcomes.py) send results, dead letters and late records with
+- outcomes (pipeline/delivery/outcomes.py) send results, dead letters and late records with
   retries, and ack each offset when its outcome is durable.
 
 Delivery: at-least-once by default. Each consumed offset is tracked; it is done when
@@ -30,20 +30,21 @@ from consumers.dead_letter import Origin, class_path, member_id
 from consumers.offsets import OffsetTracker
 from consumers.records import KafkaRefused, Source, SourceRecord, TopicPartition
 from models.registry import ModelSpec
+from pipeline.app.compose import WorkerParts, build_parts
 from pipeline.batching.backpressure import IntakeDecision
 from pipeline.clock import Clock, wall_ms
 from pipeline.config import WorkerConfig
+from pipeline.config.tenants import max_budget_ms, tenant_budget_ms
+from pipeline.delivery.outcomes import Outcomes
+from pipeline.delivery.transactions import Transactions
 from pipeline.hooks import WorkerHook
 from pipeline.kafka_backend import make_source
-from pipeline.outcomes import Outcomes
 from pipeline.runtime import allocator, interpreter
 from pipeline.runtime.model_process import ProcessSession
 from pipeline.runtime.session import InferenceSession
 from pipeline.scoring import ScoringStep
 from pipeline.sinks import ResultSink, notify
-from pipeline.tenants_config import max_budget_ms, tenant_budget_ms
 from pipeline.worker.admission import Admission
-from pipeline.worker.compose import WorkerParts, build_parts
 from pipeline.worker.executors import Executors
 from pipeline.worker.intake import follow_intake
 from pipeline.worker.kafka_progress import KafkaProgress
@@ -54,7 +55,6 @@ from pipeline.worker.publisher import Publisher
 from pipeline.worker.stats import WorkerStats
 from pipeline.worker.tenant_standing import gate_standing
 from pipeline.worker.topic_limits import described_limits, worker_limits
-from pipeline.worker.transactions import Transactions
 from pipeline.worker.watchdog import CallWatch
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ _LAG_INTERVAL = 1.0
 class Worker:
     """One consumer-group member of a pipeline; run() until stop().
 
-    cfg: the whole configuration (pipeline/config.py).
+    cfg: the whole configuration (pipeline/config/sections.py).
     clock: the batcher's clock (a fake one in tests).
     sinks: offline sinks for the result rows (pipeline/sinks/), flushed before commits.
     hooks: see each batch before and after the model (pipeline/hooks.py).
@@ -86,7 +86,7 @@ class Worker:
         hooks: list[WorkerHook] | None = None,
         parts: WorkerParts | None = None,
     ) -> None:
-        """parts: built by pipeline/worker/compose.py (as `tidebatch run` does, with
+        """parts: built by pipeline/app/compose.py (as `tidebatch run` does, with
         Redis); without, they are built here from cfg, clock, sinks and hooks."""
         if parts is None:
             parts = build_parts(cfg, clock=clock, sinks=sinks, hooks=hooks)

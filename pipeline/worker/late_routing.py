@@ -2,7 +2,7 @@
 class's ceiling: pipeline/batching/batcher.py `_to_late`) to the late topic, each late
 record naming its rule (pipeline/batching/request.py RULE_*), counted per tenant
 class where there is a `tenants:` section, so every request of a class has one outcome
-in tidebatch_tenant_requests_total (pipeline/tenant_metrics.py): ok, late or
+in tidebatch_tenant_requests_total (pipeline/observe/tenant_metrics.py): ok, late or
 routed_late."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from consumers.records import SourceRecord
 from pipeline.batching.concurrent import BatchQueue
 from pipeline.batching.request import RULE_OVERDUE
 from pipeline.clock import wall_ms
-from pipeline.outcomes import Outcomes
-from pipeline.tenant_metrics import TenantOutcomes
+from pipeline.delivery.outcomes import Outcomes
+from pipeline.observe.tenant_metrics import TenantOutcomes
 
 
 def route_late(queue: BatchQueue, outcomes: Outcomes, tenants: TenantOutcomes | None) -> None:

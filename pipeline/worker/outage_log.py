@@ -12,7 +12,7 @@ import threading
 import orjson
 
 from consumers.broker_connections import BrokerConnections
-from pipeline.metrics import WorkerMetrics
+from pipeline.observe.metrics import WorkerMetrics
 from pipeline.worker.kafka_progress import COMMIT, DELIVERY, KafkaProgress
 from pipeline.worker.watchdog import CallWatch
 

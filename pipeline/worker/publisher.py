@@ -1,5 +1,5 @@
 """The publisher thread: builds the result documents, produces them and hands the rows
-to the sinks, in dispatch order (pipeline/reorder.py).
+to the sinks, in dispatch order (pipeline/delivery/reorder.py).
 
 Off the executors, so that this Python work (about a fifth of an in-process
 executor's time at saturation) never delays the model's next batch. Every request
@@ -24,14 +24,14 @@ from consumers.records import SourceRecord, produced_ms
 from models.registry import ModelSpec
 from pipeline.batching.request import Batch, Request
 from pipeline.clock import wall_ms
+from pipeline.delivery.outcomes import Outcomes
+from pipeline.delivery.reorder import Reorder
 from pipeline.hooks import WorkerHook
-from pipeline.metrics import WorkerMetrics, observe_many
-from pipeline.outcomes import Outcomes
-from pipeline.reorder import Reorder
+from pipeline.observe.metrics import WorkerMetrics, observe_many
+from pipeline.observe.tracing import BatchTracer, RequestTrace
 from pipeline.runtime import thread_names
 from pipeline.scoring import BatchTiming, result_document
 from pipeline.sinks import ResultSink, ScoredRow, notify
-from pipeline.tracing import BatchTracer, RequestTrace
 from pipeline.worker.admission import InFlight
 from pipeline.worker.executors import Done, Finished, dead_letter_internal
 from pipeline.worker.stats import WorkerStats
@@ -54,7 +54,7 @@ class Publisher:
     """Publishes what the executors finished, in the order the batches were dispatched.
 
     hooks: see the result documents before they are sent (pipeline/hooks.py).
-    outcomes: sends results and dead letters (pipeline/outcomes.py).
+    outcomes: sends results and dead letters (pipeline/delivery/outcomes.py).
     tracker: the offsets; a result with sinks is done when every sink acked its row.
     sinks: the offline sinks (a list the caller may still extend before run()).
     drain_deadline: the monotonic time shutdown must end by, or None while running.
@@ -126,7 +126,7 @@ class Publisher:
         an executor can hand its batch over before one dispatched earlier (the model
         process answers in order, the executors then race for the GIL), and results
         of one key, e.g. one camera's frames, must come out in the order they went in
-        (pipeline/reorder.py)."""
+        (pipeline/delivery/reorder.py)."""
         thread_names.name_current_thread("publisher")  # for per-thread CPU (runtime/thread_names.py)
         in_order: Reorder[list[Finished]] = Reorder()
         while True:

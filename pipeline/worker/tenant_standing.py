@@ -2,14 +2,14 @@
 are over their share (the gate lives in the batcher, behind BatchQueue's lock), and the
 per-class count of the records admission routes late before decoding, so every request
 of a class has its one outcome in tidebatch_tenant_requests_total
-(pipeline/tenant_metrics.py), as late_routing.py does for what the batcher routes."""
+(pipeline/observe/tenant_metrics.py), as late_routing.py does for what the batcher routes."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from pipeline.batching.concurrent import BatchQueue
-from pipeline.tenant_metrics import TenantOutcomes
+from pipeline.observe.tenant_metrics import TenantOutcomes
 
 
 class GateStanding:

@@ -1,4 +1,4 @@
-"""The worker's size limits (pipeline/limits.py) from its configuration, its
+"""The worker's size limits (pipeline/delivery/limits.py) from its configuration, its
 producer's own limit and the topics' max.message.bytes that the broker describes."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 from consumers.records import Producer
 from pipeline.config import WorkerConfig
-from pipeline.limits import Limits, resolve_limits
-from pipeline.outcomes import Topics
+from pipeline.delivery.limits import Limits, resolve_limits
+from pipeline.delivery.outcomes import Topics
 
 if TYPE_CHECKING:
-    from pipeline.pipelines import PipelineSpec
+    from pipeline.registry.pipelines import PipelineSpec
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ Python runs a signal handler only in the main thread, between two bytecodes, i.e
 that call returns. Two parts:
 
 - `CallWatch`: the source thread marks each blocking client call with the deadline
-  it passed (pipeline/worker/transactions.py); `overdue` says which call has overrun
+  it passed (pipeline/delivery/transactions.py); `overdue` says which call has overrun
   it. /healthz reads it (pipeline/ops/health.py): a worker stuck in a call past its
   deadline is not alive, so an orchestrator restarts it; the watchdog logs it once.
 - `Watchdog`: a thread that keeps time for the worker whatever its source thread is

@@ -28,7 +28,7 @@ from consumers.brokers.embedded import LocalBroker, free_port
 from consumers.profiles import consumer_config, producer_config
 from pipeline.config import WorkerConfig, load_config
 from pipeline.ops.http import OpsServer
-from pipeline.pipelines import get_pipeline
+from pipeline.registry.pipelines import get_pipeline
 from tests.integration.pipeline_helpers import profile_of
 
 REPO = Path(__file__).resolve().parents[2]

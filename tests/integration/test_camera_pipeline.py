@@ -21,7 +21,7 @@ from models.camera import MODEL_PATH, SAMPLES_DIR
 from pipeline.clock import FakeClock
 from pipeline.codecs.camera import CameraCodec
 from pipeline.loadgen.camera import CameraFrameFactory
-from pipeline.pipelines import get_pipeline
+from pipeline.registry.pipelines import get_pipeline
 from pipeline.worker import Worker
 from tests.integration.pipeline_helpers import (
     REPO,

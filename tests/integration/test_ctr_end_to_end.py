@@ -143,7 +143,7 @@ def test_bad_input_goes_to_dlq_and_the_worker_keeps_going(broker, topic_factory,
 
 
 def test_with_tracing_on_a_result_goes_on_in_the_requests_trace(broker, topic_factory, unique_group_id) -> None:
-    """tracing.enabled (pipeline/tracing.py): the result's traceparent keeps the
+    """tracing.enabled (pipeline/observe/tracing.py): the result's traceparent keeps the
     producer's trace id and names the worker's own span as the parent."""
     pytest.importorskip("opentelemetry.sdk", reason="the otel extra is not installed")
     inp = topic_factory("ctr-trace", partitions=1)

@@ -404,7 +404,7 @@ def _topic_partitions(port: int) -> dict[str, int]:
 # Apache Kafka, which hides them.
 REVISIT_EXACTLY_ONCE = (
     "Tansu now hides aborted transactions, exactly_once could be allowed on the embedded "
-    "broker — revisit validate_delivery (pipeline/kafka_keys.py, called by pipeline/config.py) "
+    "broker — revisit validate_delivery (pipeline/config/kafka_keys.py, called by pipeline/config/checks.py) "
     "and pipeline/commands/demo.py"
 )
 

@@ -95,12 +95,12 @@ def granted_by(command: list[str]) -> set[tuple[str, str, str]]:
 def test_the_kafka_acls_example_grants_what_the_table_says_for_the_ctr_defaults() -> None:
     # Issue 44: the example granted WRITE on ctr.results; the ctr worker writes ctr.scores.
     from pipeline.config import load_config
-    from pipeline.pipelines import pipeline_for
+    from pipeline.registry.pipelines import pipeline_for
 
     cfg = load_config(None, {"pipeline": "ctr"}, environ={})
     spec = pipeline_for(cfg)
     topics = Topics(spec.input_topic, spec.output_topic, f"{spec.input_topic}.dlq", f"{spec.input_topic}.late")
-    group = f"tidebatch-{cfg.pipeline}"  # the worker's default group (pipeline/worker/compose.py)
+    group = f"tidebatch-{cfg.pipeline}"  # the worker's default group (pipeline/app/compose.py)
     table = {(a.resource_type, a.name, a.operation) for a in documented_worker_acls(topics, group)}
     example = set().union(*(granted_by(c) for c in kafka_acls_commands()))
     assert table - example == set(), "rows of the table the kafka-acls.sh example does not grant"

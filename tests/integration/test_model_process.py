@@ -215,9 +215,9 @@ def _children() -> set[int]:
 
 def test_a_worker_that_fails_to_start_stops_its_model_process(broker, topic_factory, unique_group_id, monkeypatch):
     """A step of building a worker after the model process started fails (here the
-    Kafka producer, pipeline/worker/compose.py): the model process goes with it instead
+    Kafka producer, pipeline/app/compose.py): the model process goes with it instead
     of living on until the worker object is garbage-collected."""
-    import pipeline.worker.compose as compose
+    import pipeline.app.compose as compose
     from pipeline.worker import Worker
 
     before = _children()

@@ -1,7 +1,7 @@
 """Issue 20: models the project has never seen (tests/own_models.py: two inputs, a
 dynamic batch and a dynamic sequence dimension; a LightGBM classifier with a ZipMap
 output, trained and converted here), served over Kafka purely from a YAML
-configuration (pipeline/user_pipelines.py, the tensor-json codec). Results equal ONNX
+configuration (pipeline/registry/user_pipelines.py, the tensor-json codec). Results equal ONNX
 Runtime on each request alone; bad requests are dead-lettered with a reason that names
 the field, and the worker keeps going."""
 

@@ -39,7 +39,7 @@ import pytest
 from confluent_kafka import Producer
 
 from consumers.profiles import KAFKA, producer_config
-from pipeline.pipelines import get_pipeline
+from pipeline.registry.pipelines import get_pipeline
 from tests.integration.opsutil import (
     ResultCollector,
     Topics,

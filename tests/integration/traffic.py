@@ -16,7 +16,7 @@ import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from consumers.profiles import KAFKA, consumer_config, producer_config
-from pipeline.pipelines import get_pipeline
+from pipeline.registry.pipelines import get_pipeline
 from tests.integration import opsutil
 
 

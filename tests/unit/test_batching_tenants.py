@@ -245,7 +245,7 @@ def test_the_batcher_counts_rows_served_per_class_but_not_the_late_lanes():
 def test_metrics_per_class_never_per_raw_tenant_id():
     from prometheus_client import CollectorRegistry
 
-    from pipeline.tenant_metrics import watch_tenants
+    from pipeline.observe.tenant_metrics import watch_tenants
 
     g = gate(capped=CAPPED)
     b = greedy(g)

@@ -11,7 +11,7 @@ from pipeline.codecs.text import TextCodec
 from pipeline.config import load_config
 from pipeline.errors import UserError
 from pipeline.loadgen.camera import camera_schedule, parse_resolutions, rate_at
-from pipeline.pipelines import get_pipeline
+from pipeline.registry.pipelines import get_pipeline
 
 
 def test_camera_schedule_sends_fps_frames_per_camera_in_time_order() -> None:

@@ -9,8 +9,8 @@ import logging
 
 import pytest
 
-from pipeline import logs
 from pipeline.cli import build_parser
+from pipeline.observe import logs
 
 
 def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,5 +1,5 @@
 """Issue 20: a codec class named by an installed package's `tidebatch.codecs` entry
-point (pipeline/user_pipelines.py), found the way pip-installed packages are found:
+point (pipeline/registry/user_pipelines.py), found the way pip-installed packages are found:
 a real `*.dist-info` with an entry_points.txt on sys.path, no mock of the lookup."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import yaml
 
 from pipeline.config import load_config
 from pipeline.errors import UserError
-from pipeline.pipelines import get_pipeline
+from pipeline.registry.pipelines import get_pipeline
 from tests.own_models import run_alone, tree_classifier
 
 pytest.importorskip("onnx")

@@ -14,7 +14,7 @@ from confluent_kafka import KafkaError, KafkaException
 from consumers.offsets import OffsetTracker
 from consumers.records import TopicPartition
 from pipeline.clock import FakeClock
-from pipeline.metrics import WorkerMetrics
+from pipeline.observe.metrics import WorkerMetrics
 from pipeline.worker.partitions import Partitions
 from pipeline.worker.stats import WorkerStats
 

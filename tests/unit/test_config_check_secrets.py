@@ -41,7 +41,7 @@ def test_an_unset_kafka_variable_is_runs_line_and_exit_2(
     code, shown = _check(path, capsys)
     assert code == 2, shown
     assert shown == f"tidebatch: error: Kafka setting sasl.password: environment variable {VAR} is not set"
-    with pytest.raises(UserError) as run_says:  # what `run` resolves before it connects (pipeline/serve.py)
+    with pytest.raises(UserError) as run_says:  # what `run` resolves before it connects (pipeline/app/serve.py)
         load_config(path).kafka.client("admin")
     assert shown == f"tidebatch: error: {run_says.value}"
 

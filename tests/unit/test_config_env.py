@@ -1,4 +1,4 @@
-"""Environment variables are read by the type their key declares (pipeline/config_env.py),
+"""Environment variables are read by the type their key declares (pipeline/config/env.py),
 and one that names no key is a warning, not a stopped worker (issue 21's findings)."""
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def test_a_variable_that_names_no_key_is_a_warning_with_the_closest_key(caplog: 
         "TIDEBATCH_BATCHING__POLICY__X": "1",  # below a key
         "TIDEBATCH_GROUP_ID": "g",
     }
-    with caplog.at_level(logging.WARNING, logger="pipeline.config_env"):
+    with caplog.at_level(logging.WARNING, logger="pipeline.config.env"):
         cfg = load_config(environ=environ)
     assert cfg.group_id == "g" and cfg.batching.policy != "static"
     lines = [r.getMessage() for r in caplog.records]

@@ -1,5 +1,5 @@
 """The published JSON Schema of the worker's YAML (docs/schemas/worker-config.schema.json)
-is what pipeline/config_schema.py makes from the config dataclasses, and the shipped
+is what pipeline/config/schema.py makes from the config dataclasses, and the shipped
 configs pass it."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import yaml
 
 from pipeline.cli import main
 from pipeline.config import WorkerConfig
-from pipeline.config_schema import config_schema
+from pipeline.config.schema import config_schema
 
 REPO = Path(__file__).resolve().parents[2]
 PUBLISHED = REPO / "docs" / "schemas" / "worker-config.schema.json"

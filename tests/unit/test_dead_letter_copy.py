@@ -33,7 +33,7 @@ from consumers.dead_letter import (
 )
 from consumers.records import SourceRecord
 from pipeline.codecs.base import DecodeError
-from pipeline.limits import DEAD_LETTER_HEADROOM_BYTES
+from pipeline.delivery.limits import DEAD_LETTER_HEADROOM_BYTES
 
 LIMIT = 1_000_000
 
@@ -141,7 +141,7 @@ def _deep(n: int) -> None:
 
 
 def test_our_headers_at_their_worst_fit_the_headroom_the_entry_limit_leaves() -> None:
-    """pipeline/limits.py keeps the entry limit DEAD_LETTER_HEADROOM_BYTES below the
+    """pipeline/delivery/limits.py keeps the entry limit DEAD_LETTER_HEADROOM_BYTES below the
     dead-letter topic's, so that every decoded request can be dead-lettered whole."""
     name = "t" * 249
     rec = SourceRecord(name, 2**31 - 1, 2**63 - 1, b"k", b"v" * 100, {}, 2**63 - 1)

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from pipeline.demo import format_summary, tail_verdict
+from pipeline.app.demo import format_summary, tail_verdict
 
 
 def _summary(p99: float, late: int, stages: dict) -> dict:

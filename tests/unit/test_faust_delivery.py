@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.config.kafka_keys import DELIVERY_MODES
 from pipeline.faust.app import (
     EMBEDDED_NO_EXACTLY_ONCE,
     FAUST_NO_EXACTLY_ONCE,
     PROCESSING_GUARANTEE,
     processing_guarantee,
 )
-from pipeline.kafka_keys import DELIVERY_MODES
 
 APP = Path(__file__).resolve().parents[2] / "examples" / "faust_ctr" / "app.py"
 

@@ -13,14 +13,14 @@ import pytest
 
 from consumers.records import AckCallback, SourceRecord, TopicPartition
 from pipeline.clock import FakeClock
+from pipeline.delivery.limits import resolve_limits
+from pipeline.delivery.outcomes import Outcomes, Topics
 from pipeline.generation.budget import KvBudget
 from pipeline.generation.policies import make_generation_policy
 from pipeline.generation.runner import DecoderRunner, open_decoder
 from pipeline.generation.scheduler import GenerationScheduler
 from pipeline.generation.service import GenerateSettings, GenerationLoop
-from pipeline.limits import resolve_limits
-from pipeline.metrics import WorkerMetrics
-from pipeline.outcomes import Outcomes, Topics
+from pipeline.observe.metrics import WorkerMetrics
 
 TOPICS = Topics("out", "in.dlq", "in.late")
 TP = ("in", 0)

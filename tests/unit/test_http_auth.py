@@ -178,7 +178,7 @@ def test_a_warning_only_when_others_can_connect_without_credentials() -> None:
 
 def test_a_wrongly_typed_secret_is_not_shown_in_the_error() -> None:
     """An unquoted all-digit password in YAML arrives as an int: refused, not shown. From
-    the environment it stays the string it was (pipeline/config_env.py)."""
+    the environment it stays the string it was (pipeline/config/env.py)."""
     for name in ("password", "bearer_token"):
         auth = {"username": "ops", "password": "pw", name: 83917264}
         with pytest.raises(UserError, match=rf"'metrics.auth.{name}': expected str, got a value of type int") as err:

@@ -97,7 +97,7 @@ def test_tls_files_are_checked_when_the_config_loads(pki, tmp_path: Path, cert: 
 
 @pytest.fixture
 def root_logging() -> Iterator[None]:
-    """The CLI reconfigures the root logger onto capsys's stderr (pipeline/logs.py
+    """The CLI reconfigures the root logger onto capsys's stderr (pipeline/observe/logs.py
     configure); put it back, or later tests log into a closed stream."""
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level

@@ -104,7 +104,7 @@ def test_a_call_that_does_not_return_is_an_outage_of_its_own() -> None:
 def test_broker_statistics_feed_the_connection_counters() -> None:
     import orjson
 
-    from pipeline.metrics import WorkerMetrics
+    from pipeline.observe.metrics import WorkerMetrics
     from pipeline.worker.outage_log import OutageLog
     from pipeline.worker.watchdog import CallWatch
 

@@ -1,5 +1,5 @@
 """The start-up check of a kafka-python worker runs through librdkafka
-(pipeline/serve.py): it gets the librdkafka-named settings, and kafka-python's
+(pipeline/app/serve.py): it gets the librdkafka-named settings, and kafka-python's
 `ssl_check_hostname: false` as librdkafka's way of saying the same."""
 
 from __future__ import annotations

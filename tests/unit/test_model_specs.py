@@ -11,7 +11,7 @@ import json
 import pytest
 
 from models.registry import MODELS_DIR, ModelSpec, load_spec, shipped_models
-from pipeline.pipelines import get_pipeline, shipped_names
+from pipeline.registry.pipelines import get_pipeline, shipped_names
 
 
 @pytest.mark.parametrize("name", shipped_models())

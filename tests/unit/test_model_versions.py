@@ -13,8 +13,8 @@ import pytest
 
 from pipeline.config import load_config
 from pipeline.errors import UserError
-from pipeline.metrics import WorkerMetrics
-from pipeline.pipelines import pipeline_for
+from pipeline.observe.metrics import WorkerMetrics
+from pipeline.registry.pipelines import pipeline_for
 from pipeline.runtime.sessions import open_session
 from pipeline.scoring import ScoringStep
 from pipeline.versions.loader import VersionLoader
@@ -125,7 +125,7 @@ REQUEST = b'{"request_id": "r", "features": [0.1, -0.2, 0.3, 0.5], "tokens": [1,
 
 
 class Harness:
-    """A worker's model parts as pipeline/worker/compose.py builds them, without Kafka."""
+    """A worker's model parts as pipeline/app/compose.py builds them, without Kafka."""
 
     def __init__(self, model: Path, *, base_version: str = "1", model_process: bool = False) -> None:
         cfg = load_config(overrides={

@@ -1,6 +1,6 @@
 """The arithmetic behind /api/stats, the dashboard and `tidebatch status`
 (pipeline/ops/stats.py, window.py), the health rules (health.py) and the extra
-worker metrics (pipeline/metrics.py). No I/O, fake clocks."""
+worker metrics (pipeline/observe/metrics.py). No I/O, fake clocks."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from pipeline.commands import status
-from pipeline.metrics import WorkerMetrics
+from pipeline.observe.metrics import WorkerMetrics
 from pipeline.ops import health
 from pipeline.ops import stats as S
 from pipeline.ops.window import StatsWindow
@@ -290,7 +290,7 @@ def test_status_from_prometheus_values():
 def test_histogram_observe_many_counts_like_observe_one_by_one() -> None:
     from prometheus_client import CollectorRegistry, Histogram
 
-    from pipeline.metrics import observe_many
+    from pipeline.observe.metrics import observe_many
 
     buckets = (0.001, 0.01, 0.1, 1.0)
     one, many = (Histogram("h", "h", registry=CollectorRegistry(), buckets=buckets) for _ in range(2))
@@ -307,7 +307,7 @@ def test_histogram_observe_many_counts_like_observe_one_by_one() -> None:
 
 
 def test_stage_breakdown_gives_each_stage_its_quantiles_and_mean() -> None:
-    from pipeline.metrics import WorkerMetrics
+    from pipeline.observe.metrics import WorkerMetrics
     from pipeline.ops.stats import from_registry, stage_breakdown
 
     m = WorkerMetrics("ctr", "adaptive")
@@ -329,7 +329,7 @@ def test_stage_breakdown_gives_each_stage_its_quantiles_and_mean() -> None:
 def test_the_produce_leg_is_listed_first_once_observed() -> None:
     """to_broker (LogAppendTime topics with the producer's header only) comes before
     to_worker in pipeline order, and only where it covers a request."""
-    from pipeline.metrics import WorkerMetrics
+    from pipeline.observe.metrics import WorkerMetrics
     from pipeline.ops.stats import from_registry, stage_breakdown
 
     m = WorkerMetrics("ctr", "adaptive")
@@ -357,7 +357,7 @@ def test_a_redis_that_rejects_the_worker_makes_it_unready_an_outage_does_not():
 def _tenant_worker() -> tuple[WorkerMetrics, object, object]:
     from pipeline.batching.request import Request
     from pipeline.batching.tenants import TenantClass, TenantGate
-    from pipeline.tenant_metrics import watch_tenants
+    from pipeline.observe.tenant_metrics import watch_tenants
 
     m = _metrics()
     m.assigned.labels("ctr").set(1)

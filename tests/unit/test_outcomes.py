@@ -1,4 +1,4 @@
-"""Outcome records with a fake producer (pipeline/outcomes.py): every request ends with
+"""Outcome records with a fake producer (pipeline/delivery/outcomes.py): every request ends with
 exactly one outcome or an explicit, logged policy decision; a refused record never
 stops the worker by default."""
 
@@ -10,9 +10,9 @@ import pytest
 
 from consumers.dead_letter import H_DEADLINE_MISSED_BY, H_ERROR, H_LATE_RULE, H_STAGE, H_TRUNCATED
 from consumers.records import AckCallback, SendError, SourceRecord
-from pipeline.limits import DEAD_LETTER_HEADROOM_BYTES, resolve_limits
-from pipeline.metrics import WorkerMetrics
-from pipeline.outcomes import MAX_SEND_ATTEMPTS, Outcomes, Topics
+from pipeline.delivery.limits import DEAD_LETTER_HEADROOM_BYTES, resolve_limits
+from pipeline.delivery.outcomes import MAX_SEND_ATTEMPTS, Outcomes, Topics
+from pipeline.observe.metrics import WorkerMetrics
 
 TOPICS = Topics.for_input("in", "out", None, None)
 REFUSED = SendError("Broker: Message size too large", refused=True)
@@ -187,7 +187,7 @@ def _stage_count(metrics: WorkerMetrics, stage: str) -> tuple[float, float]:
 
 
 def test_a_result_s_publish_stage_runs_from_ready_to_kafka_s_ack(monkeypatch) -> None:
-    import pipeline.outcomes as outcomes_module
+    import pipeline.delivery.outcomes as outcomes_module
 
     h = Harness(lambda *_: None)
     monkeypatch.setattr(outcomes_module, "wall_ms", lambda: 1_000_250)

@@ -185,10 +185,10 @@ class _ToyCodec:
 
 
 def test_python_stage_admits_as_the_source_thread_does_and_times_with_the_injected_timer() -> None:
+    from pipeline.app.compose import batch_queue, batching_params
     from pipeline.batching.concurrent import BatchQueue
     from pipeline.config import WorkerConfig
     from pipeline.profiling.stages import measure_python_stage
-    from pipeline.worker.compose import batch_queue, batching_params
 
     class Ticks:  # every reading 1 ms after the last: each timed span is 1 ms
         t = 0.0

@@ -110,7 +110,7 @@ def test_worker_stages_take_the_threads_from_the_calibration_and_the_model_from_
     assert (calibrated.source_s, calibrated.publisher_s) == (300 * US, 60 * US)
     assert (calibrated.other_s, calibrated.broker_s) == (30 * US, 40 * US)
     assert calibrated.limited_by == "GIL" and calibrated.capacity == pytest.approx(10 / (410 * US))
-    # A model process: 4 executors by default (pipeline/worker/compose.py executor_count).
+    # A model process: 4 executors by default (pipeline/app/compose.py executor_count).
     process = worker_stages(_fitted("model-process"), python, cal, 2, RuntimeConfig())
     assert process.executors == 4 and process.model_s == pytest.approx(100 * US)
     assert process.executor_python_s == pytest.approx(130 * US)

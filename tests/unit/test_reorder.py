@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.reorder import Reorder
+from pipeline.delivery.reorder import Reorder
 
 
 def test_items_leave_in_number_order_whatever_order_they_arrive_in() -> None:

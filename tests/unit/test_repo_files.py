@@ -76,7 +76,7 @@ def _imports(path: Path, mods: dict[str, Path]) -> set[str]:
 
 def test_no_import_cycles() -> None:
     """Modules that import each other (even lazily) cannot be understood, tested or
-    moved apart; pipeline/serve.py and pipeline/commands/run.py, models/text/build.py
+    moved apart; pipeline/app/serve.py and pipeline/commands/run.py, models/text/build.py
     and models/text/model.py were two such pairs."""
     mods = _modules()
     graph = {name: _imports(path, mods) - {name} for name, path in mods.items()}

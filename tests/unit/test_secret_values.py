@@ -1,5 +1,5 @@
 """Secrets masked by value (consumers/secret_values.py) in every printed form: the log
-formatters of pipeline/logs.py (text and JSON, tracebacks included), foreign handlers
+formatters of pipeline/observe/logs.py (text and JSON, tracebacks included), foreign handlers
 through the record factory, and the forms a value takes when printed inside a repr or a
 JSON string."""
 
@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from consumers.secret_values import MASK, SECRETS, SecretValues, scrub_log_records
-from pipeline import logs
+from pipeline.observe import logs
 
 PEM = (
     "-----BEGIN PRIVATE KEY-----\n"

@@ -1,7 +1,7 @@
 """Issue 20 item 1: the shipped CTR, camera and text pipelines are `pipelines:` entries
 (models/pipelines.yaml), checked and built by the same code as a user's entries
-(pipeline/pipeline_keys.py, pipeline/user_pipelines.py), their codecs found by name in
-the one table (pipeline/codec_names.py), their sample requests made by the codecs'
+(pipeline/registry/keys.py, pipeline/registry/user_pipelines.py), their codecs found by name in
+the one table (pipeline/registry/codecs.py), their sample requests made by the codecs'
 optional `samples(seed)`. No Kafka, no model run."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import yaml
 
 from pipeline.config import load_config
 from pipeline.errors import UserError
-from pipeline.pipelines import SHIPPED_FILE, get_pipeline, read_entries, shipped_names
+from pipeline.registry.pipelines import SHIPPED_FILE, get_pipeline, read_entries, shipped_names
 from tests.own_models import CsvCodec
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -23,7 +23,7 @@ from pipeline.codecs import ctr_binary
 from pipeline.codecs.ctr import CtrCodec
 from pipeline.codecs.tenant_peek import peek_tenant
 from pipeline.loadgen.ctr import CtrRequestFactory
-from pipeline.tenant_metrics import TenantOutcomes
+from pipeline.observe.tenant_metrics import TenantOutcomes
 from pipeline.worker.admission import Admission
 from pipeline.worker.tenant_standing import GateStanding, gate_standing
 
@@ -32,7 +32,7 @@ BUDGET_MS = 100.0  # reserve 0.5: a record must reach the queue by 50 ms of age
 
 
 class Routed:
-    """Where admission's routed-late and dead-lettered records go (pipeline/outcomes.py
+    """Where admission's routed-late and dead-lettered records go (pipeline/delivery/outcomes.py
     Outcomes in the worker): kept here to be counted."""
 
     def __init__(self) -> None:

@@ -1,4 +1,4 @@
-"""The `tenants:` section (pipeline/tenants_config.py): loading, one-line errors naming
+"""The `tenants:` section (pipeline/config/tenants.py): loading, one-line errors naming
 the key, the gate and the deadline budgets it gives the worker, and admission carrying
 the tenant."""
 
@@ -12,8 +12,8 @@ from consumers.records import SourceRecord
 from pipeline.batching.tenants import GREEN
 from pipeline.codecs.base import Decoded
 from pipeline.config import load_config
+from pipeline.config.tenants import class_slo_seconds, max_budget_ms, tenant_budget_ms, tenant_gate
 from pipeline.errors import UserError
-from pipeline.tenants_config import class_slo_seconds, max_budget_ms, tenant_budget_ms, tenant_gate
 from pipeline.worker.admission import Admission
 
 TENANTS = {
@@ -109,10 +109,10 @@ def test_admission_carries_the_tenant_and_gives_its_class_deadline():
 
 
 def test_the_worker_batcher_gets_the_gate_only_with_a_section():
+    from pipeline.app.compose import batch_queue
     from pipeline.batching.cost import CostModel
     from pipeline.batching.policies import GreedyPolicy
     from pipeline.clock import FakeClock
-    from pipeline.worker.compose import batch_queue
 
     def batcher(c):
         return batch_queue(c, GreedyPolicy(8), CostModel(), FakeClock(), 1, 8).batcher

@@ -1,4 +1,4 @@
-"""OpenTelemetry spans (pipeline/tracing.py) made by the publisher from the times it
+"""OpenTelemetry spans (pipeline/observe/tracing.py) made by the publisher from the times it
 already has: a request span in the producer's trace with to_worker / queue / model
 children, a batch span linking its requests, and the result's traceparent naming the
 request span. The SDK's in-memory exporter; no network."""
@@ -14,8 +14,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from consumers.offsets import OffsetTracker  # noqa: E402
 from pipeline.config import load_config  # noqa: E402
 from pipeline.errors import UserError  # noqa: E402
+from pipeline.observe.tracing import TracingConfig, make_tracer  # noqa: E402
 from pipeline.scoring import BatchTiming  # noqa: E402
-from pipeline.tracing import TracingConfig, make_tracer  # noqa: E402
 from pipeline.worker.stats import WorkerStats  # noqa: E402
 from tests.unit.test_worker_rooms import MODEL, WALL, FakeOutcomes, make_batch, publisher  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""pipeline/worker/transactions.py with a scripted transactional producer: what each
+"""pipeline/delivery/transactions.py with a scripted transactional producer: what each
 transaction holds, what it commits, and what an abort does (docs/DELIVERY.md)."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import pytest
 
 from consumers.offsets import OffsetTracker
 from consumers.records import AckCallback, SendError, SourceRecord, TopicPartition, TransactionError
-from pipeline.limits import Limits
-from pipeline.metrics import WorkerMetrics
-from pipeline.outcomes import Outcomes, Topics
+from pipeline.delivery.limits import Limits
+from pipeline.delivery.outcomes import Outcomes, Topics
+from pipeline.delivery.transactions import Transactions
+from pipeline.observe.metrics import WorkerMetrics
 from pipeline.worker.stats import WorkerStats
-from pipeline.worker.transactions import Transactions
 
 TOPICS = Topics("res", "req.dlq", "req.late")
 
@@ -276,7 +276,7 @@ def test_an_abort_that_fails_renews_the_producer() -> None:
 def test_a_producer_fenced_again_and_again_stops_the_worker_and_commits_nothing_more() -> None:
     # Another live process with our transactional.id: renewing for ever would have the
     # two fence each other. After MAX_RENEWALS in the window the worker stops.
-    from pipeline.worker.transactions import MAX_RENEWALS
+    from pipeline.delivery.transactions import MAX_RENEWALS
 
     rig = Rig()
     (r0, r1) = rig.consume(0, 0, 1)
@@ -423,7 +423,7 @@ def test_an_abort_retriable_for_ever_renews_the_producer() -> None:
     # librdkafka answered "Conflicting commit_transaction API call is already in
     # progress" (retriable) to every abort after a commit that timed out: the worker
     # sat in that loop until the test gave up (issue 49). Bounded, then renewed.
-    from pipeline.worker.transactions import ABORT_ATTEMPTS
+    from pipeline.delivery.transactions import ABORT_ATTEMPTS
 
     rig = Rig()
     (r0,) = rig.consume(0, 0)

@@ -17,7 +17,7 @@ from models.registry import ModelSpec
 from pipeline.batching.request import Batch, Request
 from pipeline.clock import wall_ms
 from pipeline.codecs.base import Decoded, DecodeError
-from pipeline.metrics import WorkerMetrics
+from pipeline.observe.metrics import WorkerMetrics
 from pipeline.scoring import BatchTiming, ScoringStep, result_document
 from pipeline.versions.slot import ModelSlot
 from pipeline.worker.admission import Admission, InFlight
@@ -408,7 +408,7 @@ def test_the_publisher_observes_where_each_request_s_time_went() -> None:
     """tidebatch_stage_seconds: to_worker (Kafka timestamp → consumed), decode (consumed →
     its poll decoded), queue (decoded → batch started), model (the batch's model time),
     per published request; the publish stage starts at the ready time handed to
-    outcomes.result (pipeline/outcomes.py)."""
+    outcomes.result (pipeline/delivery/outcomes.py)."""
     outcomes, metrics = FakeOutcomes(), WorkerMetrics("toy", "adaptive")
     pub = publisher(outcomes, OffsetTracker(), [], WorkerStats(), metrics)
     batch = make_batch([b"r0", b"r1"])  # timestamps WALL, consumed at WALL
@@ -492,7 +492,7 @@ def test_the_result_document_is_the_same_for_the_worker_and_faust() -> None:
 
 def test_the_publisher_counts_and_times_requests_per_tenant_class() -> None:
     from pipeline.batching.tenants import TenantClass, TenantGate
-    from pipeline.tenant_metrics import watch_tenants
+    from pipeline.observe.tenant_metrics import watch_tenants
 
     metrics = WorkerMetrics("toy", "adaptive")
     gate = TenantGate({"gold": TenantClass("gold", 10.0, 1.0)})
@@ -522,7 +522,7 @@ def test_requests_shed_over_a_ceiling_count_as_routed_late_for_their_class_alone
     from pipeline.batching.policies import make_policy
     from pipeline.batching.tenants import TenantClass, TenantGate
     from pipeline.clock import FakeClock
-    from pipeline.tenant_metrics import watch_tenants
+    from pipeline.observe.tenant_metrics import watch_tenants
     from pipeline.worker.late_routing import route_late
 
     # gold: a share, no ceiling; burst: a ceiling one row deep, beyond it shed.

@@ -24,10 +24,10 @@ from confluent_kafka import Consumer, Producer
 from consumers.admin import ensure_topics
 from consumers.brokers.embedded import EmbeddedBroker, free_port
 from consumers.profiles import consumer_config, producer_config
+from pipeline.delivery.outcomes import Topics
 from pipeline.errors import UserError
 from pipeline.ops.stats import from_text, stage_breakdown
-from pipeline.outcomes import Topics
-from pipeline.pipelines import get_pipeline
+from pipeline.registry.pipelines import get_pipeline
 
 
 @dataclass

@@ -14,7 +14,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from pipeline.tenant_metrics import TenantOutcomes
+    from pipeline.observe.tenant_metrics import TenantOutcomes
 
 OUTCOMES = ("ok", "late", "dlq", "routed_late", "duplicate")
 # Where a scored request's time goes, in order; from to_worker on they add up to Kafka
@@ -191,7 +191,7 @@ class WorkerMetrics(BatchingMetrics):
         self.brokers_up = Gauge(
             "tidebatch_brokers_up", "Brokers the consumer has a connection to now", ["pipeline"], registry=r,
         )
-        # delivery exactly_once (pipeline/worker/transactions.py): how long a commit
+        # delivery exactly_once (pipeline/delivery/transactions.py): how long a commit
         # (producer and sink flush, offsets, EndTxn) holds the source loop; aborts count
         # as commits{result="aborted"}.
         self.transaction_seconds = Histogram(

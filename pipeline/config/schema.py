@@ -1,5 +1,5 @@
 """The JSON Schema of the worker's YAML config, made from the dataclasses in
-pipeline/config.py, so it cannot drift from what the worker reads. Editors (the YAML
+pipeline/config/sections.py, so it cannot drift from what the worker reads. Editors (the YAML
 language server's `# yaml-language-server: $schema=...`) and CI checks use it;
 `tidebatch config schema` prints it and docs/schemas/worker-config.schema.json holds
 a copy (tests/unit/test_config_schema.py fails when the copy is stale).

@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING, Any
 from consumers.dead_letter import Copy, Origin, dead_letter_copy, late_copy, one_line, record_bytes
 from consumers.records import Producer, SendError, SourceRecord
 from pipeline.clock import wall_ms
-from pipeline.limits import Limits
-from pipeline.metrics import observe_many
+from pipeline.delivery.limits import Limits
+from pipeline.observe.metrics import observe_many
 from pipeline.sinks import ResultSink, notify
 
 if TYPE_CHECKING:
-    from pipeline.worker.transactions import Transactions
+    from pipeline.delivery.transactions import Transactions
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class Outcomes:
         carry_headers: Collection[str] = (),
         origin: Origin | None = None,
     ) -> None:
-        """transactions: delivery exactly_once (pipeline/worker/transactions.py): every
+        """transactions: delivery exactly_once (pipeline/delivery/transactions.py): every
         outcome record goes through it, in offset order, and a failed delivery aborts
         the transaction instead of being retried here. carry_headers: the request
         headers its result carries too (config `result_headers`: W3C trace context by
@@ -122,7 +122,7 @@ class Outcomes:
         all the same, the request is dead-lettered instead; its sink rows were already
         written, so the sinks are not told to skip it. `ready_wall_ms`: when its batch's
         results were ready; the time from then to Kafka's ack is the "publish" stage.
-        `trace`: the trace headers of the worker's own span (pipeline/tracing.py), in
+        `trace`: the trace headers of the worker's own span (pipeline/observe/tracing.py), in
         place of the request's."""
 
         def refused(err: SendError) -> None:

@@ -1,37 +1,20 @@
-"""Worker configuration: one YAML file per deployment, every key overridable by an
-environment variable, validated at start with errors that name the key.
-
-Environment overrides: TIDEBATCH_<SECTION>__<KEY>=value (double underscore between
-levels), e.g. TIDEBATCH_BATCHING__POLICY=static, TIDEBATCH_BOOTSTRAP_SERVERS=kafka:9092.
-Each value is read as its key's declared type (pipeline/config_env.py): strings stay
-strings; a variable that names no key is a warning, not an error.
-"""
+"""The worker configuration's sections: one dataclass each, defaults included (loaded by
+pipeline/config/load.py, checked by pipeline/config/checks.py)."""
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
 import os
-import types
-import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import yaml
-
-from consumers.client_settings import ROLES, is_secret, redacted, settings_for
-from consumers.kafka_python_settings import kafka_python_settings
-from pipeline.config_env import EnvText, env_overrides, read_env
-from pipeline.errors import UserError, config_key_error
-from pipeline.kafka_keys import validate_delivery, validate_group
-from pipeline.logs import FORMATS, LEVELS
-from pipeline.ops.http_config import MetricsConfig, validate_metrics  # host, port, auth
-from pipeline.redisio.config import RedisConfig, validate_redis
-from pipeline.sinks.config import SinksConfig, validate_sinks
-from pipeline.tenants_config import TenantsConfig, validate_tenants  # shares, SLAs per tenant class
-from pipeline.tracing import TRACE_HEADERS, TracingConfig, validate_tracing
+from consumers.client_settings import ROLES, redacted, settings_for
+from pipeline.config.tenants import TenantsConfig  # shares, SLAs per tenant class
+from pipeline.errors import UserError
+from pipeline.observe.tracing import TRACE_HEADERS, TracingConfig
+from pipeline.ops.http_config import MetricsConfig  # host, port, auth
+from pipeline.redisio.config import RedisConfig
+from pipeline.sinks.config import SinksConfig
 
 
 @dataclass
@@ -183,10 +166,10 @@ class WorkerConfig:
     # Writes held up this long make an outage: not ready (pipeline/worker/kafka_progress.py).
     outage_after_s: float = 10.0
     partitions: int = 4  # for topics this worker creates
-    # Request headers copied onto each result (pipeline/outcomes.py): W3C trace context.
+    # Request headers copied onto each result (pipeline/delivery/outcomes.py): W3C trace context.
     result_headers: list[str] = field(default_factory=lambda: list(TRACE_HEADERS))
-    tracing: TracingConfig = field(default_factory=TracingConfig)  # OpenTelemetry (pipeline/tracing.py)
-    log_level: str = "INFO"  # --log-level wins (pipeline/logs.py)
+    tracing: TracingConfig = field(default_factory=TracingConfig)  # OpenTelemetry (pipeline/observe/tracing.py)
+    log_level: str = "INFO"  # --log-level wins (pipeline/observe/logs.py)
     log_format: str = "text"  # or json: one object per line
     max_items: int = 1000
     batching: BatchingConfig = field(default_factory=BatchingConfig)
@@ -195,11 +178,11 @@ class WorkerConfig:
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     kafka: KafkaOverrides = field(default_factory=KafkaOverrides)
     # Keyword options of the pipeline's codec class (ctr, camera, text or a user's, over
-    # its entry's codec_options: pipeline/codec_names.py), e.g. {"pad_to": "longest"} for
+    # its entry's codec_options: pipeline/registry/codecs.py), e.g. {"pad_to": "longest"} for
     # the text codec; checked against the codec when the worker starts.
     codec: dict[str, Any] = field(default_factory=dict)
     # Pipelines of the user's own models (model + codec + topics + limits), checked by
-    # pipeline/pipeline_keys.py as the shipped ones in models/pipelines.yaml are.
+    # pipeline/registry/keys.py as the shipped ones in models/pipelines.yaml are.
     pipelines: list[dict[str, Any]] = field(default_factory=list)
     redis: RedisConfig = field(default_factory=RedisConfig)  # off unless a feature is enabled
     sinks: SinksConfig = field(default_factory=SinksConfig)  # offline sinks (Parquet), docs/ETL.md
@@ -222,179 +205,3 @@ class WorkerConfig:
     def slo_seconds(self, priority: int) -> float:
         ms = self.batching.priority_slo_ms.get(priority, self.batching.slo_ms)
         return ms / 1000.0
-
-
-def _type_name(tp: Any) -> str:
-    return getattr(tp, "__name__", str(tp))
-
-
-def _coerce(value: Any, tp: Any, key: str) -> Any:
-    if isinstance(value, EnvText):
-        try:
-            value = read_env(value, tp, key)
-        except ValueError as exc:
-            raise config_key_error(key, str(exc)) from None
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        inner = [a for a in args if a is not type(None)]
-        return _coerce(value, inner[0], key)
-    if dataclasses.is_dataclass(tp):
-        if not isinstance(value, Mapping):
-            raise UserError(f"config key '{key}': expected a mapping, got {type(value).__name__}")
-        return _build(tp, value, key + ".")
-    if origin is dict:
-        if not isinstance(value, Mapping):
-            raise UserError(f"config key '{key}': expected a mapping, got {type(value).__name__}")
-        kt, vt = args
-        return {_coerce(k, kt, f"{key}.{k}"): _coerce(v, vt, f"{key}.{k}") for k, v in value.items()}
-    if origin is list:
-        if not isinstance(value, list):
-            raise UserError(f"config key '{key}': expected a list, got {type(value).__name__}")
-        return [_coerce(v, args[0], f"{key}[{i}]") for i, v in enumerate(value)]
-    if tp is Any:
-        return value
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        raise UserError(f"config key '{key}': expected true or false, got {value!r}")
-    if tp is float and isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    if tp is int and isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if tp is int and isinstance(value, str) and value.lstrip("-").isdigit():
-        return int(value)  # dict keys from YAML/env may arrive as strings
-    if tp is str and isinstance(value, str):
-        return value
-    # A secret's value is never shown, not even the wrong one (an unquoted 123456).
-    shown = f"a value of type {type(value).__name__}" if is_secret(key) or key.endswith("_token") else repr(value)
-    raise UserError(f"config key '{key}': expected {_type_name(tp)}, got {shown}")
-
-
-def _build(cls: type, data: Mapping[str, Any], prefix: str = "") -> Any:
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    kwargs = {}
-    for key, value in data.items():
-        if key not in names:
-            close = difflib.get_close_matches(str(key), names, n=1)
-            hint = f"; did you mean '{prefix}{close[0]}'?" if close else ""
-            raise UserError(f"config key '{prefix}{key}' is not known{hint}")
-        kwargs[key] = _coerce(value, hints[key], prefix + key)
-    return cls(**kwargs)
-
-
-def _merge(base: dict, extra: Mapping) -> dict:
-    out = dict(base)
-    for k, v in extra.items():
-        if isinstance(v, Mapping) and isinstance(out.get(k), dict):
-            out[k] = _merge(out[k], v)
-        else:
-            out[k] = v
-    return out
-
-
-def load_config(
-    path: str | Path | None = None,
-    overrides: Mapping[str, Any] | None = None,
-    environ: Mapping[str, str] | None = None,
-) -> WorkerConfig:
-    """File < environment < explicit overrides (CLI flags). Validated."""
-    data: dict = {}
-    if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise UserError(f"config file not found: {p}")
-        try:
-            loaded = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise UserError(f"config file {p} is not valid YAML: {str(exc).splitlines()[0]}") from None
-        if not isinstance(loaded, dict):
-            raise UserError(f"config file {p}: the top level must be a mapping")
-        data = loaded
-    data = _merge(data, env_overrides(os.environ if environ is None else environ, WorkerConfig))
-    data = _merge(data, overrides or {})
-    cfg = _build(WorkerConfig, data)
-    validate(cfg)
-    return cfg
-
-
-def validate(cfg: WorkerConfig) -> None:
-    from pipeline.batching.batcher import EXPIRY_ACTIONS
-    from pipeline.batching.policies import POLICY_NAMES
-
-    b = cfg.batching
-
-    bad = config_key_error
-
-    if b.policy not in POLICY_NAMES:
-        raise bad("batching.policy", f"{b.policy!r} is not one of {', '.join(POLICY_NAMES)}")
-    if b.max_batch_rows is not None and b.max_batch_rows < 1:
-        raise bad("batching.max_batch_rows", "must be >= 1")
-    if b.max_queue_delay_ms < 0:
-        raise bad("batching.max_queue_delay_ms", "must be >= 0")
-    if b.slo_ms <= 0:
-        raise bad("batching.slo_ms", "must be > 0")
-    if any(v <= 0 for v in b.priority_slo_ms.values()):
-        raise bad("batching.priority_slo_ms", "every budget must be > 0")
-    if b.expiry_action not in EXPIRY_ACTIONS:
-        raise bad("batching.expiry_action", f"{b.expiry_action!r} is not one of {', '.join(EXPIRY_ACTIONS)}")
-    if not 0 <= b.late_share <= 1:
-        raise bad("batching.late_share", "must be within [0, 1]")
-    if not 0 <= b.shed_reserve < 1:
-        raise bad("batching.shed_reserve", "must be within [0, 1)")
-    if not 0 <= b.queue_low_rows < b.queue_high_rows:
-        raise bad("batching.queue_low_rows", "must be >= 0 and below batching.queue_high_rows")
-    if any(s < 1 for s in b.allowed_batch_sizes):
-        raise bad("batching.allowed_batch_sizes", "sizes must be >= 1")
-    if b.allowed_batch_sizes and cfg.max_items > max(b.allowed_batch_sizes):
-        raise bad("max_items", f"{cfg.max_items} exceeds the largest allowed batch size {max(b.allowed_batch_sizes)}")
-    if cfg.max_items > b.queue_high_rows:
-        raise bad("max_items", "must not exceed batching.queue_high_rows")
-    if cfg.runtime.executors is not None and cfg.runtime.executors < 1:
-        raise bad("runtime.executors", "must be >= 1")
-    if cfg.runtime.gil_switch_interval_ms is not None and not 0 < cfg.runtime.gil_switch_interval_ms <= 100:
-        raise bad("runtime.gil_switch_interval_ms", "must be in (0, 100]")
-    if cfg.runtime.gc_gen0_threshold < 0:
-        raise bad("runtime.gc_gen0_threshold", "must be >= 0 (0 leaves the garbage collector alone)")
-    if cfg.runtime.intra_op_threads < 1:
-        raise bad("runtime.intra_op_threads", "must be >= 1")
-    if cfg.runtime.model_poll_s < 0:
-        raise bad("runtime.model_poll_s", "must be >= 0 (0: only POST /model/reload loads a new version)")
-    if cfg.client not in ("confluent", "kafka-python"):
-        raise bad("client", f"{cfg.client!r} is not one of confluent, kafka-python")
-    if cfg.client == "kafka-python":  # refuse what it cannot honour before connecting anywhere
-        for role in ("consumer", "producer"):
-            kafka_python_settings({**cfg.kafka.common, **getattr(cfg.kafka, role)})
-    if cfg.broker_profile not in ("kafka", "embedded"):
-        raise bad("broker_profile", f"{cfg.broker_profile!r} is not one of kafka, embedded")
-    validate_group(cfg, bad)
-    if cfg.partitions < 1:
-        raise bad("partitions", "must be >= 1")
-    if cfg.commit_interval_ms < 1:
-        raise bad("commit_interval_ms", "must be >= 1")
-    for key in ("drain_timeout_s", "outage_after_s", "kafka_connect_timeout_s"):
-        if getattr(cfg, key) <= 0:
-            raise bad(key, "must be > 0")
-    validate_tracing(cfg.tracing, bad)
-    for key, value, known in (("log_level", cfg.log_level.upper(), LEVELS), ("log_format", cfg.log_format, FORMATS)):
-        if value not in known:
-            raise bad(key, f"{value!r} is not one of {', '.join(known)}")
-    validate_delivery(cfg, bad)
-    lim = cfg.limits
-    if lim.max_request_bytes is not None and lim.max_request_bytes < 1024:
-        raise bad("limits.max_request_bytes", "must be >= 1024")
-    if lim.dead_letter_prefix_bytes < 0:
-        raise bad("limits.dead_letter_prefix_bytes", "must be >= 0")
-    if lim.on_undeliverable not in UNDELIVERABLE_ACTIONS:
-        raise bad("limits.on_undeliverable", f"{lim.on_undeliverable!r} is not one of {', '.join(UNDELIVERABLE_ACTIONS)}")
-    validate_metrics(cfg.metrics, bad)
-    validate_tenants(cfg.tenants, bad)
-    validate_redis(cfg.redis, bad)
-    validate_sinks(cfg.sinks, bad)
-    from pipeline.pipeline_keys import validate_pipelines
-    from pipeline.pipelines import shipped_names
-
-    validate_pipelines(cfg, bad, shipped_names())

@@ -1,5 +1,5 @@
 """Runs a model once on a small batch of sample requests, for `tidebatch inspect`
-(pipeline/inspect_model.py): which outputs really give one row per request, and the
+(pipeline/registry/inspect_model.py): which outputs really give one row per request, and the
 result fields the first request gets.
 
 Why run it rather than read the declared shapes: exporters declare output shapes
@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from pipeline.onnx_graph import GraphInfo
+from pipeline.registry.onnx_graph import GraphInfo
 
 PROBE_ROWS = 3  # not 1 or 2: a fixed dimension of that size would pass for a batch
 

@@ -29,17 +29,17 @@ from pipeline.batching.policies import make_policy, policy_params
 from pipeline.batching.policy_base import Policy
 from pipeline.clock import Clock, MonotonicClock
 from pipeline.config import RuntimeConfig, WorkerConfig
+from pipeline.config.tenants import class_slo_seconds, tenant_gate
+from pipeline.delivery.outcomes import Topics
 from pipeline.hooks import WorkerHook
 from pipeline.kafka_backend import credential_refresh, make_producer
-from pipeline.metrics import LATENCY_BUCKETS, WorkerMetrics
-from pipeline.outcomes import Topics
-from pipeline.pipelines import PipelineSpec, pipeline_for
+from pipeline.observe.metrics import LATENCY_BUCKETS, WorkerMetrics
+from pipeline.observe.tenant_metrics import watch_tenants
+from pipeline.observe.tracing import BatchTracer, make_tracer
+from pipeline.registry.pipelines import PipelineSpec, pipeline_for
 from pipeline.runtime.sessions import open_session
 from pipeline.scoring import ScoringStep
 from pipeline.sinks import ResultSink
-from pipeline.tenant_metrics import watch_tenants
-from pipeline.tenants_config import class_slo_seconds, tenant_gate
-from pipeline.tracing import BatchTracer, make_tracer
 from pipeline.versions.loader import VersionLoader
 from pipeline.versions.manager import ModelVersions
 from pipeline.versions.slot import ModelSlot
@@ -72,7 +72,7 @@ class WorkerParts:
     slot: ModelSlot  # the serving version's model, session and step, swapped by `versions`
     versions: ModelVersions
     redis: RedisParts | None = None
-    tracer: BatchTracer | None = None  # config `tracing` (pipeline/tracing.py)
+    tracer: BatchTracer | None = None  # config `tracing` (pipeline/observe/tracing.py)
     # Follows a password rotated on the broker (consumers/credential_refresh.py); None
     # without a PLAIN/SCRAM login on the confluent client.
     credentials: CredentialRefresh | None = None

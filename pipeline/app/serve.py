@@ -93,8 +93,8 @@ def prepare_topics(cfg: WorkerConfig) -> None:
     """Create the worker's topics that are missing (cfg.create_topics): input, output,
     dead-letter and late, with cfg.partitions each."""
     from consumers.admin import ensure_topics, existing_topics
-    from pipeline.outcomes import Topics
-    from pipeline.pipelines import pipeline_for
+    from pipeline.delivery.outcomes import Topics
+    from pipeline.registry.pipelines import pipeline_for
 
     spec = pipeline_for(cfg)
     inp = cfg.input_topic or spec.input_topic

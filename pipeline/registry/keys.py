@@ -1,8 +1,8 @@
 """The keys of a `pipelines:` entry and their checks, the same for a worker config's
-entries (pipeline/config.py) and the shipped ones (models/pipelines.yaml): each error
+entries (pipeline/config/sections.py) and the shipped ones (models/pipelines.yaml): each error
 names the key, in one line. What needs the model (do the inputs exist, is the batch
 dimension dynamic) is checked when the worker builds the codec
-(pipeline/user_pipelines.py)."""
+(pipeline/registry/user_pipelines.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import re
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from pipeline.codec_names import GRAPH_CODECS, known_codec, unknown_codec_reason
 from pipeline.errors import UserError
+from pipeline.registry.codecs import GRAPH_CODECS, known_codec, unknown_codec_reason
 
 Bad = Callable[[str, str], UserError]  # (key, reason) -> the one-line error
 
@@ -114,7 +114,7 @@ def validate_pipelines(cfg: Any, bad: Bad, shipped: Collection[str]) -> None:
 
 
 def entry_limits(entry: Mapping[str, Any]) -> dict[str, Any]:
-    """The PipelineSpec keyword arguments an entry's limits give (pipeline/pipelines.py):
+    """The PipelineSpec keyword arguments an entry's limits give (pipeline/registry/pipelines.py):
     max_batch_rows, max_request_bytes, max_message_bytes, warmup_sizes."""
     options: dict[str, Any] = {k: int(entry[k]) for k in ("max_batch_rows", "max_request_bytes") if k in entry}
     if "max_message_bytes" in entry:

@@ -1,4 +1,4 @@
-"""Checks of the worker's Kafka-side config keys (pipeline/config.py validate()): the
+"""Checks of the worker's Kafka-side config keys (pipeline/config/checks.py validate()): the
 delivery mode and the rebalancing keys, each refusal naming the key and why."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import typing
 from pipeline.errors import UserError
 
 if typing.TYPE_CHECKING:
-    from pipeline.config import WorkerConfig
+    from pipeline.config.sections import WorkerConfig
 
 
 DELIVERY_MODES = ("at_least_once", "exactly_once")

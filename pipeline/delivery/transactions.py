@@ -39,7 +39,7 @@ from consumers.records import (
 )
 from consumers.release import OrderedRelease, Submitted
 from pipeline.errors import UserError
-from pipeline.metrics import WorkerMetrics
+from pipeline.observe.metrics import WorkerMetrics
 from pipeline.sinks import ResultSink
 from pipeline.worker.kafka_progress import COMMIT, KafkaProgress
 from pipeline.worker.stats import WorkerStats

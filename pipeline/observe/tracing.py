@@ -27,7 +27,7 @@ from consumers.records import SourceRecord
 
 EXPORTERS = ("otlp", "console", "none")
 # The W3C trace context: the request headers a result carries by default (config
-# `result_headers`, pipeline/outcomes.py), so a trace a producer started goes on past
+# `result_headers`, pipeline/delivery/outcomes.py), so a trace a producer started goes on past
 # the worker even with tracing off.
 TRACE_HEADERS = ("traceparent", "tracestate", "baggage")
 _TRACE_HEADERS = ("traceparent", "tracestate")

@@ -1,5 +1,5 @@
 """TIDEBATCH_* environment variables as config overrides, each read by the type its key
-declares (pipeline/config.py), never guessed from its text.
+declares (pipeline/config/sections.py), never guessed from its text.
 
 Before, every value was parsed as a YAML 1.1 scalar: TIDEBATCH_GROUP_ID=0123 failed
 ("expected str, got 83"), TIDEBATCH_INPUT_TOPIC=no became False and a password 0777

@@ -1,7 +1,7 @@
 """Pipelines as `pipelines:` entries: a model (an ONNX file, a folder of version
 folders, or a spec.json), a codec by name, topics, batching and limits, with no code
 (docs/OWN_MODEL.md). The shipped CTR, camera and text pipelines are such entries too
-(models/pipelines.yaml); `get_pipeline` (pipeline/pipelines.py) turns every entry into
+(models/pipelines.yaml); `get_pipeline` (pipeline/registry/pipelines.py) turns every entry into
 a PipelineSpec through EntryPipeline, so the worker, its warm-up, limits, metrics and
 dead letters treat them all alike.
 
@@ -13,7 +13,7 @@ dead letters treat them all alike.
         inputs: {features: dense, token_ids: tokens}   # request field -> model input
         outputs: {score: prob}                         # result field -> model output
 
-The keys are checked when the configuration loads (pipeline/pipeline_keys.py); what
+The keys are checked when the configuration loads (pipeline/registry/keys.py); what
 needs the model (do the inputs exist, is the batch dimension dynamic) is checked here,
 when the worker builds the codec.
 """
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from models.registry import ModelSpec
     from pipeline.codecs.base import Codec, Sample
     from pipeline.codecs.tensor_json import InputField
-    from pipeline.onnx_graph import GraphInfo
+    from pipeline.registry.onnx_graph import GraphInfo
 
 
 def served_version(name: str, source: Path, version: str) -> tuple[Path, str]:
@@ -50,7 +50,7 @@ def served_version(name: str, source: Path, version: str) -> tuple[Path, str]:
 
 
 class EntryPipeline:
-    """One `pipelines` entry (checked by pipeline/pipeline_keys.py), a user's or a
+    """One `pipelines` entry (checked by pipeline/registry/keys.py), a user's or a
     shipped one (models/pipelines.yaml): what its PipelineSpec calls. The model is
     read once, on first use; a codec is made per call, as the config asks."""
 
@@ -68,7 +68,7 @@ class EntryPipeline:
         and build-on-first-use), else an ONNX file or a folder of version folders,
         named after the pipeline."""
         from models.registry import ModelSpec, load_spec_file
-        from pipeline.onnx_graph import read_graph
+        from pipeline.registry.onnx_graph import read_graph
 
         if self._model is None:
             source = Path(self.entry["model"])
@@ -87,18 +87,18 @@ class EntryPipeline:
 
     def graph(self) -> GraphInfo:
         """What the model's ONNX file says about its inputs and outputs (read once)."""
-        from pipeline.onnx_graph import read_graph
+        from pipeline.registry.onnx_graph import read_graph
 
         if self._graph is None:
             self._graph = read_graph(self.load_model().onnx_path)
         return self._graph
 
     def make_codec(self, cfg: Any = None) -> Codec:
-        """The entry's codec (pipeline/codec_names.py); a codec class gets the entry's
+        """The entry's codec (pipeline/registry/codecs.py); a codec class gets the entry's
         codec_options and, over them, the worker config's `codec:` and `max_items`."""
-        from pipeline.codec_names import GRAPH_CODECS, make_codec
         from pipeline.codecs.tensor_binary import TensorBinaryCodec
         from pipeline.codecs.tensor_json import TensorJsonCodec
+        from pipeline.registry.codecs import GRAPH_CODECS, make_codec
 
         self._check_wire(cfg)
         config_options = dict(getattr(cfg, "codec", None) or {})

@@ -1,7 +1,7 @@
 """The report of `tidebatch inspect MODEL.onnx` (pipeline/commands/inspect.py): what the
 graph takes and gives, whether tidebatch can batch it (and the fix when it cannot), a
 sample `tensor-json` request and a starter config (docs/OWN_MODEL.md). Pure: a
-GraphInfo (pipeline/onnx_graph.py) in, text out."""
+GraphInfo (pipeline/registry/onnx_graph.py) in, text out."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import orjson
 import yaml
 
 from pipeline.codecs.tensor_json import InputField
-from pipeline.model_probe import Probe
-from pipeline.onnx_graph import GraphInfo, TensorInfo
-from pipeline.user_pipelines import sample_fields
+from pipeline.registry.model_probe import Probe
+from pipeline.registry.onnx_graph import GraphInfo, TensorInfo
+from pipeline.registry.user_pipelines import sample_fields
 
 SAMPLE_DIM = 3  # size of a dynamic non-batch dimension in the sample request
 MAX_SAMPLE_CHARS = 4000  # a larger sample (an image) is described, not printed
@@ -68,7 +68,7 @@ def sample_request(graph: GraphInfo, name: str, seed: int = 0) -> dict:
 
 def per_request_outputs(graph: GraphInfo, probe: Probe | None) -> list[str]:
     """The outputs a result can carry: those that gave one row per request when the
-    model ran (pipeline/model_probe.py), else, without a run, those not declared scalar."""
+    model ran (pipeline/registry/model_probe.py), else, without a run, those not declared scalar."""
     if probe is not None and probe.error is None:
         return list(probe.per_request)
     return [t.name for t in graph.outputs if t.shape != ()]
@@ -133,7 +133,7 @@ def starter_config(graph: GraphInfo, name: str, outputs: list[str] | None = None
 
 def report(graph: GraphInfo, probe: Probe | None = None) -> str:
     """The whole text; `probe` is what running the model on sample requests showed
-    (pipeline/model_probe.py), None where it was not run (the inputs cannot be filled)."""
+    (pipeline/registry/model_probe.py), None where it was not run (the inputs cannot be filled)."""
     name = pipeline_name(graph)
     outputs = per_request_outputs(graph, probe)
     opsets = ", ".join(f"{d or 'ai.onnx'} {v}" for d, v in sorted(graph.opsets.items()))

@@ -3,8 +3,8 @@ how to make sample requests (for the warm-up profile and the load generator).
 
 Every pipeline is a `pipelines:` entry: the shipped ones (CTR, camera, text) are read
 from models/pipelines.yaml, a user's from the worker config (docs/OWN_MODEL.md); both
-are checked by pipeline/pipeline_keys.py and become a PipelineSpec through the one
-builder, `from_entry` (pipeline/user_pipelines.py EntryPipeline)."""
+are checked by pipeline/registry/keys.py and become a PipelineSpec through the one
+builder, `from_entry` (pipeline/registry/user_pipelines.py EntryPipeline)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ class PipelineSpec:
     # an oversized value is still consumed and dead-lettered rather than stuck.
     max_message_bytes: int | None = None
     # Largest request record (key + value + headers) the worker decodes; a larger one
-    # is dead-lettered before decoding (pipeline/limits.py). Config:
+    # is dead-lettered before decoding (pipeline/delivery/limits.py). Config:
     # limits.max_request_bytes. 512 KiB holds a CTR request of max_items (1000) items
     # (a 20-item JSON request is ~5.7 KB) and a text of max_chars CJK characters
     # (100,000 x 3 bytes), well below librdkafka's 1 MB record limit.
@@ -54,8 +54,8 @@ class PipelineSpec:
 
 def from_entry(entry: Mapping[str, Any]) -> PipelineSpec:
     """The PipelineSpec of one checked `pipelines:` entry, shipped or a user's."""
-    from pipeline.pipeline_keys import entry_limits
-    from pipeline.user_pipelines import EntryPipeline
+    from pipeline.registry.keys import entry_limits
+    from pipeline.registry.user_pipelines import EntryPipeline
 
     built = EntryPipeline(entry)
     return PipelineSpec(
@@ -75,7 +75,7 @@ def read_entries(path: Path, base: Path) -> tuple[Mapping[str, Any], ...]:
     names the file and the key), their relative paths made absolute from `base`."""
     import yaml
 
-    from pipeline.pipeline_keys import check_entries
+    from pipeline.registry.keys import check_entries
 
     where = str(path.relative_to(base)) if path.is_relative_to(base) else str(path)
     try:
