@@ -225,7 +225,7 @@ def camera_model_seconds(pool: FramePool) -> float:
 def camera_producer(bootstrap: str, topic: str):
     from confluent_kafka import Producer
 
-    from pipeline.commands.produce import warm_up_producer
+    from pipeline.app.produce import warm_up_producer
     from pipeline.registry.pipelines import get_pipeline
 
     limit = get_pipeline("camera").max_message_bytes or 16 * 1024 * 1024

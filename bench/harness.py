@@ -30,7 +30,7 @@ from consumers.brokers.kafka import KafkaBroker
 from consumers.dead_letter import H_LATE_RULE
 from consumers.profiles import consumer_config, producer_config
 from consumers.records import H_PRODUCED_MS
-from pipeline.commands.produce import warm_up_producer
+from pipeline.app.produce import warm_up_producer
 from pipeline.loadgen.pacing import poisson_schedule, run_open_loop
 from pipeline.profiling.calibration import machine_cpu_seconds
 from pipeline.profiling.calibration import process_cpu_seconds as cpu_seconds

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 
 from pipeline.codecs.tensor_binary import TensorBinaryCodec  # noqa: E402
 from pipeline.codecs.tensor_json import TensorJsonCodec  # noqa: E402
-from pipeline.registry.onnx_graph import TensorInfo  # noqa: E402
+from pipeline.runtime.onnx_graph import TensorInfo  # noqa: E402
 
 SHAPES = {
     "ranker": [TensorInfo("dense", "tensor(float)", ("batch", 4)), TensorInfo("tokens", "tensor(int64)", ("batch", "seq"))],

@@ -37,7 +37,7 @@ class ModelSpec:
     inputs: list[dict[str, Any]]  # {"name", "dtype", "shape", ...} in feed order
     outputs: list[dict[str, Any]]
     raw: dict[str, Any]  # the whole spec.json
-    # Where new versions come from (pipeline/versions/repository.py): the configured
+    # Where new versions come from (pipeline/registry/version_folders.py): the configured
     # file or version folder; None: onnx_path itself.
     source: Path | None = None
 

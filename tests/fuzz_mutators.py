@@ -93,8 +93,8 @@ def _tensor_json(seed: int, n: int, binary: bool = False) -> tuple[Codec, list[M
     its msgpack form (pipeline/codecs/tensor_binary.py), tensors as raw bytes."""
     from pipeline.codecs.tensor_binary import TensorBinaryCodec
     from pipeline.codecs.tensor_json import TensorJsonCodec
-    from pipeline.registry.onnx_graph import TensorInfo
     from pipeline.registry.user_pipelines import sample_fields
+    from pipeline.runtime.onnx_graph import TensorInfo
 
     inputs = [
         TensorInfo("dense", "tensor(float)", ("batch", 4)),

@@ -1,7 +1,7 @@
 """The composition root: configuration in, the parts a Worker is built from out.
 
     parts = build_parts(cfg, sinks=build_sinks(cfg), redis=True)
-    worker = Worker(cfg, parts=parts)
+    worker = Worker(cfg, parts=parts)       # or build_worker(cfg) without Redis
     ...
     worker.run(); parts.close()
 
@@ -15,11 +15,8 @@ batch queue with its policy, the Kafka producer. The Worker builds only its own 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from consumers.credential_refresh import CredentialRefresh
-from consumers.records import Producer
 from pipeline.batching.backpressure import Backpressure
 from pipeline.batching.batcher import Batcher
 from pipeline.batching.concurrent import BatchQueue
@@ -35,7 +32,7 @@ from pipeline.hooks import WorkerHook
 from pipeline.kafka_backend import credential_refresh, make_producer
 from pipeline.observe.metrics import LATENCY_BUCKETS, WorkerMetrics
 from pipeline.observe.tenant_metrics import watch_tenants
-from pipeline.observe.tracing import BatchTracer, make_tracer
+from pipeline.observe.tracing import make_tracer
 from pipeline.registry.pipelines import PipelineSpec, pipeline_for
 from pipeline.runtime.sessions import open_session
 from pipeline.scoring import ScoringStep
@@ -43,6 +40,8 @@ from pipeline.sinks import ResultSink
 from pipeline.versions.loader import VersionLoader
 from pipeline.versions.manager import ModelVersions
 from pipeline.versions.slot import ModelSlot
+from pipeline.worker.core import Worker
+from pipeline.worker.parts import WorkerParts
 
 if TYPE_CHECKING:
     from pipeline.redisio.attach import RedisParts
@@ -50,40 +49,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 POLL_RECORDS = 1000  # records per poll at most; the backpressure's intake step
-
-
-@dataclass
-class WorkerParts:
-    """What a Worker is built from. `redis` is closed by whoever built the parts,
-    after the worker has stopped (its sinks flush into it at shutdown)."""
-
-    cfg: WorkerConfig
-    pipeline: PipelineSpec
-    input_topic: str
-    topics: Topics  # what the worker writes
-    group_id: str
-    metrics: WorkerMetrics
-    policy: Policy
-    queue: BatchQueue
-    backpressure: Backpressure
-    executors: int
-    producer: Producer  # pipeline/kafka_backend.py picks the client
-    sinks: list[ResultSink]
-    slot: ModelSlot  # the serving version's model, session and step, swapped by `versions`
-    versions: ModelVersions
-    redis: RedisParts | None = None
-    tracer: BatchTracer | None = None  # config `tracing` (pipeline/observe/tracing.py)
-    # Follows a password rotated on the broker (consumers/credential_refresh.py); None
-    # without a PLAIN/SCRAM login on the confluent client.
-    credentials: CredentialRefresh | None = None
-
-    def close(self) -> None:
-        """Close what outlives the worker's own shutdown: Redis (its sinks flush into
-        it at shutdown) and the tracer (buffered spans are exported)."""
-        if self.redis is not None:
-            self.redis.close()
-        if self.tracer is not None:
-            self.tracer.close()
 
 
 def executor_count(runtime: RuntimeConfig) -> int:
@@ -215,3 +180,15 @@ def batch_queue(
         enter = min(max(executors * max_rows, b.queue_low_rows), b.queue_high_rows)
         depth = PipelineDepth(executors, enter, min(max_rows, enter - 1))
     return BatchQueue(batcher, clock, b.queue_high_rows, b.queue_low_rows, depth=depth)
+
+
+def build_worker(
+    cfg: WorkerConfig,
+    *,
+    clock: Clock | None = None,
+    sinks: list[ResultSink] | None = None,
+    hooks: list[WorkerHook] | None = None,
+) -> Worker:
+    """A Worker with its parts built here from cfg, clock, sinks and hooks (no Redis):
+    what the tests and the profiler's calibration run."""
+    return Worker(cfg, parts=build_parts(cfg, clock=clock, sinks=sinks, hooks=hooks))

@@ -271,7 +271,7 @@ def _wait_metric(url: str, name: str, at_least: float, log: Path, timeout: float
 
 
 def _generate(bootstrap: str, rate: float, count: int, box: dict) -> None:
-    from pipeline.commands.produce import produce
+    from pipeline.app.produce import produce
 
     def on_sent(n: int) -> None:
         box["sent"] = n

@@ -16,8 +16,9 @@ log = logging.getLogger(__name__)
 
 
 def serve(cfg: WorkerConfig) -> int:
+    from pipeline.app.compose import build_parts
     from pipeline.sinks.build import build_sinks
-    from pipeline.worker import Worker, build_parts
+    from pipeline.worker import Worker
 
     require_extras(cfg)
     if cfg.metrics.enabled:
@@ -46,7 +47,7 @@ def serve(cfg: WorkerConfig) -> int:
     # (docs/REDIS.md), nothing connects when all of it is off.
     parts = build_parts(cfg, sinks=build_sinks(cfg), redis=True)
     worker = Worker(cfg, parts=parts)
-    from pipeline.worker.watchdog import EXIT_MARGIN_S
+    from pipeline.delivery.watchdog import EXIT_MARGIN_S
 
     install_signal_handlers(worker, exit_after_s=cfg.drain_timeout_s + EXIT_MARGIN_S)
     server = None
@@ -115,7 +116,7 @@ def install_signal_handlers(
     worker: Worker, on_signal: Callable[[], None] | None = None, exit_after_s: float | None = None
 ) -> None:
     """SIGTERM/SIGINT: stop consuming, finish in-flight batches, commit, exit 0.
-    `exit_after_s`: with it, a watchdog thread (pipeline/worker/watchdog.py) acts on the
+    `exit_after_s`: with it, a watchdog thread (pipeline/delivery/watchdog.py) acts on the
     signal even while the main thread is inside a client call, and ends a process still
     running that long after its stop began with exit code 1."""
     import signal
@@ -128,6 +129,6 @@ def install_signal_handlers(
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
     if exit_after_s is not None:
-        from pipeline.worker.watchdog import Watchdog
+        from pipeline.delivery.watchdog import Watchdog
 
         Watchdog(worker, exit_after_s).start()

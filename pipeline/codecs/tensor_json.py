@@ -1,6 +1,6 @@
 """`tensor-json`: a generic codec for any ONNX model, configured rather than coded
 (docs/OWN_MODEL.md). A request is a JSON object whose fields hold the model's inputs as
-(nested) arrays; the dtypes and shapes come from the ONNX graph (pipeline/registry/onnx_graph.py).
+(nested) arrays; the dtypes and shapes come from the ONNX graph (pipeline/runtime/onnx_graph.py).
 
 Request (rows "one", the default: one example per request, the batch dimension left out):
 
@@ -37,7 +37,7 @@ import orjson
 from pipeline.codecs.base import Decoded, DecodeError
 from pipeline.codecs.ctr_fields import parse_json, read_meta, read_request_id, type_name
 from pipeline.codecs.tensor_pad import cut, length_of, pad_request, padding
-from pipeline.registry.onnx_graph import TensorInfo
+from pipeline.runtime.onnx_graph import TensorInfo
 
 RESERVED = ("request_id", "priority", "deadline_ms", "tenant", "user_id")
 ROWS = ("one", "many")

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.codecs.base import DecodeError
-from pipeline.registry.onnx_graph import TensorInfo
+from pipeline.runtime.onnx_graph import TensorInfo
 
 KEYS = ("dimension", "buckets", "mask", "value")
 

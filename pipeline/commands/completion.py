@@ -22,7 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def script(shell: str) -> str:
     """The completion script of `tidebatch` for `shell`."""
-    from pipeline.cli import build_parser  # here: pipeline.cli imports this module
+    from pipeline.commands.parser import build_parser  # here: parser.py imports this module
     from pipeline.completion.bash import bash_script, zsh_script
     from pipeline.completion.fish import fish_script
     from pipeline.completion.tree import command_tree

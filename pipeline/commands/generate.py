@@ -17,7 +17,7 @@ from pipeline.observe import logs
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from pipeline.generation.serve import GenerateService
+    from pipeline.app.generation import GenerateService
     from pipeline.generation.service import GenerateSettings
 
     svc, st = GenerateService(), GenerateSettings()
@@ -65,8 +65,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pipeline.app.generation import GenerateService, serve_generate
     from pipeline.errors import UserError
-    from pipeline.generation.serve import GenerateService, serve_generate
     from pipeline.generation.service import GenerateSettings
 
     logs.configure(getattr(args, "log_level", "INFO"), getattr(args, "log_format", "text"))

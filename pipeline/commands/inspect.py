@@ -22,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
         sample_request,
     )
     from pipeline.registry.model_probe import PROBE_ROWS, probe
-    from pipeline.registry.onnx_graph import read_graph
+    from pipeline.runtime.onnx_graph import read_graph
 
     graph = read_graph(args.model)
     found = None

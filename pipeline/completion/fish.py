@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pipeline.commands.parser_tree import ANY_NAME
+from pipeline.completion.parser_tree import ANY_NAME
 from pipeline.completion.tree import Command, Flag
 
 _WALK = """

@@ -1,6 +1,6 @@
 """The argparse tree as plain data for the completion scripts: per command (a path of
 subcommand names), its flags with their choices, its subcommands, and whether it takes
-any other name too (pipeline/commands/parser_tree.py: `produce my-ranker`)."""
+any other name too (pipeline/completion/parser_tree.py: `produce my-ranker`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from pipeline.commands.parser_tree import ANY_NAME, flag_actions, subcommands, walk
+from pipeline.completion.parser_tree import ANY_NAME, flag_actions, subcommands, walk
 
 # A word the scripts may write unquoted: every flag and choice of tidebatch is one.
 _PLAIN = re.compile(r"^[\w.,:+@/=-]+$")

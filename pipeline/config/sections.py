@@ -69,7 +69,7 @@ class RuntimeConfig:
     # suffers (pipeline/runtime/affinity.py has the figures).
     pin_executors: bool = False
     # Look for a new model version this often (seconds): a changed model file, or a
-    # new version folder of a model repository (pipeline/versions/repository.py); it
+    # new version folder of a model repository (pipeline/registry/version_folders.py); it
     # is loaded, warmed up and swapped in while consuming goes on. 0: only when told
     # to (POST /model/reload on the ops server).
     model_poll_s: float = 0.0
@@ -163,7 +163,7 @@ class WorkerConfig:
     # At start: how long to wait for a broker to answer before exiting 1 with one line
     # (consumers/kafka_reachable.py); an authentication or TLS failure exits at once.
     kafka_connect_timeout_s: float = 30.0
-    # Writes held up this long make an outage: not ready (pipeline/worker/kafka_progress.py).
+    # Writes held up this long make an outage: not ready (pipeline/delivery/kafka_progress.py).
     outage_after_s: float = 10.0
     partitions: int = 4  # for topics this worker creates
     # Request headers copied onto each result (pipeline/delivery/outcomes.py): W3C trace context.

@@ -38,12 +38,12 @@ from consumers.records import (
     TransactionError,
 )
 from consumers.release import OrderedRelease, Submitted
+from pipeline.delivery.kafka_progress import COMMIT, KafkaProgress
+from pipeline.delivery.stats import WorkerStats
+from pipeline.delivery.watchdog import CallWatch
 from pipeline.errors import UserError
 from pipeline.observe.metrics import WorkerMetrics
 from pipeline.sinks import ResultSink
-from pipeline.worker.kafka_progress import COMMIT, KafkaProgress
-from pipeline.worker.stats import WorkerStats
-from pipeline.worker.watchdog import CallWatch
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ class Transactions:
     owned(): the partitions the worker holds now (None: not checked). progress: told of
     each commit's success and each abort (outage watch). stopping(): a stop was asked
     for (a renewal waiting for the cluster gives up then). calls: where each blocking
-    producer call is marked with its deadline (pipeline/worker/watchdog.py)."""
+    producer call is marked with its deadline (pipeline/delivery/watchdog.py)."""
 
     def __init__(
         self,

@@ -15,7 +15,7 @@ partition) holds one record per replayed dead letter, keyed by its partition/off
 each run reads it first and skips what it lists, whatever the selection of the run
 that replayed it. It is written only after the replayed records are durable
 (flush, then ledger -- as the worker's sinks flush before offsets commit,
-pipeline/worker/partitions.py), so the ledger never lists a record that was not sent.
+pipeline/delivery/partitions.py), so the ledger never lists a record that was not sent.
 A crash between the two leaves up to CHUNK records (at most CHUNK_S seconds of them)
 sent but not listed: the next run sends those again. That is the only duplication:
 at-least-once, and a worker with Redis dedup (docs/OPERATIONS.md) drops the repeats

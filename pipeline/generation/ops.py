@@ -25,9 +25,9 @@ from pipeline.ops.http_config import MetricsConfig
 
 if TYPE_CHECKING:
     from consumers.records import TopicPartition
+    from pipeline.delivery.stats import WorkerStats
     from pipeline.generation.service import GenerationLoop
     from pipeline.observe.metrics import WorkerMetrics
-    from pipeline.worker.stats import WorkerStats
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ context tokens + p·prefill tokens), for `tidebatch simulate --workload generate
 Real decoding steps, as the worker runs them: the shipped decoder through the
 DecoderRunner (pipeline/generation/runner.py), with its decoding steps in place on the
 KV slots when open_in_place builds the in-place decoder for the provider and through
-the gathered fallback when it does not (the same call pipeline/generation/serve.py
+the gathered fallback when it does not (the same call pipeline/app/generation.py
 makes), planned by the GenerationScheduler and with each token pushed into its
 stream's chunks: whole steps, as bench/generation_steps.py --curve times them (the
 shipped curve pipeline/curves/generation-decoder-tiny-cpu.json is this profile's, of

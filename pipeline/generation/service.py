@@ -9,7 +9,7 @@ batch changes at every step. So this is a loop of its own, one thread: poll, adm
 one step, send what it produced, commit. It reuses the worker's parts for what is
 the same: the OffsetTracker (consumers/offsets.py), Outcomes for final records and
 dead letters (pipeline/delivery/outcomes.py, consumers/dead_letter.py) and Partitions for
-commits and rebalances (pipeline/worker/partitions.py).
+commits and rebalances (pipeline/delivery/partitions.py).
 
 Delivery: a request's offset is done only when its final record is acknowledged by
 Kafka; chunks are sent on the way and not waited for. A worker that dies leaves the
@@ -32,7 +32,10 @@ from consumers.offsets import OffsetTracker
 from consumers.records import Producer, SendError, Source, SourceRecord, TopicPartition
 from pipeline.batching.backpressure import Backpressure
 from pipeline.clock import wall_ms
+from pipeline.delivery.intake import follow_intake
 from pipeline.delivery.outcomes import Outcomes
+from pipeline.delivery.partitions import Partitions
+from pipeline.delivery.stats import WorkerStats
 from pipeline.generation.records import FINISH_DEADLINE, Timing, chunk_value, final_value
 from pipeline.generation.requests import BadRequest, parse_request
 from pipeline.generation.runner import DecoderRunner, gen_request
@@ -40,9 +43,6 @@ from pipeline.generation.scheduler import GenerationScheduler
 from pipeline.generation.sequence import FINISH_LENGTH, FINISH_STOP, REFUSED, Outcome
 from pipeline.generation.stream import Chunk, Generation
 from pipeline.observe.metrics import WorkerMetrics
-from pipeline.worker.intake import follow_intake
-from pipeline.worker.partitions import Partitions
-from pipeline.worker.stats import WorkerStats
 
 log = logging.getLogger(__name__)
 

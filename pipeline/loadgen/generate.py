@@ -24,7 +24,7 @@ import orjson
 from pipeline.loadgen.text import chat_lines
 from pipeline.simulate import RowsDist
 
-INPUT_TOPIC = "generate.requests"  # pipeline/generation/serve.py's default
+INPUT_TOPIC = "generate.requests"  # pipeline/app/generation.py's default
 DEFAULT_OUTPUT = "loguniform:8:200"
 CONTEXT = 256  # models/decoder/spec.json: prompt bytes + max_new_tokens fit in it
 MAX_PROMPT_BYTES = 48

@@ -172,7 +172,7 @@ class WorkerMetrics(BatchingMetrics):
             "tidebatch_delivery_errors_total", "Produce attempts that Kafka did not acknowledge",
             ["pipeline", "topic"], registry=r,
         )
-        # pipeline/worker/kafka_progress.py: results or commits held up past outage_after_s.
+        # pipeline/delivery/kafka_progress.py: results or commits held up past outage_after_s.
         self.outage = Gauge(
             "tidebatch_kafka_outage", "1 while the worker's writes to Kafka are held up (an outage)",
             ["pipeline"], registry=r,
@@ -225,7 +225,7 @@ class WorkerMetrics(BatchingMetrics):
         )
         # Per tenant class, set by compose.py with a `tenants:` section (tenant_metrics.py).
         self.tenants: TenantOutcomes | None = None
-        # The per-partition lag gauge has no pipeline label (pipeline/worker/partitions.py sets it by topic and
+        # The per-partition lag gauge has no pipeline label (pipeline/delivery/partitions.py sets it by topic and
         # partition); dashboards and alerts group by pipeline, so also export the sum.
         r.register(_PipelineLagCollector(self))
 

@@ -8,7 +8,7 @@ a restart fixes none of those.
 Readiness (/readyz) answers "is this worker serving?": partitions assigned, model
 loaded, broker answered a poll in the last few seconds, its writes to Kafka getting
 through (no outage: results acknowledged and offsets committed within
-`outage_after_s` while work waits, pipeline/worker/kafka_progress.py), and Redis (when
+`outage_after_s` while work waits, pipeline/delivery/kafka_progress.py), and Redis (when
 used) does not reject the worker's password or certificates. A worker that has no partition (more
 workers than partitions) is alive but not ready. A Redis outage leaves it ready: the
 worker scores on with default features (docs/REDIS.md "Outages"); a rejected password
@@ -62,7 +62,7 @@ def liveness(
         last = worker.last_poll_ok
         if last is not None and now - last > stall_s:
             problems.append(f"source loop stalled: last poll {now - last:.0f} s ago")
-    calls = getattr(worker, "calls", None)  # pipeline/worker/watchdog.py
+    calls = getattr(worker, "calls", None)  # pipeline/delivery/watchdog.py
     overdue = calls.overdue(now) if calls is not None else None
     if overdue:
         problems.append(overdue)

@@ -1,7 +1,7 @@
 """The report of `tidebatch inspect MODEL.onnx` (pipeline/commands/inspect.py): what the
 graph takes and gives, whether tidebatch can batch it (and the fix when it cannot), a
 sample `tensor-json` request and a starter config (docs/OWN_MODEL.md). Pure: a
-GraphInfo (pipeline/registry/onnx_graph.py) in, text out."""
+GraphInfo (pipeline/runtime/onnx_graph.py) in, text out."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import yaml
 
 from pipeline.codecs.tensor_json import InputField
 from pipeline.registry.model_probe import Probe
-from pipeline.registry.onnx_graph import GraphInfo, TensorInfo
 from pipeline.registry.user_pipelines import sample_fields
+from pipeline.runtime.onnx_graph import GraphInfo, TensorInfo
 
 SAMPLE_DIM = 3  # size of a dynamic non-batch dimension in the sample request
 MAX_SAMPLE_CHARS = 4000  # a larger sample (an image) is described, not printed

@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from pipeline.registry.onnx_graph import GraphInfo
+from pipeline.runtime.onnx_graph import GraphInfo
 
 PROBE_ROWS = 3  # not 1 or 2: a fixed dimension of that size would pass for a batch
 

@@ -32,13 +32,13 @@ if TYPE_CHECKING:
     from models.registry import ModelSpec
     from pipeline.codecs.base import Codec, Sample
     from pipeline.codecs.tensor_json import InputField
-    from pipeline.registry.onnx_graph import GraphInfo
+    from pipeline.runtime.onnx_graph import GraphInfo
 
 
 def served_version(name: str, source: Path, version: str) -> tuple[Path, str]:
     """The file to serve at start and its version: `source` itself, or the newest
-    version folder of a model repository (pipeline/versions/repository.py)."""
-    from pipeline.versions.repository import is_repository, scan
+    version folder of a model repository (pipeline/registry/version_folders.py)."""
+    from pipeline.registry.version_folders import is_repository, scan
 
     if not is_repository(source):
         return source, version
@@ -68,7 +68,7 @@ class EntryPipeline:
         and build-on-first-use), else an ONNX file or a folder of version folders,
         named after the pipeline."""
         from models.registry import ModelSpec, load_spec_file
-        from pipeline.registry.onnx_graph import read_graph
+        from pipeline.runtime.onnx_graph import read_graph
 
         if self._model is None:
             source = Path(self.entry["model"])
@@ -87,7 +87,7 @@ class EntryPipeline:
 
     def graph(self) -> GraphInfo:
         """What the model's ONNX file says about its inputs and outputs (read once)."""
-        from pipeline.registry.onnx_graph import read_graph
+        from pipeline.runtime.onnx_graph import read_graph
 
         if self._graph is None:
             self._graph = read_graph(self.load_model().onnx_path)

@@ -26,9 +26,9 @@ from pathlib import Path
 
 from pipeline.batching.cost import AffineCost
 from pipeline.errors import UserError
+from pipeline.registry import version_folders as repository
+from pipeline.registry.version_folders import Candidate
 from pipeline.scoring import ScoringStep
-from pipeline.versions import repository
-from pipeline.versions.repository import Candidate
 from pipeline.versions.slot import ModelSlot
 from pipeline.versions.watch import VersionWatch
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pipeline.versions.repository import Candidate
+from pipeline.registry.version_folders import Candidate
 
 
 class VersionWatch:

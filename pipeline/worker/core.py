@@ -30,32 +30,31 @@ from consumers.dead_letter import Origin, class_path, member_id
 from consumers.offsets import OffsetTracker
 from consumers.records import KafkaRefused, Source, SourceRecord, TopicPartition
 from models.registry import ModelSpec
-from pipeline.app.compose import WorkerParts, build_parts
 from pipeline.batching.backpressure import IntakeDecision
-from pipeline.clock import Clock, wall_ms
+from pipeline.clock import wall_ms
 from pipeline.config import WorkerConfig
 from pipeline.config.tenants import max_budget_ms, tenant_budget_ms
+from pipeline.delivery.intake import follow_intake
+from pipeline.delivery.kafka_progress import KafkaProgress
+from pipeline.delivery.outage_log import OutageLog
 from pipeline.delivery.outcomes import Outcomes
+from pipeline.delivery.partitions import Partitions
+from pipeline.delivery.stats import WorkerStats
+from pipeline.delivery.topic_limits import described_limits, worker_limits
 from pipeline.delivery.transactions import Transactions
-from pipeline.hooks import WorkerHook
+from pipeline.delivery.watchdog import CallWatch
 from pipeline.kafka_backend import make_source
 from pipeline.runtime import allocator, interpreter
 from pipeline.runtime.model_process import ProcessSession
 from pipeline.runtime.session import InferenceSession
 from pipeline.scoring import ScoringStep
-from pipeline.sinks import ResultSink, notify
+from pipeline.sinks import notify
 from pipeline.worker.admission import Admission
 from pipeline.worker.executors import Executors
-from pipeline.worker.intake import follow_intake
-from pipeline.worker.kafka_progress import KafkaProgress
 from pipeline.worker.late_routing import route_late
-from pipeline.worker.outage_log import OutageLog
-from pipeline.worker.partitions import Partitions
+from pipeline.worker.parts import WorkerParts
 from pipeline.worker.publisher import Publisher
-from pipeline.worker.stats import WorkerStats
 from pipeline.worker.tenant_standing import gate_standing
-from pipeline.worker.topic_limits import described_limits, worker_limits
-from pipeline.worker.watchdog import CallWatch
 
 log = logging.getLogger(__name__)
 
@@ -68,9 +67,9 @@ class Worker:
     """One consumer-group member of a pipeline; run() until stop().
 
     cfg: the whole configuration (pipeline/config/sections.py).
-    clock: the batcher's clock (a fake one in tests).
-    sinks: offline sinks for the result rows (pipeline/sinks/), flushed before commits.
-    hooks: see each batch before and after the model (pipeline/hooks.py).
+    parts: what it is built from (pipeline/worker/parts.py): the batcher's clock, the
+    offline sinks for the result rows (flushed before commits), the hooks that see each
+    batch before and after the model (pipeline/hooks.py), ...
 
     Read by pipeline/ops/health.py and the tests: started, assigned, last_poll_ok, stopping,
     failure, threads(), stats, session.provider, tracker, queue, redis, kafka_progress,
@@ -81,15 +80,10 @@ class Worker:
         self,
         cfg: WorkerConfig,
         *,
-        clock: Clock | None = None,
-        sinks: list[ResultSink] | None = None,
-        hooks: list[WorkerHook] | None = None,
-        parts: WorkerParts | None = None,
+        parts: WorkerParts,
     ) -> None:
-        """parts: built by pipeline/app/compose.py (as `tidebatch run` does, with
-        Redis); without, they are built here from cfg, clock, sinks and hooks."""
-        if parts is None:
-            parts = build_parts(cfg, clock=clock, sinks=sinks, hooks=hooks)
+        """parts: built by the composition root, pipeline/app/compose.py (build_parts,
+        or build_worker for both at once)."""
         self.cfg = cfg
         self.clock = parts.queue.clock
         self.pipeline = parts.pipeline

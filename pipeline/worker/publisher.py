@@ -26,6 +26,7 @@ from pipeline.batching.request import Batch, Request
 from pipeline.clock import wall_ms
 from pipeline.delivery.outcomes import Outcomes
 from pipeline.delivery.reorder import Reorder
+from pipeline.delivery.stats import WorkerStats
 from pipeline.hooks import WorkerHook
 from pipeline.observe.metrics import WorkerMetrics, observe_many
 from pipeline.observe.tracing import BatchTracer, RequestTrace
@@ -34,7 +35,6 @@ from pipeline.scoring import BatchTiming, result_document
 from pipeline.sinks import ResultSink, ScoredRow, notify
 from pipeline.worker.admission import InFlight
 from pipeline.worker.executors import Done, Finished, dead_letter_internal
-from pipeline.worker.stats import WorkerStats
 
 log = logging.getLogger(__name__)
 

@@ -123,9 +123,9 @@ class LiveWorker:
 def live_worker(cfg: WorkerConfig, *, start: bool = True, hooks: list | None = None) -> Iterator[LiveWorker]:
     """A real Worker (source loop in a thread) with its ops server on a free port. With
     start=False the server answers but run() has not begun: call .run()."""
-    from pipeline.worker import Worker
+    from pipeline.app.compose import build_worker
 
-    worker = Worker(cfg, hooks=hooks)
+    worker = build_worker(cfg, hooks=hooks)
     thread = threading.Thread(target=worker.run, name="test-worker", daemon=True)
     server = OpsServer(worker, cfg.metrics.host, cfg.metrics.port, source_thread=thread).start()
     live = LiveWorker(worker, server, thread)

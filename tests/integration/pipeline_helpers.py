@@ -19,8 +19,8 @@ import orjson
 from confluent_kafka import Consumer, Producer
 
 from consumers.profiles import EMBEDDED, consumer_config, producer_config
+from pipeline.app.compose import build_worker
 from pipeline.config import WorkerConfig, load_config
-from pipeline.worker import Worker
 
 REPO = Path(__file__).resolve().parents[2]
 _PROFILES: dict[str, str] = {}  # bootstrap address -> profile of the broker there
@@ -112,7 +112,7 @@ def worker_config(
 
 @contextmanager
 def running_worker(cfg: WorkerConfig, wait_assigned: bool = True):
-    worker = Worker(cfg)
+    worker = build_worker(cfg)
     exit_code: list[int] = []
     thread = threading.Thread(target=lambda: exit_code.append(worker.run()), daemon=True)
     thread.start()

@@ -18,11 +18,11 @@ from consumers.dead_letter import H_ERROR, H_OFFSET, H_PARTITION, H_STAGE, H_TOP
 from consumers.profiles import large_message_overrides, producer_config
 from consumers.records import SourceRecord
 from models.camera import MODEL_PATH, SAMPLES_DIR
+from pipeline.app.compose import build_worker
 from pipeline.clock import FakeClock
 from pipeline.codecs.camera import CameraCodec
 from pipeline.loadgen.camera import CameraFrameFactory
 from pipeline.registry.pipelines import get_pipeline
-from pipeline.worker import Worker
 from tests.integration.pipeline_helpers import (
     REPO,
     profile_of,
@@ -235,7 +235,7 @@ def test_equal_timestamps_polled_apart_keep_their_order_under_edf(broker, monkey
         runtime={"warmup": False}, batching={"slo_ms": SLOW_MACHINE_SLO_MS},
     )
     clock = FakeClock(100.0)
-    worker = Worker(cfg, clock=clock)
+    worker = build_worker(cfg, clock=clock)
     # True wall time = 1.7e12 ms + clock * 1000; wall_ms() truncates it to whole ms.
     monkeypatch.setattr(worker_module, "wall_ms", lambda: int(1_700_000_000_000 + clock.now() * 1000))
     factory = CameraFrameFactory(seed=1, cameras=1, resolutions=[(320, 240)])

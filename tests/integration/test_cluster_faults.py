@@ -9,7 +9,7 @@ stopped or missing, and afterwards
   offset commit that waits for a dead replica to be fenced used to stop it for 8-10 s);
   except when the cluster loses its quorum (issue 49): then /readyz must fail while the
   worker's writes are held up, and come back by itself once they go through, with the
-  outage said in a few lines (pipeline/worker/kafka_progress.py).
+  outage said in a few lines (pipeline/delivery/kafka_progress.py).
 
 Each test also measures how long after the fault the p99 end-to-end latency (result
 record timestamp minus request timestamp, over a sliding 1 s window of results) is back
@@ -371,7 +371,7 @@ def lose_quorum(run: Run, kafka_cluster: KafkaBroker, name: str, seed: int, *, e
 
 
 def outage_lines(run: Run) -> list[str]:
-    """The worker's "Kafka outage" log lines (pipeline/worker/outage_log.py)."""
+    """The worker's "Kafka outage" log lines (pipeline/delivery/outage_log.py)."""
     log = run.worker.log_path.read_text(errors="replace")
     return [line for line in log.splitlines() if "Kafka outage" in line]
 
@@ -409,7 +409,7 @@ def test_sigterm_with_every_broker_gone(kafka_cluster, cluster_topic_factory, un
     dead cluster left it (issue 49: an exactly_once worker did not exit within 35 s,
     its main thread inside librdkafka, where Python runs no signal handler). The
     bound is the one the issue asks for, not a performance figure: the watchdog
-    (pipeline/worker/watchdog.py) ends the process at drain_timeout_s + 4 s."""
+    (pipeline/delivery/watchdog.py) ends the process at drain_timeout_s + 4 s."""
     with fault_run(kafka_cluster, cluster_topic_factory, unique_group_id, tmp_path,
                    worker_env={"TIDEBATCH_DELIVERY": delivery, "TIDEBATCH_DRAIN_TIMEOUT_S": str(DRAIN_S)}) as run:
         traffic(run, seed=17)

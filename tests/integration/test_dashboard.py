@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.commands.produce import produce
+from pipeline.app.produce import produce
 from tests.integration.chromium import HeadlessChromium, find_chromium
 from tests.integration.opsutil import live_worker, make_topics, wait_for, wait_ready, worker_config
 

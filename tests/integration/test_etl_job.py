@@ -118,10 +118,8 @@ def test_topic_job_resumes_to_the_same_files(broker, requests_topic, tmp_path: P
 
 def etl_process(*args: str, log: Path) -> subprocess.Popen:
     boot = (
-        "import sys, pipeline.cli as c\n"
-        "if 'pipeline.commands.etl' not in c.COMMAND_MODULES:\n"
-        "    c.COMMAND_MODULES = (*c.COMMAND_MODULES, 'pipeline.commands.etl')\n"
-        "sys.exit(c.main(sys.argv[1:]))\n"
+        "import sys\nfrom pipeline.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
     )
     with open(log, "ab") as fh:
         return subprocess.Popen(

@@ -218,7 +218,6 @@ def test_a_worker_that_fails_to_start_stops_its_model_process(broker, topic_fact
     Kafka producer, pipeline/app/compose.py): the model process goes with it instead
     of living on until the worker object is garbage-collected."""
     import pipeline.app.compose as compose
-    from pipeline.worker import Worker
 
     before = _children()
     started: set[int] = set()
@@ -230,6 +229,6 @@ def test_a_worker_that_fails_to_start_stops_its_model_process(broker, topic_fact
     monkeypatch.setattr(compose, "make_producer", no_producer)
     cfg = worker_config(broker, make_topics(topic_factory, 1), unique_group_id, runtime={"model_process": True})
     with pytest.raises(RuntimeError, match="no producer today"):
-        Worker(cfg)
+        compose.build_worker(cfg)
     assert started, "no model process was started"
     assert all(gone(pid) for pid in started), f"model process {sorted(started)} still running"

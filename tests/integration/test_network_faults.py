@@ -11,7 +11,7 @@ under steady traffic, then healed:
   it): the two keep the quorum, fence it and take its partitions over.
 
 The last two are an outage for the worker only when its writes or commits all stop
-(pipeline/worker/kafka_progress.py), e.g. when the cut broker is its group coordinator:
+(pipeline/delivery/kafka_progress.py), e.g. when the cut broker is its group coordinator:
 there readiness is reported, not asserted, but an outage that began must be said and end.
 
 Afterwards, as in test_cluster_faults.py (whose scenario helpers these tests reuse):
@@ -112,7 +112,7 @@ def cut_for(run: Run, network: Network, pairs: list[tuple[str, str]], seed: int)
     began = time.monotonic()
     traffic(run, seed=seed, seconds=TRAFFIC_S)
     # Work in flight when the link goes: a worker with nothing waiting is in no outage
-    # (pipeline/worker/kafka_progress.py); once, 5 s into the traffic, the worker had
+    # (pipeline/delivery/kafka_progress.py); once, 5 s into the traffic, the worker had
     # logged nothing of its work and no outage followed the cut (most likely nothing
     # of it was in flight yet).
     opsutil.wait_for(lambda: run.alive() or run.collector.seen() > 0, 60, "the first outcome")
@@ -145,7 +145,7 @@ def test_worker_cut_from_cluster_for_20_s(network: Network, ns_run: Run) -> None
 def test_worker_cut_from_one_broker_for_20_s(network: Network, ns_cluster: KafkaBroker, ns_run: Run) -> None:
     # The leader of an output partition: the cluster stays healthy, so it stays leader
     # and the worker cannot write those results until the link is back. Its other
-    # deliveries and commits go on, which is no outage (pipeline/worker/kafka_progress.py:
+    # deliveries and commits go on, which is no outage (pipeline/delivery/kafka_progress.py:
     # a channel is stalled only with no success at all), unless the broker is also its
     # group coordinator (commits wait): readiness reported, not asserted; an outage,
     # if one began, must be said in a few lines and end.

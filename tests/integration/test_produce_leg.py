@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME
 
 from consumers.records import H_PRODUCED_MS
-from pipeline.commands.produce import produce
+from pipeline.app.produce import produce
 from pipeline.ops.stats import from_text
 from tests.integration.opsutil import (
     Topics,

@@ -20,8 +20,8 @@ import pytest
 import yaml
 
 from consumers.brokers.embedded import free_port
+from pipeline.app.produce import produce
 from pipeline.commands import status
-from pipeline.commands.produce import produce
 from tests.integration.opsutil import (
     get_json,
     http_get,

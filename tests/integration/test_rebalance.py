@@ -6,7 +6,7 @@ worker was SIGKILLed: a revoke and a clean SIGTERM commit their work first),
 and at each step the partitions that moved are what the protocol promises.
 
 Moves are read from the workers' own `assigned [...]` / `revoked [...]` log lines (the
-rebalance callbacks, pipeline/worker/partitions.py), steps are settled from `/api/stats`. Each
+rebalance callbacks, pipeline/delivery/partitions.py), steps are settled from `/api/stats`. Each
 step's figures are printed as one `REBALANCE {json}` line (pytest -s shows them;
 docs/OPERATIONS.md, "Rebalancing", has the measured spread).
 

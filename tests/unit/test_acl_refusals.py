@@ -7,7 +7,7 @@ import pytest
 from confluent_kafka import KafkaError
 
 from consumers.acl_refusals import create_refused, describe_refused, not_visible, read_refused
-from pipeline.commands.produce import DEFAULT_PARTITIONS, topic_partitions
+from pipeline.app.produce import DEFAULT_PARTITIONS, topic_partitions
 from pipeline.errors import UserError
 
 

@@ -1,5 +1,5 @@
 """Help text and defaults on every flag (issue 21, "CLI conventions"): the whole argparse
-tree of `tidebatch`, walked as pipeline/commands/parser_tree.py does for completion.
+tree of `tidebatch`, walked as pipeline/completion/parser_tree.py does for completion.
 
 The rule: every argument has help; a flag with a default other than None/SUPPRESS says
 it as "default X" or "default: X" (X as the user would type it). Exempt: on/off flags
@@ -13,7 +13,7 @@ import re
 import pytest
 
 from pipeline.cli import build_parser
-from pipeline.commands.parser_tree import walk
+from pipeline.completion.parser_tree import walk
 
 
 def _arguments() -> list[tuple[str, argparse.ArgumentParser, argparse.Action]]:

@@ -14,9 +14,9 @@ from confluent_kafka import KafkaError, KafkaException
 from consumers.offsets import OffsetTracker
 from consumers.records import TopicPartition
 from pipeline.clock import FakeClock
+from pipeline.delivery.partitions import Partitions
+from pipeline.delivery.stats import WorkerStats
 from pipeline.observe.metrics import WorkerMetrics
-from pipeline.worker.partitions import Partitions
-from pipeline.worker.stats import WorkerStats
 
 TP: TopicPartition = ("in", 0)
 # confluent-kafka's error for a commit of a generation the group has left behind.
@@ -49,11 +49,11 @@ def test_185_failed_commits_are_one_line_and_a_count(caplog: pytest.LogCaptureFi
         tracker.track(TP, offset)
         tracker.ack(TP, offset)
         parts.commit(wait=False)
-    with caplog.at_level(logging.WARNING, logger="pipeline.worker.partitions"):
+    with caplog.at_level(logging.WARNING, logger="pipeline.delivery.partitions"):
         source.fail_all(ILLEGAL)  # all at once, within 164 ms
         clock.advance(10.0)
         parts.commit(wait=False)  # the next interval: the storm's count
-    lines = [r.getMessage() for r in caplog.records if r.name == "pipeline.worker.partitions"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "pipeline.delivery.partitions"]
     assert len(lines) == 2, lines
     assert lines[0].startswith("offset commit failed: ") and "ILLEGAL_GENERATION" in lines[0]
     assert lines[1] == f"{lines[0]} (repeated 184 times in the last 10 s)"

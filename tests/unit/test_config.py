@@ -76,8 +76,8 @@ def test_the_test_suite_s_settings_are_not_worker_keys() -> None:
 
 
 def test_batch_cap_defaults_to_the_pipeline_and_config_wins() -> None:
+    from pipeline.app.compose import batching_params
     from pipeline.registry.pipelines import get_pipeline
-    from pipeline.worker import batching_params
 
     camera = get_pipeline("camera").max_batch_rows
     assert camera < get_pipeline("ctr").max_batch_rows

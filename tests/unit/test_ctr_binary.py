@@ -119,7 +119,7 @@ def test_encoder_refuses_what_it_cannot_represent():
 
 
 def test_produce_sends_the_binary_form_for_ctr_only():
-    from pipeline.commands.produce import produce
+    from pipeline.app.produce import produce
     from pipeline.errors import UserError
 
     with pytest.raises(UserError, match="applies to the ctr pipeline"):

@@ -225,10 +225,8 @@ def test_jsonl_flat_rows_and_request_lines(tmp_path: Path, flat: pa.Table) -> No
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     """`tidebatch etl ...` in a subprocess, through the real CLI error handling."""
     boot = (
-        "import sys, pipeline.cli as c\n"
-        "if 'pipeline.commands.etl' not in c.COMMAND_MODULES:\n"
-        "    c.COMMAND_MODULES = (*c.COMMAND_MODULES, 'pipeline.commands.etl')\n"
-        "sys.exit(c.main(sys.argv[1:]))\n"
+        "import sys\nfrom pipeline.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
     )
     return subprocess.run(
         [sys.executable, "-c", boot, "etl", *args], capture_output=True, text=True, cwd=REPO, timeout=120,

@@ -7,7 +7,7 @@ GroupQueryAttention or with a provider other than cpu.
 The in-place decoder is made unavailable the way the field does it: ORT itself refuses
 the graph it is given (an operator it has no kernel for), the graph builder fails, or
 the provider is not cpu; each through open_in_place's own parameters, the call
-pipeline/generation/serve.py makes. Then continuous, static and none scheduling, with
+pipeline/app/generation.py makes. Then continuous, static and none scheduling, with
 staggered admissions and more requests than slots, must give each request token for
 token what it gets decoded alone."""
 

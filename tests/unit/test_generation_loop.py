@@ -175,7 +175,7 @@ def test_a_request_waiting_past_its_deadline_gets_a_deadline_final(decoder) -> N
 def test_a_revoke_cancels_unfinished_requests_without_a_final_or_a_commit(decoder, monkeypatch) -> None:
     # Partitions.on_revoke steps the decoder up to REVOKE_WAIT s while the revoked
     # requests finish; none here, so b is still running when the partition goes.
-    monkeypatch.setattr("pipeline.worker.partitions.REVOKE_WAIT", 0.0)
+    monkeypatch.setattr("pipeline.delivery.partitions.REVOKE_WAIT", 0.0)
     clock, producer = FakeClock(), Producer()
     reqs = [_rec(0, {"request_id": "a", "prompt": "Kafka ", "max_new_tokens": 3}),
             _rec(1, {"request_id": "b", "prompt": "Kafka ", "max_new_tokens": 200})]

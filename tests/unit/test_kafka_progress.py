@@ -1,4 +1,4 @@
-"""The outage watch (pipeline/worker/kafka_progress.py): work waiting on Kafka without
+"""The outage watch (pipeline/delivery/kafka_progress.py): work waiting on Kafka without
 a success for stall_s is an outage, said in one line at its start, one per report
 interval, one at its end with its length; readiness reads it (pipeline/ops/health.py)."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import threading
 from types import SimpleNamespace
 
+from pipeline.delivery.kafka_progress import COMMIT, DELIVERY, KafkaProgress
 from pipeline.ops.health import readiness
-from pipeline.worker.kafka_progress import COMMIT, DELIVERY, KafkaProgress
 
 
 def test_waiting_without_success_becomes_an_outage_and_ends() -> None:
@@ -91,7 +91,7 @@ def test_readiness_fails_during_an_outage_and_recovers() -> None:
 
 def test_a_call_that_does_not_return_is_an_outage_of_its_own() -> None:
     # The source thread inside abort_transaction samples nothing: the call itself,
-    # reported by the watchdog thread, is the wait (pipeline/worker/outage_log.py).
+    # reported by the watchdog thread, is the wait (pipeline/delivery/outage_log.py).
     p = KafkaProgress(0.0, stall_s=10.0)
     p.in_call(None, 5.0, 5.0)
     p.in_call("abort_transaction", 6.0, 7.0)
@@ -104,9 +104,9 @@ def test_a_call_that_does_not_return_is_an_outage_of_its_own() -> None:
 def test_broker_statistics_feed_the_connection_counters() -> None:
     import orjson
 
+    from pipeline.delivery.outage_log import OutageLog
+    from pipeline.delivery.watchdog import CallWatch
     from pipeline.observe.metrics import WorkerMetrics
-    from pipeline.worker.outage_log import OutageLog
-    from pipeline.worker.watchdog import CallWatch
 
     metrics = WorkerMetrics("ctr", "adaptive")
     out = OutageLog(KafkaProgress(0.0), metrics, "ctr", CallWatch())

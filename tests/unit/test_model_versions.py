@@ -15,11 +15,11 @@ from pipeline.config import load_config
 from pipeline.errors import UserError
 from pipeline.observe.metrics import WorkerMetrics
 from pipeline.registry.pipelines import pipeline_for
+from pipeline.registry.version_folders import Candidate, scan
 from pipeline.runtime.sessions import open_session
 from pipeline.scoring import ScoringStep
 from pipeline.versions.loader import VersionLoader
 from pipeline.versions.manager import ModelVersions
-from pipeline.versions.repository import Candidate, scan
 from pipeline.versions.slot import ModelSlot
 from pipeline.versions.watch import VersionWatch
 from tests.own_models import fixed_batch, ranker, run_alone

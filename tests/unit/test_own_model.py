@@ -16,8 +16,8 @@ from pipeline.codecs.base import DecodeError
 from pipeline.codecs.tensor_json import TensorJsonCodec
 from pipeline.config import load_config
 from pipeline.errors import UserError
-from pipeline.registry.onnx_graph import read_graph, read_header
 from pipeline.registry.pipelines import get_pipeline
+from pipeline.runtime.onnx_graph import read_graph, read_header
 from tests.own_models import fixed_batch, ranker, run_alone
 
 pytest.importorskip("onnx")
@@ -206,7 +206,7 @@ def test_mapping_that_does_not_fit_the_model(model, fields, results, reason):
 
 
 def test_scalar_output_is_refused_at_start():
-    from pipeline.registry.onnx_graph import TensorInfo
+    from pipeline.runtime.onnx_graph import TensorInfo
 
     inputs = [TensorInfo("x", "tensor(float)", ("N", 2))]
     outputs = [TensorInfo("y", "tensor(float)", ("N",)), TensorInfo("total", "tensor(float)", ())]

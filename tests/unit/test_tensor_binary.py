@@ -14,8 +14,8 @@ import yaml
 from pipeline.codecs.base import DecodeError
 from pipeline.codecs.tensor_json import TensorJsonCodec
 from pipeline.config import load_config
-from pipeline.registry.onnx_graph import TensorInfo
 from pipeline.registry.pipelines import get_pipeline
+from pipeline.runtime.onnx_graph import TensorInfo
 
 msgpack = pytest.importorskip("msgpack")
 from pipeline.codecs.tensor_binary import TensorBinaryCodec  # noqa: E402
@@ -131,7 +131,7 @@ def test_an_entry_with_tensor_binary_warms_up_on_its_own_form(tmp_path):
     assert spec.make_codec(cfg).decode(spec.make_samples(1)(0)[1], None).payload["tokens"].tolist() == [[1, 2]]
     # padding (tensor_pad.py) is the JSON form's, so it holds for this form too
     g = masked_encoder(Path(tmp_path / "masked.onnx"))
-    from pipeline.registry.onnx_graph import read_graph
+    from pipeline.runtime.onnx_graph import read_graph
 
     graph = read_graph(g)
     c = TensorBinaryCodec(graph.inputs, graph.outputs, pad={"dimension": "seq", "buckets": [4]})

@@ -13,10 +13,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from consumers.offsets import OffsetTracker  # noqa: E402
 from pipeline.config import load_config  # noqa: E402
+from pipeline.delivery.stats import WorkerStats  # noqa: E402
 from pipeline.errors import UserError  # noqa: E402
 from pipeline.observe.tracing import TracingConfig, make_tracer  # noqa: E402
 from pipeline.scoring import BatchTiming  # noqa: E402
-from pipeline.worker.stats import WorkerStats  # noqa: E402
 from tests.unit.test_worker_rooms import MODEL, WALL, FakeOutcomes, make_batch, publisher  # noqa: E402
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"

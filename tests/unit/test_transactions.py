@@ -11,9 +11,9 @@ from consumers.offsets import OffsetTracker
 from consumers.records import AckCallback, SendError, SourceRecord, TopicPartition, TransactionError
 from pipeline.delivery.limits import Limits
 from pipeline.delivery.outcomes import Outcomes, Topics
+from pipeline.delivery.stats import WorkerStats
 from pipeline.delivery.transactions import Transactions
 from pipeline.observe.metrics import WorkerMetrics
-from pipeline.worker.stats import WorkerStats
 
 TOPICS = Topics("res", "req.dlq", "req.late")
 

@@ -1,4 +1,4 @@
-"""pipeline/worker/watchdog.py: a client call past its deadline is noticed (logged once,
+"""pipeline/delivery/watchdog.py: a client call past its deadline is noticed (logged once,
 /healthz fails), a signal reaches the worker even while the main thread is inside a
 call, and a process still running exit_after_s after its stop began is ended (exit 1)."""
 
@@ -13,8 +13,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from pipeline.delivery.watchdog import CallWatch, Watchdog
 from pipeline.ops.health import liveness
-from pipeline.worker.watchdog import CallWatch, Watchdog
 
 
 class Clock:
@@ -57,7 +57,7 @@ def test_overdue_is_logged_once_and_the_stop_is_enforced(caplog: pytest.LogCaptu
         for _ in range(10):
             clock.t += 5.0
             dog.check()
-        assert [r.message for r in caplog.records if r.name == "pipeline.worker.watchdog"] == [
+        assert [r.message for r in caplog.records if r.name == "pipeline.delivery.watchdog"] == [
             "Kafka call send_offsets_to_transaction has run 35 s, past its 30 s deadline: "
             "the worker is not alive until it returns (/healthz 503)"]
         dog.signalled(signal.SIGTERM)  # the main thread is still inside the call
@@ -69,7 +69,7 @@ def test_overdue_is_logged_once_and_the_stop_is_enforced(caplog: pytest.LogCaptu
         clock.t += 5.0
         dog.check()
     assert exits == [1]
-    ours = [r.message for r in caplog.records if r.name == "pipeline.worker.watchdog"]
+    ours = [r.message for r in caplog.records if r.name == "pipeline.delivery.watchdog"]
     assert "exiting now with nothing more committed" in ours[-1]
 
 

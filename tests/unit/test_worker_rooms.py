@@ -17,13 +17,13 @@ from models.registry import ModelSpec
 from pipeline.batching.request import Batch, Request
 from pipeline.clock import wall_ms
 from pipeline.codecs.base import Decoded, DecodeError
+from pipeline.delivery.stats import WorkerStats
 from pipeline.observe.metrics import WorkerMetrics
 from pipeline.scoring import BatchTiming, ScoringStep, result_document
 from pipeline.versions.slot import ModelSlot
 from pipeline.worker.admission import Admission, InFlight
 from pipeline.worker.executors import Done, Executors, Finished
 from pipeline.worker.publisher import Publisher
-from pipeline.worker.stats import WorkerStats
 
 WALL = 1_700_000_000_000
 MODEL = ModelSpec("toy", "1", Path("unused.onnx"), [], [], {})

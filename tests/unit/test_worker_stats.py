@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from pipeline.worker import WorkerStats
+from pipeline.delivery.stats import WorkerStats
 
 
 def test_worker_stats_is_a_dataclass_with_its_own_extra_dict():

@@ -1,6 +1,6 @@
-"""The outage's lines and gauges (pipeline/worker/kafka_progress.py decides what they
+"""The outage's lines and gauges (pipeline/delivery/kafka_progress.py decides what they
 say): fed what waits on Kafka by the source loop every second, and asked for the lines
-due by the watchdog thread too (pipeline/worker/watchdog.py), since an outage may hold
+due by the watchdog thread too (pipeline/delivery/watchdog.py), since an outage may hold
 the source loop inside a client call for a while. Also the broker connection counters,
 from the consumer's librdkafka statistics (consumers/broker_connections.py)."""
 
@@ -12,9 +12,9 @@ import threading
 import orjson
 
 from consumers.broker_connections import BrokerConnections
+from pipeline.delivery.kafka_progress import COMMIT, DELIVERY, KafkaProgress
+from pipeline.delivery.watchdog import CallWatch
 from pipeline.observe.metrics import WorkerMetrics
-from pipeline.worker.kafka_progress import COMMIT, DELIVERY, KafkaProgress
-from pipeline.worker.watchdog import CallWatch
 
 log = logging.getLogger("pipeline.worker.core")  # where the worker's other lines come from
 

@@ -55,7 +55,7 @@ def broker_limits(
     producer: Producer, topics: Topics,
 ) -> Limits:
     """described_limits() for a worker without a WorkerConfig (the generate worker,
-    pipeline/generation/serve.py)."""
+    pipeline/app/generation.py)."""
     from consumers.admin import topic_max_message_bytes
 
     described = topic_max_message_bytes(bootstrap_servers, topics.all(), admin_config=admin_config)

@@ -51,6 +51,7 @@ def serve_generate(svc: GenerateService) -> int:
     from consumers.profiles import consumer_config, producer_config
     from pipeline.app.serve import install_signal_handlers
     from pipeline.delivery.outcomes import Outcomes, Topics
+    from pipeline.delivery.topic_limits import broker_limits
     from pipeline.extras import onnxruntime
     from pipeline.generation.budget import KvBudget
     from pipeline.generation.policies import make_generation_policy
@@ -58,7 +59,6 @@ def serve_generate(svc: GenerateService) -> int:
     from pipeline.generation.scheduler import GenerationScheduler
     from pipeline.generation.slot_decoder import open_in_place
     from pipeline.observe.metrics import WorkerMetrics
-    from pipeline.worker.topic_limits import broker_limits
 
     onnxruntime("the generate worker")
     require_kafka(svc.bootstrap_servers, 30.0, dict(svc.kafka))

@@ -19,11 +19,11 @@ from collections.abc import Callable
 from consumers.client_logs import KafkaLog
 from consumers.offsets import OffsetTracker
 from consumers.records import Producer, Source, TopicPartition
+from pipeline.delivery.kafka_progress import COMMIT, KafkaProgress
+from pipeline.delivery.stats import WorkerStats
 from pipeline.delivery.transactions import Transactions
 from pipeline.observe.metrics import WorkerMetrics
 from pipeline.sinks import ResultSink, notify
-from pipeline.worker.kafka_progress import COMMIT, KafkaProgress
-from pipeline.worker.stats import WorkerStats
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from consumers.records import Source
 from pipeline.batching.backpressure import Backpressure, Intake, IntakeDecision
-from pipeline.worker.stats import WorkerStats
+from pipeline.delivery.stats import WorkerStats
 
 log = logging.getLogger(__name__)
 
