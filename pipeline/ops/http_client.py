@@ -1,4 +1,4 @@
-"""How `tidebatch status` (pipeline/commands/status.py) reads a worker's ops endpoints,
+"""How `tidebatch status` (pipeline/ops/status_report.py) reads a worker's ops endpoints,
 or Prometheus: with the credentials and the CA it was given.
 
     --username ops --password '${OPS_PASSWORD}'     # basic auth

@@ -19,9 +19,9 @@ import yaml
 from confluent_kafka import Producer
 
 from consumers.profiles import producer_config
-from pipeline.commands import status
 from pipeline.loadgen.ctr import CtrRequestFactory
 from pipeline.ops import stats as S
+from pipeline.ops import status_report as status
 from tests.integration import opsutil
 from tests.integration.chromium import HeadlessChromium, find_chromium
 from tests.integration.outcome_reader import OutcomeReader, exactly_one

@@ -10,10 +10,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from pipeline.commands import status
 from pipeline.observe.metrics import WorkerMetrics
 from pipeline.ops import health
 from pipeline.ops import stats as S
+from pipeline.ops import status_report as status
 from pipeline.ops.window import StatsWindow
 
 INF = math.inf
