@@ -6,6 +6,7 @@ a refused batch re-run request by request, and the result document.
     step.warm_up(pipeline)                     # -> AffineCost seeding the cost model
     results, seconds = step.infer(decoded)     # raises when the model refuses the batch
     singles = step.one_by_one(decoded)         # after a refusal: one Single per request
+    run = score_batch(step, decoded)           # infer, or after a refusal one_by_one
     doc = result_document(model, decoded, rec, result, batch_timing, consumed_wall, deadline_wall)
 
 Nothing here knows Kafka clients or threads: callers own both.
@@ -14,7 +15,7 @@ Nothing here knows Kafka clients or threads: callers own both.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +44,16 @@ class Single:
     error: str | None
     seconds: float
     started_wall: int
+
+
+@dataclass(slots=True)
+class BatchRun:
+    """A batch through the model: its results, or (the model refused it) one Single per
+    request, each re-run alone."""
+
+    results: list[dict] | None  # one per request; None: the model refused the batch
+    seconds: float  # the model's own time for the batch (0.0 when refused)
+    singles: list[Single] | None = None  # the re-run, when the model refused the batch
 
 
 @dataclass(slots=True)
@@ -110,6 +121,27 @@ class ScoringStep:
                 continue
             out.append(Single(result, None, seconds, started))
         return out
+
+
+def score_batch(
+    step: ScoringStep,
+    decoded: Sequence[Decoded],
+    pad_to_rows: int | None = None,
+    refused: Callable[[], None] | None = None,
+) -> BatchRun:
+    """The batch through the model, or, when the model refuses it, each request alone
+    (ScoringStep.one_by_one): the one rule of the worker's executors (pipeline/worker/
+    executors.py) and the Faust path (pipeline/faust/inference.py) for a refused batch.
+    `refused`: called before the re-run, so the worker's batcher learns the batch is
+    over while its requests run alone."""
+    try:
+        results, seconds = step.infer(decoded, pad_to_rows)
+    except Exception as exc:
+        if refused is not None:
+            refused()
+        log.warning("batch of %d requests failed (%s); retrying one by one", len(decoded), exc)
+        return BatchRun(None, 0.0, step.one_by_one(decoded))
+    return BatchRun(results, seconds)
 
 
 def sample_requests(pipeline: PipelineSpec, codec: Codec, count: int, seed: int = WARMUP_SEED) -> list[Decoded]:

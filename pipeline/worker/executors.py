@@ -13,6 +13,7 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from models.registry import ModelSpec
 from pipeline.batching.concurrent import BatchQueue
@@ -20,7 +21,7 @@ from pipeline.batching.request import Batch, Request
 from pipeline.clock import wall_ms
 from pipeline.runtime import affinity, thread_names
 from pipeline.runtime.model_process import ProcessSession
-from pipeline.scoring import ScoringStep
+from pipeline.scoring import ScoringStep, score_batch
 from pipeline.versions.slot import ModelSlot
 from pipeline.worker.admission import InFlight
 
@@ -168,13 +169,10 @@ class Executors:
         """Score one batch with `step` into `parts`: one part, or (the model refused the batch) one
         part per request it accepted alone; the others are dead-lettered."""
         started_wall = wall_ms()
-        decoded = [r.item.decoded for r in batch.requests]
-        try:
-            results, seconds = step.infer(decoded, batch.pad_to_rows)
-        except Exception as exc:
-            self.queue.done(batch, 0.0)
-            log.warning("batch of %d requests failed (%s); retrying one by one", len(batch.requests), exc)
-            for req, single in zip(batch.requests, step.one_by_one(decoded), strict=True):
+        run = score_batch(step, [r.item.decoded for r in batch.requests], batch.pad_to_rows,
+                          refused=partial(self.queue.done, batch, 0.0))
+        if run.singles is not None:
+            for req, single in zip(batch.requests, run.singles, strict=True):
                 if single.result is None:
                     inf: InFlight = req.item
                     self.dead_letter(inf.rec, single.error, "inference")
@@ -182,8 +180,8 @@ class Executors:
                 alone = Batch([req], req.rows, batch.bucket, batch.reason, batch.formed_at, batch.late)
                 parts.append(Finished(alone, [single.result], req.rows, single.seconds, single.started_wall, step.model, is_batch=False))
             return
-        self.queue.done(batch, seconds)
-        parts.append(Finished(batch, results, batch.rows, seconds, started_wall, step.model))
+        self.queue.done(batch, run.seconds)
+        parts.append(Finished(batch, run.results, batch.rows, run.seconds, started_wall, step.model))
 
 
 def dead_letter_internal(
