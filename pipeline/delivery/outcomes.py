@@ -17,6 +17,10 @@ restart, so one message could take a consumer group down for good. Instead:
 Errors of the broker or the network, not of the record, are retried; when retries run
 out the worker stops without committing past the request (a restart replays it once
 the broker is back, which is no loop on one record).
+
+What each record is -- topic, key, value, headers, and the reasons dead letters give --
+is OutcomeRecords' (pure), which the Faust path sends too (pipeline/faust/outcomes.py),
+so both write the same bytes for the same request and outcome.
 """
 
 from __future__ import annotations
@@ -24,11 +28,23 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from consumers.dead_letter import Copy, Origin, dead_letter_copy, late_copy, one_line, record_bytes
+import orjson
+
+from consumers.dead_letter import (
+    Copy,
+    Headers,
+    Origin,
+    dead_letter_copy,
+    late_copy,
+    one_line,
+    record_bytes,
+)
 from consumers.records import Producer, SendError, SourceRecord
 from pipeline.clock import wall_ms
+from pipeline.codecs.base import DecodeError
 from pipeline.delivery.limits import Limits
 from pipeline.observe.metrics import observe_many
 from pipeline.sinks import ResultSink, notify
@@ -55,6 +71,88 @@ class Topics:
 
     def all(self) -> tuple[str, ...]:
         return (self.output, self.dead_letter, self.late)
+
+
+def decode_reason(exc: Exception) -> str:
+    """The dead letter's reason for a request its codec could not decode: the codec's
+    own words for invalid input (DecodeError), else a codec bug, said as one."""
+    if isinstance(exc, DecodeError):
+        return str(exc)
+    return f"decoder crashed: {type(exc).__name__}: {exc}"
+
+
+def result_value(doc: dict[str, Any], too_large: Callable[[bytes], str | None]) -> bytes | str:
+    """The result record's value, or why the result cannot be published (the reason of
+    its dead letter): it cannot be serialised, or `too_large` (the output topic's
+    check, OutcomeRecords.result_too_large) says why."""
+    try:
+        value = orjson.dumps(doc)
+    except (TypeError, orjson.JSONEncodeError) as exc:
+        return f"result cannot be serialised: {exc}"
+    return too_large(value) or value
+
+
+class OutcomeRecords:
+    """What each outcome's record is: its topic, key, value and headers (no I/O).
+
+    limits: what each topic takes (may be replaced once the broker has described its
+    topics). carry_headers: the request headers its result carries too (config
+    `result_headers`); dead-letter and late copies carry all of them already
+    (consumers/dead_letter.py). origin: the group, member and codec class that dead
+    letters name (Kafka Connect's headers)."""
+
+    def __init__(
+        self, topics: Topics, limits: Limits, *, carry_headers: Collection[str] = (), origin: Origin | None = None
+    ) -> None:
+        self.topics = topics
+        self.limits = limits
+        self.carry = frozenset(carry_headers)
+        self.origin = origin
+
+    def result_too_large(self, rec: SourceRecord, value: bytes) -> str | None:
+        """Why this result cannot go to the output topic, or None if it fits."""
+        limit = self.limits.for_topic(self.topics.output)
+        size = record_bytes(rec.key, value, self.result_headers(rec))
+        if size <= limit:
+            return None
+        return f"result is {size} bytes, over the {limit}-byte record limit of {self.topics.output}"
+
+    def result_value(self, rec: SourceRecord, doc: dict[str, Any]) -> bytes | str:
+        """The result record's value, or why this result cannot be published."""
+        return result_value(doc, partial(self.result_too_large, rec))
+
+    def result_headers(self, rec: SourceRecord, trace: Headers | None = None) -> Headers | None:
+        """The request's headers its result carries; `trace`: the worker's own span's
+        trace headers (pipeline/observe/tracing.py), in place of the request's."""
+        headers = None
+        if self.carry and rec.headers:
+            headers = [(k, v) for k, v in rec.headers.items() if k in self.carry] or None
+        if trace:
+            replaced = {name for name, _ in trace}
+            headers = [h for h in headers or () if h[0] not in replaced] + trace
+        return headers
+
+    def dead_letter(
+        self,
+        rec: SourceRecord,
+        reason: str,
+        stage: str,
+        *,
+        error: BaseException | str | None = None,
+        minimal: bool = False,
+    ) -> Copy:
+        """The dead letter of `rec`, cut down to fit its topic; `minimal`: the smallest
+        form, for a topic that refused the one that fitted the limit known."""
+        limit = self.limits.for_topic(self.topics.dead_letter)
+        prefix = 0 if minimal else self.limits.prefix_bytes
+        return dead_letter_copy(rec, reason, stage, limit, prefix, minimal=minimal, origin=self.origin, error=error)
+
+    def late(self, rec: SourceRecord, deadline_wall_ms: float, now_wall_ms: int, rule: str) -> Copy:
+        """The late record of `rec`, routed unscored by `rule` at `now_wall_ms` (its
+        deadline: `deadline_wall_ms`), cut down to fit its topic."""
+        missed_by = max(now_wall_ms - deadline_wall_ms, 0.0)
+        limit = self.limits.for_topic(self.topics.late)
+        return late_copy(rec, missed_by, limit, self.limits.prefix_bytes, rule=rule)
 
 
 class Outcomes:
@@ -85,11 +183,11 @@ class Outcomes:
         headers its result carries too (config `result_headers`: W3C trace context by
         default, so a trace goes on past the worker); dead-letter and late copies carry
         all of them already (consumers/dead_letter.py). origin: the group, member and
-        codec class that dead letters name (Kafka Connect's headers)."""
+        codec class that dead letters name (Kafka Connect's headers): OutcomeRecords
+        builds each record from them."""
         self.producer = producer
         self._ack = ack
-        self.topics = topics
-        self.limits = limits
+        self.records = OutcomeRecords(topics, limits, carry_headers=carry_headers, origin=origin)
         self.metrics = metrics
         self.pipeline = pipeline
         self.sinks = list(sinks)
@@ -97,22 +195,29 @@ class Outcomes:
         self._count = count
         self._fail = fail
         self._transactions = transactions
-        self._carry = frozenset(carry_headers)
-        self.origin = origin
         # Results ready → acknowledged by Kafka: the last stage of tidebatch_stage_seconds,
         # kept in ms by the delivery callbacks and observed in bulk by observe_stages():
         # one histogram observe per result on the source thread cost ~2 % at saturation.
         self._publish_stage = metrics.stage.labels(pipeline, "publish")
         self._publish_ms: list[int] = []
 
+    @property
+    def topics(self) -> Topics:
+        return self.records.topics
+
+    @property
+    def limits(self) -> Limits:
+        return self.records.limits
+
+    @limits.setter
+    def limits(self, limits: Limits) -> None:
+        """Known once the broker has described the topics (pipeline/worker/core.py)."""
+        self.records.limits = limits
+
     # ------------------------------------------------------------------ results
     def result_too_large(self, rec: SourceRecord, value: bytes) -> str | None:
         """Why this result cannot go to the output topic, or None if it fits."""
-        limit = self.limits.for_topic(self.topics.output)
-        size = record_bytes(rec.key, value, self._result_headers(rec))
-        if size <= limit:
-            return None
-        return f"result is {size} bytes, over the {limit}-byte record limit of {self.topics.output}"
+        return self.records.result_too_large(rec, value)
 
     def result(
         self, rec: SourceRecord, value: bytes, ready_wall_ms: int | None = None,
@@ -128,16 +233,8 @@ class Outcomes:
         def refused(err: SendError) -> None:
             self.dead_letter(rec, f"Kafka refused the result: {err.reason}", "publish", rows_written=True)
 
-        headers = self._result_headers(rec)
-        if trace:
-            replaced = {name for name, _ in trace}
-            headers = [h for h in headers or () if h[0] not in replaced] + trace
+        headers = self.records.result_headers(rec, trace)
         self._send(self.topics.output, rec.key, value, headers, rec, refused, ready_wall_ms=ready_wall_ms)
-
-    def _result_headers(self, rec: SourceRecord) -> list[tuple[str, bytes]] | None:
-        if not self._carry or not rec.headers:
-            return None
-        return [(k, v) for k, v in rec.headers.items() if k in self._carry] or None
 
     def observe_stages(self) -> None:
         """Observe the publish times the delivery reports since the last call noted
@@ -170,13 +267,11 @@ class Outcomes:
         self._count("dlq", 1)
         if not rows_written:
             notify(self.sinks, "skip", [rec])  # no row will come for this offset
-        limit = self.limits.for_topic(self.topics.dead_letter)
-        context = {"origin": self.origin, "error": error}
-        copy = dead_letter_copy(rec, reason, stage, limit, self.limits.prefix_bytes, **context)
+        copy = self.records.dead_letter(rec, reason, stage, error=error)
 
         def refused(err: SendError) -> None:
             # Over a limit we did not know (the topic's is lower): the smallest copy.
-            minimal = dead_letter_copy(rec, reason, stage, limit, 0, minimal=True, **context)
+            minimal = self.records.dead_letter(rec, reason, stage, error=error, minimal=True)
             self._send_copy(self.topics.dead_letter, minimal, rec, lambda e: self._undeliverable(rec, reason, e))
 
         self._send_copy(self.topics.dead_letter, copy, rec, refused)
@@ -205,14 +300,12 @@ class Outcomes:
         """Route requests unscored to the late topic: (record, deadline in wall ms), all
         routed by `rule` (pipeline/batching/request.py RULE_*)."""
         notify(self.sinks, "skip", [rec for rec, _ in late])
-        limit = self.limits.for_topic(self.topics.late)
         if late:
             self.metrics.routed_late.labels(self.pipeline, rule).inc(len(late))
         for rec, deadline_wall_ms in late:
-            missed_by = max(now_wall_ms - deadline_wall_ms, 0.0)
             self.metrics.outcome(rec.topic, "routed_late")
             self.metrics.slo_misses.labels(self.pipeline).inc()
-            copy = late_copy(rec, missed_by, limit, self.limits.prefix_bytes, rule=rule)
+            copy = self.records.late(rec, deadline_wall_ms, now_wall_ms, rule)
 
             def refused(err: SendError, rec: SourceRecord = rec) -> None:
                 self.dead_letter(rec, f"Kafka refused its late record: {err.reason}", "late", rows_written=True)

@@ -14,66 +14,29 @@ Results are the worker's result documents (docs/ARCHITECTURE.md "Result document
 the codec's fields plus key, model, batch_rows, queue_wait_ms, inference_ms,
 kafka_ts_ms, scored_at_ms, late, source -- so downstream consumers read both paths
 alike. Invalid input (the codec's DecodeError) and requests the model refuses go to the
-dead-letter topic with the worker's headers; nothing is dropped silently.
+dead-letter topic; every record is the worker's, byte for byte (pipeline/faust/outcomes.py
+sends what pipeline/delivery/outcomes.py builds); nothing is dropped silently.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import sys
 from collections.abc import Awaitable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import orjson
-
-from consumers.dead_letter import (
-    Origin,
-    class_path,
-    dead_letter_copy,
-    late_copy,
-    member_id,
-    record_bytes,
-)
-from consumers.records import SourceRecord, headers_to_dict
+from consumers.dead_letter import Origin, class_path, member_id
+from consumers.records import headers_to_dict
 from pipeline.batching.cost import AffineCost, CostModel
 from pipeline.clock import wall_ms
 from pipeline.codecs.base import Decoded
 from pipeline.faust.batch import FaustBatch
+from pipeline.faust.outcomes import FaustOutcomes
 from pipeline.observe.tracing import TRACE_HEADERS
 from pipeline.registry.pipelines import get_pipeline
 from pipeline.runtime.session import InferenceSession
-from pipeline.scoring import BatchTiming, ScoringStep, result_document
-
-log = logging.getLogger(__name__)
-# Records this path writes must fit aiokafka's max_request_size (1 MiB) and Apache
-# Kafka's default max.message.bytes (~1 MB): a dead-letter copy is cut to fit
-# (consumers/dead_letter.py), a larger result is its request's dead letter.
-FAUST_MAX_RECORD_BYTES = 1_000_000
-DEAD_LETTER_PREFIX_BYTES = 65536
-
-
-def source_record(event: Any) -> SourceRecord:
-    """A Faust event as the client-neutral record the dead-letter helpers take."""
-    m = event.message
-    headers = m.headers
-    if isinstance(headers, dict):
-        headers = list(headers.items())
-    ts = m.timestamp
-    return SourceRecord(
-        topic=m.topic,
-        partition=m.partition,
-        offset=m.offset,
-        key=m.key,
-        value=m.value,
-        headers=headers_to_dict(headers),
-        timestamp_ms=int(round(ts * 1000.0)) if ts else None,
-        # log_append_time stays False: Faust's Message.timestamp_type is aiokafka's over
-        # Kafka, but its in-memory channel sets 1 for any timestamp a sender gave, so
-        # 1 does not reliably mean the broker's append; nothing on this path splits
-        # the produce leg off anyway (pipeline/worker/publisher.py does, for the worker).
-    )
+from pipeline.scoring import BatchTiming, ScoringStep, score_batch
 
 
 class BatchScorer:
@@ -151,30 +114,23 @@ class BatchScorer:
         cost model learns)."""
         return self.step.infer(decoded, pad_to_rows)
 
-    async def _infer(self, decoded: Sequence[Decoded], pad_to_rows: int | None) -> tuple[list[dict], float]:
-        if self._executor is None:
-            return self.infer(decoded, pad_to_rows)
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self.infer, decoded, pad_to_rows)
-
     async def score(self, batch: FaustBatch) -> tuple[list[dict | None], list[str | None], float]:
         """Results per event of the batch (None where the model refused that request,
         with the reason in the second list), and the model seconds. A batch the model
         refuses is retried request by request, so one poison request cannot sink the
-        others (the worker's rule)."""
+        others (the worker's rule: pipeline/scoring.py score_batch)."""
         decoded: list[Decoded] = batch.prepared
         if not decoded:
             return [], [], 0.0
-        try:
-            results, seconds = await self._infer(decoded, batch.pad_to_rows)
-            return list(results), [None] * len(results), seconds
-        except Exception as exc:
-            log.warning("batch of %d requests failed (%s); retrying one by one", len(decoded), exc)
         if self._executor is None:
-            singles = self.step.one_by_one(decoded)
+            run = score_batch(self.step, decoded, batch.pad_to_rows)
         else:
-            singles = await asyncio.get_running_loop().run_in_executor(self._executor, self.step.one_by_one, decoded)
-        return [s.result for s in singles], [s.error for s in singles], sum(s.seconds for s in singles)
+            loop = asyncio.get_running_loop()
+            run = await loop.run_in_executor(self._executor, score_batch, self.step, decoded, batch.pad_to_rows)
+        if run.singles is None:
+            assert run.results is not None
+            return list(run.results), [None] * len(run.results), run.seconds
+        return [s.result for s in run.singles], [s.error for s in run.singles], sum(s.seconds for s in run.singles)
 
     # ------------------------------------------------------------------ publishing
     async def score_and_send(
@@ -197,57 +153,13 @@ class BatchScorer:
         """
         results, errors, seconds = await self.score(batch)
         batch.service_seconds = seconds  # the cost model learns model time, as in the worker
-        done_wall = wall_ms()
-        timing = BatchTiming(batch.rows, seconds, batch.formed_wall_ms, done_wall)
-        futures: list[Awaitable[Any]] = []
-        for i, (item, result, error) in enumerate(zip(batch.items, results, errors, strict=True)):
-            rec = source_record(item.event)
-            if result is None:
-                batch.outcomes[i] = "dlq"
-                futures.append(await self._dead_letter(dlq_topic, rec, error or "model error", "inference"))
-                continue
-            doc = result_document(self.model, item.prepared, rec, result, timing, item.arrival_wall_ms, item.deadline_wall_ms)
-            try:
-                value = orjson.dumps(doc)
-            except (TypeError, orjson.JSONEncodeError) as exc:
-                batch.outcomes[i] = "dlq"
-                futures.append(await self._dead_letter(dlq_topic, rec, f"result cannot be serialised: {exc}", "publish"))
-                continue
-            carried = [(k, v) for k, v in rec.headers.items() if k in self.carry_headers] or None
-            if (size := record_bytes(rec.key, value, carried)) > FAUST_MAX_RECORD_BYTES:
-                # As the worker (pipeline/delivery/outcomes.py): a result Kafka would refuse is
-                # this request's dead letter, never an error for the whole batch.
-                batch.outcomes[i] = "dlq"
-                reason = f"result is {size} bytes, over the {FAUST_MAX_RECORD_BYTES}-byte record limit"
-                futures.append(await self._dead_letter(dlq_topic, rec, reason, "publish"))
-                continue
-            futures.append(await output_topic.send(key=rec.key, value=value, headers=carried))
-        for rej in batch.rejected:
-            rec = source_record(rej.event)
-            log.warning("dead-letter %s[%d]@%d: %s", rec.topic, rec.partition, rec.offset, rej.error)
-            # Its class only: bad input's traceback says nothing (docs/OPERATIONS.md).
-            futures.append(await self._dead_letter(dlq_topic, rec, str(rej.error), "decode", class_path(rej.error)))
-        for item in batch.routed_late:
-            rec = source_record(item.event)
-            if late_topic is None:
-                raise ValueError("expiry_action='route_late' needs a late_topic")
-            missed_by = max(done_wall - item.deadline_wall_ms, 0.0)
-            copy = late_copy(rec, missed_by, FAUST_MAX_RECORD_BYTES, DEAD_LETTER_PREFIX_BYTES, rule=item.late_rule)
-            futures.append(await late_topic.send(key=copy.key, value=copy.value, headers=copy.headers))
+        timing = BatchTiming(batch.rows, seconds, batch.formed_wall_ms, wall_ms())
+        outcomes = FaustOutcomes(
+            output_topic, dead_letter=dlq_topic, late=late_topic, origin=self.origin, carry_headers=self.carry_headers
+        )
+        futures = await outcomes.send_batch(batch, self.model, results, errors, timing)
         if wait:
             await asyncio.gather(*futures)
         else:
             batch.defer_ack(*futures)
         return futures
-
-    async def _dead_letter(
-        self, dlq_topic: Any, rec: SourceRecord, reason: str, stage: str, error: str | None = None
-    ) -> Awaitable[Any]:
-        if dlq_topic is None:
-            # No DLQ configured: failing loudly keeps the event unacked (replayed),
-            # rather than acking input nobody will ever see again.
-            raise RuntimeError(
-                f"{rec.topic}[{rec.partition}]@{rec.offset} cannot be scored ({reason}) and no dlq_topic is set"
-            )
-        copy = dead_letter_copy(rec, reason, stage, FAUST_MAX_RECORD_BYTES, DEAD_LETTER_PREFIX_BYTES, origin=self.origin, error=error)
-        return await dlq_topic.send(key=copy.key, value=copy.value, headers=copy.headers)

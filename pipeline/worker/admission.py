@@ -37,7 +37,8 @@ from pipeline.batching.shed import (
 )
 from pipeline.batching.tail import AnswerTail
 from pipeline.clock import ClockAnchor, wall_ms
-from pipeline.codecs.base import Codec, Decoded, DecodeError, decode_all
+from pipeline.codecs.base import Codec, Decoded, decode_all
+from pipeline.delivery.outcomes import decode_reason
 
 
 @dataclass(slots=True)
@@ -140,12 +141,8 @@ class Admission:
         self.decode_cost.observe(len(records), decoded_wall - started_wall)
         for rec, decoded in zip(records, outcomes, strict=True):
             if isinstance(decoded, Exception):
-                drop_traceback(decoded)
-                if isinstance(decoded, DecodeError):
-                    self.outcomes.dead_letter(rec, str(decoded), "decode", error=decoded)
-                else:  # a codec bug must not kill the worker
-                    reason = f"decoder crashed: {type(decoded).__name__}: {decoded}"
-                    self.outcomes.dead_letter(rec, reason, "decode", error=decoded)
+                drop_traceback(decoded)  # a codec bug too: it must not kill the worker
+                self.outcomes.dead_letter(rec, decode_reason(decoded), "decode", error=decoded)
                 continue
             if self.tenant_budget_ms is None:
                 budget = self.budget_ms(decoded.priority)

@@ -15,16 +15,15 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
-
-import orjson
 
 from consumers.offsets import OffsetTracker
 from consumers.records import SourceRecord, produced_ms
 from models.registry import ModelSpec
 from pipeline.batching.request import Batch, Request
 from pipeline.clock import wall_ms
-from pipeline.delivery.outcomes import Outcomes
+from pipeline.delivery.outcomes import Outcomes, result_value
 from pipeline.delivery.reorder import Reorder
 from pipeline.delivery.stats import WorkerStats
 from pipeline.hooks import WorkerHook
@@ -272,8 +271,4 @@ class Publisher:
 
     def _unpublishable(self, rec: SourceRecord, doc: dict) -> bytes | str:
         """The result record's value, or why this result cannot be published."""
-        try:
-            value = orjson.dumps(doc)
-        except (TypeError, orjson.JSONEncodeError) as exc:
-            return f"result cannot be serialised: {exc}"
-        return self.outcomes.result_too_large(rec, value) or value
+        return result_value(doc, partial(self.outcomes.result_too_large, rec))
