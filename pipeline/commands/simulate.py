@@ -19,16 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 
-
-def _floats(text: str) -> list[float]:
-    try:
-        return [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
-
-
-def _names(text: str) -> list[str]:
-    return [x.strip() for x in text.split(",") if x.strip()]
+from pipeline.commands.arg_types import floats, names
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -62,12 +53,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
              "with and without the tenant gate, first policy only), or trace:FILE (CSV/JSONL: time, rows[, priority, deadline]) (default: poisson)",
     )
     parser.add_argument(
-        "--load", type=_floats, default=None,
+        "--load", type=floats, default=None,
         help="loads for poisson/onoff/diurnal, comma-separated (default: 0.1,0.5,0.9; "
              "generate: 0.25,0.5,0.9, plus saturation)",
     )
     parser.add_argument(
-        "--policies", type=_names, default=None,
+        "--policies", type=names, default=None,
         help="comma-separated: none, static-64, static-tuned, static:ROWS:DELAY_MS, greedy, "
              "adaptive, adaptive-score, adaptive-hold (default: none,static-64,static-tuned,"
              "greedy,adaptive); generate: none, static, continuous, continuous:CHUNK "
