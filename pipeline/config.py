@@ -323,7 +323,7 @@ def load_config(
 
 def validate(cfg: WorkerConfig) -> None:
     from pipeline.batching.batcher import EXPIRY_ACTIONS
-    from pipeline.batching.policies import POLICY_NAMES
+    from pipeline.batching.registry import POLICY_NAMES
 
     b = cfg.batching
 

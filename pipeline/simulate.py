@@ -53,7 +53,7 @@ from pathlib import Path
 
 from pipeline.batching.batcher import Batcher
 from pipeline.batching.cost import AffineCost, CostModel
-from pipeline.batching.policies import make_policy
+from pipeline.batching.registry import make_policy
 from pipeline.batching.request import Batch, Request
 from pipeline.batching.shed import (
     DEFAULT_RESERVE,

@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     if args.seconds <= 0 or any(x <= 0 for x in args.load):
         raise UserError("--seconds and --load values must be > 0")
     if args.policy:
-        from pipeline.batching.policies import POLICY_NAMES
+        from pipeline.batching.registry import POLICY_NAMES
 
         if args.policy not in POLICY_NAMES:
             raise UserError(f"unknown policy {args.policy!r}; use {', '.join(POLICY_NAMES)}")

@@ -7,7 +7,7 @@ import logging
 
 from consumers.client_settings import parse_x
 from pipeline import logs
-from pipeline.batching.policies import POLICY_NAMES
+from pipeline.batching.registry import POLICY_NAMES
 from pipeline.commands.kafka_flags import add_x_flag, connect_timeout_help
 from pipeline.config import load_config
 from pipeline.pipelines import shipped_names

@@ -263,7 +263,7 @@ def _python_stage(pipeline: PipelineSpec, cfg: WorkerConfig, codec: Codec, model
     """The Python stage, with the model in-process (its outputs feed split; the model
     process's wire carries numeric arrays only)."""
     from pipeline.batching.cost import CostModel
-    from pipeline.batching.policies import make_policy
+    from pipeline.batching.registry import make_policy
     from pipeline.clock import MonotonicClock
     from pipeline.worker.compose import batch_queue, batching_params
 

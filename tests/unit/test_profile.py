@@ -203,7 +203,7 @@ def test_python_stage_admits_as_the_source_thread_does_and_times_with_the_inject
 
     def new_queue() -> BatchQueue:
         from pipeline.batching.cost import CostModel
-        from pipeline.batching.policies import make_policy
+        from pipeline.batching.registry import make_policy
         from pipeline.clock import MonotonicClock
 
         queues.append(batch_queue(cfg, make_policy("adaptive", **params), CostModel(), MonotonicClock(), 1, 512))
