@@ -8,7 +8,7 @@
 Replays the batching core (the worker's own Batcher and policies) on a fake clock
 against an arrival scenario and a latency curve t(n) = a + b·n, and prints p50/p99/
 p99.9 latency, throughput, goodput, batch size, SLO misses and outcome counts per
-policy. pipeline/simulate.py describes the model; docs/BATCHING.md the results.
+policy. pipeline/simulate/engine.py describes the model; docs/BATCHING.md the results.
 With --workload generate it steps the generation scheduler instead
 (pipeline/generation/simulate.py; docs/GENERATION.md): none / static / continuous
 batching of text generation against a per-step cost curve.
@@ -20,6 +20,7 @@ import argparse
 import json
 
 from pipeline.commands.arg_types import floats, names
+from pipeline.simulate.specs import DEFAULT_POLICIES, SIM_LABELS
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -59,10 +60,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     parser.add_argument(
         "--policies", type=names, default=None,
-        help="comma-separated: none, static-64, static-tuned, static:ROWS:DELAY_MS, greedy, "
-             "adaptive, adaptive-score, adaptive-hold (default: none,static-64,static-tuned,"
-             "greedy,adaptive); generate: none, static, continuous, continuous:CHUNK "
-             "(default: none,static,continuous)",
+        help=f"comma-separated: {', '.join(SIM_LABELS)} (default: {','.join(DEFAULT_POLICIES)}); "
+             "generate: none, static, continuous, continuous:CHUNK (default: none,static,continuous)",
     )
     parser.add_argument(
         "--tenant-slo", default=None, metavar="NAME=MS,...",
@@ -125,14 +124,11 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--noise must be >= 0")
     if args.workload == "generate":
         return run_generate(args)
-    from pipeline.simulate import (
-        DEFAULT_POLICIES,
-        DEFAULT_ROWS,
-        SimConfig,
-        compare,
-        format_table,
-        load_curve,
-    )
+    from pipeline.simulate.compare import compare
+    from pipeline.simulate.curves import load_curve
+    from pipeline.simulate.engine import SimConfig
+    from pipeline.simulate.rows import DEFAULT_ROWS
+    from pipeline.simulate.table import format_table
 
     if args.executors < 1:
         raise UserError("--executors must be >= 1")
@@ -240,8 +236,8 @@ def run_generate(args: argparse.Namespace) -> int:
 
 def _tenants(args: argparse.Namespace, curve, cfg) -> int:
     """The tenant scenario: one policy (the first given, default adaptive), three runs."""
-    from pipeline.simulate import DEFAULT_ROWS
-    from pipeline.simulate_tenants import compare_tenants, format_tenant_table, parse_tenant_slo
+    from pipeline.simulate.rows import DEFAULT_ROWS
+    from pipeline.simulate.tenants import compare_tenants, format_tenant_table, parse_tenant_slo
 
     policy = args.policies[0] if args.policies else "adaptive"
     comp = compare_tenants(curve, args.scenario, policy=policy, duration=args.duration,

@@ -30,7 +30,9 @@ from pipeline.profiling.stages import PythonStage, measure_python_stage
 from pipeline.profiling.sweep import EXECUTORS, Setting, ladder, sweep
 from pipeline.runtime.sessions import open_session
 from pipeline.scoring import ScoringStep, sample_requests
-from pipeline.simulate import RunResult, SimConfig, compare
+from pipeline.simulate.compare import compare
+from pipeline.simulate.engine import SimConfig
+from pipeline.simulate.results import RunResult
 from pipeline.worker.compose import executor_count
 
 SIM_REQUESTS = 20_000  # simulated requests at the highest load: enough for a p99
@@ -46,7 +48,7 @@ class Profile:
     fitted: list[Fitted]
     chosen: Fitted
     python: PythonStage
-    rows_dist: str  # rows per request, in the simulator's notation (pipeline/simulate.py RowsDist)
+    rows_dist: str  # rows per request, in the simulator's notation (pipeline/simulate/rows.py RowsDist)
     provider: str
     policy: str
     loads: list[float] = field(default_factory=list)  # relative to predicted_capacity
@@ -283,7 +285,7 @@ def _python_stage(pipeline: PipelineSpec, cfg: WorkerConfig, codec: Codec, model
 
 
 def predict(profile: Profile, loads: Sequence[float], quick: bool = False) -> list[RunResult]:
-    """The simulator (pipeline/simulate.py) on the chosen curve, at each load relative to
+    """The simulator (pipeline/simulate/) on the chosen curve, at each load relative to
     the predicted worker capacity, with the pipeline's own request sizes. One executor:
     the model runs one batch at a time (in a model process too)."""
     curve = profile.chosen.curve

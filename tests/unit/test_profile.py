@@ -15,7 +15,7 @@ from pipeline.profiling.measure import Profile, default_settings, predict, rows_
 from pipeline.profiling.report import report_dict, write_outputs
 from pipeline.profiling.stages import PythonStage
 from pipeline.profiling.sweep import Point, Setting, ladder, sweep
-from pipeline.simulate import load_curve
+from pipeline.simulate.curves import load_curve
 
 SLO = {0: 50.0, 1: 100.0}
 
