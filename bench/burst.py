@@ -42,7 +42,7 @@ from bench import calibration, harness  # noqa: E402
 from bench.ctr_codec import best_of  # noqa: E402
 from bench.harness import OUT, RequestPool, cpu_text, local_broker, rules_text, stages_text  # noqa: E402
 from bench.policies import SLO_MS, high_priority, measure_capacity, run_scenario, window_goodput  # noqa: E402
-from pipeline.simulate import read_trace  # noqa: E402
+from pipeline.simulate.trace import read_trace  # noqa: E402
 
 PRE, BURST, POST = 3.0, 6.0, 6.0
 STEADY_SECONDS = 6.0

@@ -4,7 +4,7 @@ bench/burst.py's calibration.
 A real row records what it offered (harness.open_loop's trace: produce time, rows,
 priority per request) and what it measured (p50/p99 of the requests scored, the share
 answered within the SLO, the batches' rows and model times, the worker's stage
-breakdown). The simulator replays the same arrivals (pipeline/simulate.py read_trace)
+breakdown). The simulator replays the same arrivals (pipeline/simulate/trace.py read_trace)
 on the cost curve and noise fitted to the run's own batches, with the Kafka hop before
 the worker (a `to_worker` stage measured where it is transport and not backlog) and the
 source thread's cost per request, and predicts the same three figures for the same
@@ -24,21 +24,16 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from pipeline.registry.pipelines import get_pipeline
-from pipeline.simulate import (
-    Arrival,
-    Curve,
-    SimConfig,
-    Workload,
-    curve_from_dict,
-    policy_spec,
-    simulate,
-    with_hops,
-)
+from pipeline.simulate.arrivals import Arrival, with_hops
+from pipeline.simulate.curves import Curve, curve_from_dict
+from pipeline.simulate.engine import SimConfig, simulate
+from pipeline.simulate.specs import policy_spec
+from pipeline.simulate.workload import Workload
 
 
 def write_trace(path: Path, trace: Sequence[tuple[float, int, int]]) -> None:
     """JSONL, one request per line: time (s, the generator's clock), rows, priority:
-    what pipeline/simulate.py's read_trace reads."""
+    what pipeline/simulate/trace.py's read_trace reads."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as fh:
         for t, rows, prio in trace:
@@ -49,7 +44,7 @@ def fit_curve(points: Iterable[tuple[int, float]], slo_ms: float) -> dict:
     """A curve file's dict over measured (batch rows, model ms) points, one point per
     batch size (its median), so the many small batches of a quiet row do not drown the
     few large ones a burst makes; the simulator fits t(n) = a + b·n through them by
-    least squares (pipeline/simulate.py, curve_from_dict)."""
+    least squares (pipeline/simulate/curves.py, curve_from_dict)."""
     by_rows: dict[int, list[float]] = {}
     for rows, ms in points:
         by_rows.setdefault(int(rows), []).append(float(ms))

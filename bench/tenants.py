@@ -1,6 +1,6 @@
 """Tenants on the real pipeline (issue 24), next to the simulator's prediction.
 
-The simulator's tenant scenario (pipeline/simulate_tenants.py, `tidebatch simulate
+The simulator's tenant scenario (pipeline/simulate/tenants.py, `tidebatch simulate
 --scenario tenants:FACTOR:STEADY`) on a `tidebatch run ctr` worker: three steady
 tenants (steady-a/b/c, a 30 % share each) each sending STEADY of capacity, and a
 burster (10 % share) sending FACTOR times its share, as one open-loop Poisson stream
@@ -58,14 +58,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import harness as H  # noqa: E402
 from bench.policies import measure_capacity  # noqa: E402
-from pipeline.simulate import curve_from_dict, load_curve  # noqa: E402
-from pipeline.simulate_tenants import BURSTER, SHARES, STEADY, compare_tenants, offered  # noqa: E402
+from pipeline.simulate.curves import curve_from_dict, load_curve  # noqa: E402
+from pipeline.simulate.tenants import BURSTER, SHARES, STEADY, compare_tenants, offered  # noqa: E402
 
 SLO_MS = 100.0
 
 
 def tenant_config(capacity_rows_s: float) -> dict:
-    """The simulator's classes (simulate_tenants.tenant_classes) as a `tenants:` section."""
+    """The simulator's classes (pipeline/simulate/tenants.py tenant_classes) as a `tenants:` section."""
     return {"tenants": {"capacity_rows_per_s": capacity_rows_s,
                         "classes": {name: {"share": share} for name, share in SHARES.items()}}}
 

@@ -22,8 +22,8 @@ from pipeline.batching.batcher import Batcher
 from pipeline.batching.concurrent import BatchQueue
 from pipeline.batching.cost import AffineCost, CostModel
 from pipeline.batching.depth import PipelineDepth
-from pipeline.batching.policies import make_policy, policy_params
 from pipeline.batching.policy_base import Policy
+from pipeline.batching.registry import make_policy, policy_params
 from pipeline.clock import Clock, MonotonicClock
 from pipeline.config import RuntimeConfig, WorkerConfig
 from pipeline.config.tenants import class_slo_seconds, tenant_gate

@@ -16,13 +16,14 @@ always means "run it now". Pure: no clock of their own, no I/O.
             where batching does not pay, and, only when executor time has a price
             (hold_for_efficiency), spending SLO slack to grow batches.
             docs/BATCHING.md explains the choice.
+
+Built by name through pipeline/batching/registry.py, where each is registered once.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable
-from typing import Any
 
 from pipeline.batching.cost import AffineCost
 from pipeline.batching.policy_base import Decision, Dispatch, Policy, PolicyContext, Wait
@@ -37,11 +38,11 @@ from pipeline.batching.request import (
     edf_deadline,
 )
 
-# Where batching does not pay (a/b <= 0.13), a congested executor still gains from a
-# few rows per call, but 99.8 % of the affine capacity would ask for ~500·a/b rows,
-# far outside the sizes the warm-up measured: CenterFace on CPU gets slower per frame
-# in big batches (17 ms at 1, 23 ms at 48), and adaptive drained frames at 21.6 fps
-# against 50.5 unbatched. 98 % needs 49·a/b <= 6 rows and gives up at most 2 %.
+# Where batching does not pay, a congested executor still gains from a few rows per
+# call, but a share of the affine capacity close to 1 asks for batches far outside the
+# sizes the warm-up measured, where a model like CenterFace on CPU is slower per frame:
+# 98 % needs 49·a/b rows and gives up at most 2 % (measured: docs/BATCHING.md, "adaptive,
+# rule by rule", rule 4).
 _CONGESTED_SHARE = 0.98
 
 
@@ -240,13 +241,11 @@ class AdaptivePolicy(Policy):
             # executor is behind, whatever the rate says (a burst that has just arrived
             # at an idle executor is not, and its tight requests still ride a small batch).
             # The keep-up size is set against the model's curve, while per-batch work
-            # outside the model (collate, split, result documents, the GIL on two cores)
-            # holds the real pipeline's throughput below it: at 120 % of its live
-            # capacity, adaptive kept requests that needed small batches to make their
-            # deadlines, served ~330-row batches at the edge of the deadline while
-            # greedy served ~440-row ones in time, and answered 6202 of 19521 in time
-            # against greedy's 19521 (bench/burst.py, docs/BATCHING.md "Adaptive
-            # against greedy for real").
+            # outside the model (collate, split, result documents, the GIL) holds the
+            # real pipeline's throughput below it: without this rule adaptive kept
+            # requests that needed small batches to make their deadlines and fell far
+            # behind greedy at overload (measured: docs/BATCHING.md, "What it found,
+            # and the fix: early drop when a full batch has waited").
             target = cap
         else:
             target = min(self.keep_up_rows(ctx, req.bucket, ctx.rate_upto(req.priority)), cap)
@@ -265,9 +264,9 @@ class AdaptivePolicy(Policy):
         saves the n1 rows b·n2 and costs the n2 rows one more call overhead a, so it
         pays for n1 > a/b) — unless more than two of those are queued, where the
         executor is congested and throughput comes first (the size that reaches
-        98 % of capacity, a few rows: see _CONGESTED_SHARE). Rate-driven caps for curves where batching pays were
-        tried and measured: on the CTR curve they moved p99 by ±8 % either way, no
-        consistent gain (docs/BATCHING.md)."""
+        98 % of capacity, a few rows: see _CONGESTED_SHARE). Rate-driven caps for
+        curves where batching pays were tried and measured, with no consistent gain
+        (docs/BATCHING.md, "adaptive, rule by rule", rule 4)."""
         cost = ctx.cost.cost(bucket)
         max_rows = self.max_rows(ctx)
         if cost.batching_pays():
@@ -321,43 +320,3 @@ class AdaptivePolicy(Policy):
         if self.hold_for_efficiency:
             out["hold_utilization"] = self.hold_utilization
         return out
-
-
-POLICY_NAMES = ("none", "static", "greedy", "adaptive")
-
-
-def make_policy(name: str, **params) -> Policy:
-    """Build a policy by name; unknown names and parameters give one-line errors."""
-    classes: dict[str, type[Policy]] = {
-        "none": NonePolicy,
-        "static": StaticPolicy,
-        "greedy": GreedyPolicy,
-        "adaptive": AdaptivePolicy,
-    }
-    cls = classes.get(name)
-    if cls is None:
-        raise ValueError(f"unknown batching policy {name!r}; choose one of {', '.join(POLICY_NAMES)}")
-    try:
-        return cls(**params)
-    except TypeError as exc:
-        raise ValueError(f"policy {name!r}: {exc}") from None
-
-
-def policy_params(
-    name: str,
-    *,
-    max_batch_rows: int,
-    max_queue_delay_ms: float = 10.0,
-    hold_for_efficiency: bool | None = None,
-) -> dict[str, Any]:
-    """make_policy's parameters for a policy named in a configuration: the row cap for
-    every policy but "none", the linger for "static" only, and adaptive's
-    hold_for_efficiency when one is given. One place for the worker and the Faust path."""
-    if name == "none":
-        return {}
-    params: dict[str, Any] = {"max_batch_rows": max_batch_rows}
-    if name == "static":
-        params["max_queue_delay"] = max_queue_delay_ms / 1000.0
-    elif name == "adaptive" and hold_for_efficiency is not None:
-        params["hold_for_efficiency"] = hold_for_efficiency
-    return params

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from pipeline.batching.policies import POLICY_NAMES
+from pipeline.batching.registry import POLICY_NAMES
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

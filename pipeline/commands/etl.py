@@ -8,6 +8,7 @@ import datetime as dt
 import os
 import sys
 
+from pipeline.commands.arg_types import ints, names
 from pipeline.commands.kafka_flags import add_x_flag, connect_timeout_help, kafka_block
 from pipeline.errors import UserError
 from pipeline.etl.settings import EtlJob  # no pyarrow, unlike pipeline.etl.job (in run())
@@ -40,12 +41,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--broker-profile", choices=("kafka", "embedded"),
         help="topic mode: kafka or embedded (docs/BROKERS.md; default: the config's broker_profile, else kafka)",
     )
-    p.add_argument("--partitions", type=_int_list, metavar="0,1,...", help="default: all")
+    p.add_argument("--partitions", type=ints, metavar="0,1,...", help="default: all")
     p.add_argument("--from-offset", type=int, metavar="N", help="first offset (inclusive)")
     p.add_argument("--to-offset", type=int, metavar="N", help="end offset (exclusive; default: the end)")
     p.add_argument("--from-time", type=parse_time, metavar="TIME", help="ISO-8601 or epoch ms (inclusive)")
     p.add_argument("--to-time", type=parse_time, metavar="TIME", help="ISO-8601 or epoch ms (exclusive)")
-    p.add_argument("--columns", type=_name_list, metavar="I1,C14,...", help="input features to keep")
+    p.add_argument("--columns", type=names, metavar="I1,C14,...", help="input features to keep")
     p.add_argument("--chunk-rows", type=int, default=131_072, help="input file rows per chunk and file (default 131072)")
     p.add_argument("--chunk-records", type=int, default=8192, help="topic mode: offsets per chunk (default 8192)")
     p.add_argument("--batch-rows", type=int, default=2048, help="rows per ONNX Runtime call (default 2048)")
@@ -61,17 +62,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kill-after-chunks", type=int, help=argparse.SUPPRESS)
     add_x_flag(p)
     p.set_defaults(func=run)
-
-
-def _int_list(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}") from None
-
-
-def _name_list(text: str) -> list[str]:
-    return [x.strip() for x in text.split(",") if x.strip()]
 
 
 def parse_time(text: str) -> int:

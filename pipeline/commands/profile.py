@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pipeline.commands.simulate import _floats, _names
+from pipeline.commands.arg_types import floats, names
 
 if TYPE_CHECKING:
     from pipeline.config import WorkerConfig
@@ -51,11 +51,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help=f"measuring time for all configurations (default: 30; generate: {GENERATE_SECONDS:g})")
     p.add_argument("--quick", action="store_true",
                    help=f"a rough profile in a few seconds: {QUICK_SECONDS:g} s, one intra-op thread, fewer repeats")
-    p.add_argument("--threads", type=_floats, default=None,
+    p.add_argument("--threads", type=floats, default=None,
                    help="intra-op thread counts, comma-separated (default: 1 to the cores this process may use)")
-    p.add_argument("--executors", type=_names, default=None,
+    p.add_argument("--executors", type=names, default=None,
                    help="in-process, model-process, comma-separated (default: both)")
-    p.add_argument("--load", type=_floats, default=[0.1, 0.5, 0.9],
+    p.add_argument("--load", type=floats, default=[0.1, 0.5, 0.9],
                    help="loads to predict, relative to the predicted capacity (default: 0.1,0.5,0.9)")
     p.add_argument("--policy", default=None, help="batching policy to simulate and recommend (default: the config's)")
     p.add_argument("-o", "--out", default=None, help="folder for curve.json and worker.yaml (default: out/profile/PIPELINE)")
@@ -78,9 +78,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                      help="ONNX Runtime provider, as `tidebatch generate --provider` (default: cpu)")
     gen.add_argument("--gathered", action="store_true",
                      help="measure the gathered fallback's decoding steps even where in-place decoding is available")
-    gen.add_argument("--sequences", type=_floats, default=None,
+    gen.add_argument("--sequences", type=floats, default=None,
                      help="sequences per measured step, comma-separated (default: 1,4,16, capped at --max-slots)")
-    gen.add_argument("--prompt-tokens", type=_floats, default=None,
+    gen.add_argument("--prompt-tokens", type=floats, default=None,
                      help="prompt tokens per sequence, comma-separated (default: 16,96,192)")
     gen.add_argument("--decode-steps", type=int, default=None,
                      help="decoding steps per grid cell (default: 8)")
@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     if args.seconds <= 0 or any(x <= 0 for x in args.load):
         raise UserError("--seconds and --load values must be > 0")
     if args.policy:
-        from pipeline.batching.policies import POLICY_NAMES
+        from pipeline.batching.registry import POLICY_NAMES
 
         if args.policy not in POLICY_NAMES:
             raise UserError(f"unknown policy {args.policy!r}; use {', '.join(POLICY_NAMES)}")

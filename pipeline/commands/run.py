@@ -6,7 +6,7 @@ import argparse
 import logging
 
 from consumers.client_settings import parse_x
-from pipeline.batching.policies import POLICY_NAMES
+from pipeline.batching.registry import POLICY_NAMES
 from pipeline.commands.kafka_flags import add_x_flag, connect_timeout_help
 from pipeline.config import load_config
 from pipeline.observe import logs

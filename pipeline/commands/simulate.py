@@ -8,7 +8,7 @@
 Replays the batching core (the worker's own Batcher and policies) on a fake clock
 against an arrival scenario and a latency curve t(n) = a + b·n, and prints p50/p99/
 p99.9 latency, throughput, goodput, batch size, SLO misses and outcome counts per
-policy. pipeline/simulate.py describes the model; docs/BATCHING.md the results.
+policy. pipeline/simulate/engine.py describes the model; docs/BATCHING.md the results.
 With --workload generate it steps the generation scheduler instead
 (pipeline/generation/simulate.py; docs/GENERATION.md): none / static / continuous
 batching of text generation against a per-step cost curve.
@@ -19,16 +19,8 @@ from __future__ import annotations
 import argparse
 import json
 
-
-def _floats(text: str) -> list[float]:
-    try:
-        return [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
-
-
-def _names(text: str) -> list[str]:
-    return [x.strip() for x in text.split(",") if x.strip()]
+from pipeline.commands.arg_types import floats, names
+from pipeline.simulate.specs import DEFAULT_POLICIES, SIM_LABELS
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -62,16 +54,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
              "with and without the tenant gate, first policy only), or trace:FILE (CSV/JSONL: time, rows[, priority, deadline]) (default: poisson)",
     )
     parser.add_argument(
-        "--load", type=_floats, default=None,
+        "--load", type=floats, default=None,
         help="loads for poisson/onoff/diurnal, comma-separated (default: 0.1,0.5,0.9; "
              "generate: 0.25,0.5,0.9, plus saturation)",
     )
     parser.add_argument(
-        "--policies", type=_names, default=None,
-        help="comma-separated: none, static-64, static-tuned, static:ROWS:DELAY_MS, greedy, "
-             "adaptive, adaptive-score, adaptive-hold (default: none,static-64,static-tuned,"
-             "greedy,adaptive); generate: none, static, continuous, continuous:CHUNK "
-             "(default: none,static,continuous)",
+        "--policies", type=names, default=None,
+        help=f"comma-separated: {', '.join(SIM_LABELS)} (default: {','.join(DEFAULT_POLICIES)}); "
+             "generate: none, static, continuous, continuous:CHUNK (default: none,static,continuous)",
     )
     parser.add_argument(
         "--tenant-slo", default=None, metavar="NAME=MS,...",
@@ -134,14 +124,11 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--noise must be >= 0")
     if args.workload == "generate":
         return run_generate(args)
-    from pipeline.simulate import (
-        DEFAULT_POLICIES,
-        DEFAULT_ROWS,
-        SimConfig,
-        compare,
-        format_table,
-        load_curve,
-    )
+    from pipeline.simulate.compare import compare
+    from pipeline.simulate.curves import load_curve
+    from pipeline.simulate.engine import SimConfig
+    from pipeline.simulate.rows import DEFAULT_ROWS
+    from pipeline.simulate.table import format_table
 
     if args.executors < 1:
         raise UserError("--executors must be >= 1")
@@ -249,8 +236,8 @@ def run_generate(args: argparse.Namespace) -> int:
 
 def _tenants(args: argparse.Namespace, curve, cfg) -> int:
     """The tenant scenario: one policy (the first given, default adaptive), three runs."""
-    from pipeline.simulate import DEFAULT_ROWS
-    from pipeline.simulate_tenants import compare_tenants, format_tenant_table, parse_tenant_slo
+    from pipeline.simulate.rows import DEFAULT_ROWS
+    from pipeline.simulate.tenants import compare_tenants, format_tenant_table, parse_tenant_slo
 
     policy = args.policies[0] if args.policies else "adaptive"
     comp = compare_tenants(curve, args.scenario, policy=policy, duration=args.duration,

@@ -16,7 +16,7 @@ from pipeline.sinks.config import validate_sinks
 
 def validate(cfg: WorkerConfig) -> None:
     from pipeline.batching.batcher import EXPIRY_ACTIONS
-    from pipeline.batching.policies import POLICY_NAMES
+    from pipeline.batching.registry import POLICY_NAMES
 
     b = cfg.batching
 

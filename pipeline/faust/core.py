@@ -17,8 +17,8 @@ from typing import Any
 
 from pipeline.batching.batcher import Batcher
 from pipeline.batching.cost import CostModel
-from pipeline.batching.policies import make_policy
-from pipeline.batching.policies import policy_params as make_policy_params
+from pipeline.batching.registry import make_policy
+from pipeline.batching.registry import policy_params as make_policy_params
 from pipeline.batching.request import Batch, Request
 from pipeline.clock import ClockAnchor
 from pipeline.config import BatchingConfig

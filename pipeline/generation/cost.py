@@ -17,7 +17,7 @@ for 5.2 live ones and pads its prompts to 1.6× their tokens; continuous 15.5 fo
 1.08× (docs/GENERATION.md, "The simulator against the pipeline"). `tidebatch profile
 generate` writes "computed" for the in-place decoder. A curve file is JSON with
 "kind": "generation" (pipeline/curves/generation-assumed.json), read through the same
-lookup as the batch curves (pipeline/simulate.py `read_curve_file`). Pure."""
+lookup as the batch curves (pipeline/simulate/curves.py `read_curve_file`). Pure."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from pipeline.errors import UserError
 from pipeline.generation.scheduler import Plan
-from pipeline.simulate import read_curve_file
+from pipeline.simulate.curves import read_curve_file
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,9 @@ from pipeline.generation.cost import StepCost
 from pipeline.generation.policies import POLICIES, make_generation_policy
 from pipeline.generation.scheduler import GenerationScheduler
 from pipeline.generation.sequence import EXPIRED, REFUSED, GenRequest, Outcome
-from pipeline.simulate import RowsDist, _percentile, hop_sampler
+from pipeline.simulate.arrivals import hop_sampler
+from pipeline.simulate.percentile import percentile
+from pipeline.simulate.rows import RowsDist
 
 DEFAULT_PROMPT = "lognormal:128:0.6"
 DEFAULT_OUTPUT = "loguniform:8:256"  # issue 25: outputs of 8-256 tokens, most short
@@ -85,7 +87,7 @@ def make_generation_workload(
 ) -> GenWorkload:
     """Poisson arrivals at load × capacity for `duration` seconds. hop_ms (p50, p99):
     each reaches the worker a lognormal Kafka hop after it was produced
-    (pipeline/simulate.py hop_sampler; the final records' `to_worker_ms` at light load
+    (pipeline/simulate/arrivals.py hop_sampler; the final records' `to_worker_ms` at light load
     measure it)."""
     if load <= 0 or duration <= 0 or max_new_tokens < 1:
         raise UserError("the generation workload needs load > 0, duration > 0, max_new_tokens >= 1")
@@ -214,10 +216,10 @@ def run_generation(
         expired=sum(o.reason == EXPIRED for o in outcomes.values()),
         refused=sum(o.reason == REFUSED for o in outcomes.values()),
         tokens_s=tokens_in_window / workload.duration,
-        ttft_p50_ms=_percentile(ttft, 0.5) * 1e3,
-        ttft_p99_ms=_percentile(ttft, 0.99) * 1e3,
-        latency_p99_ms=_percentile(lat, 0.99) * 1e3,
-        itl_p99_ms=_percentile(sorted(gaps), 0.99) * 1e3,
+        ttft_p50_ms=percentile(ttft, 0.5) * 1e3,
+        ttft_p99_ms=percentile(ttft, 0.99) * 1e3,
+        latency_p99_ms=percentile(lat, 0.99) * 1e3,
+        itl_p99_ms=percentile(sorted(gaps), 0.99) * 1e3,
         mean_batch=decoded / steps_decoding if steps_decoding else 0.0,
         peak_slots=peak_slots,
         peak_tokens=peak_tokens,

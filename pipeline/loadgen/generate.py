@@ -4,7 +4,7 @@
 - prompt: a chat line of many users (pipeline/loadgen/data/chat_lines_en.txt, from
   chatterbot-corpus under BSD-3-Clause, attribution in its header; the text load
   generator's short lines, pipeline/loadgen/text.py), cut to `max_prompt_bytes`;
-- max_new_tokens: drawn from `output` (pipeline/simulate.py's RowsDist; default
+- max_new_tokens: drawn from `output` (pipeline/simulate/rows.py's RowsDist; default
   log-uniform over 8..200: as many 8-16 as 100-200, chat answers' skew, the lengths of
   issue 25's workload and of bench/generation.py), at most the decoder's context
   minus the prompt, so no request is refused for its length;
@@ -22,7 +22,7 @@ from collections.abc import Callable
 import orjson
 
 from pipeline.loadgen.text import chat_lines
-from pipeline.simulate import RowsDist
+from pipeline.simulate.rows import RowsDist
 
 INPUT_TOPIC = "generate.requests"  # pipeline/app/generation.py's default
 DEFAULT_OUTPUT = "loguniform:8:200"

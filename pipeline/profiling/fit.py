@@ -1,5 +1,5 @@
 """From measured points to what `tidebatch profile` writes: t(n) = a + b·n per
-configuration (the simulator's own fitter, pipeline/simulate.py `_fit_points`), the
+configuration (the simulator's own fitter, pipeline/simulate/curves.py `_fit_points`), the
 batch cap worth running, the best configuration and its worker config snippet. Pure."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import yaml
 
 from pipeline.profiling.sweep import Point, Setting
-from pipeline.simulate import Curve, curve_from_dict
+from pipeline.simulate.curves import Curve, curve_from_dict
 
 # The cap is the largest measured batch within this share of the best measured rows/s:
 # the adaptive policy forms full batches only through a backlog, and there each batch
@@ -46,7 +46,7 @@ def batch_cap(points: Sequence[Point], executor: str, share: float = CAP_SHARE) 
 def curve_document(
     name: str, setting: Setting, points: Sequence[Point], slo_ms: Mapping[int, float], source: str
 ) -> dict:
-    """The curve file `tidebatch simulate --curve FILE` reads (pipeline/simulate.py
+    """The curve file `tidebatch simulate --curve FILE` reads (pipeline/simulate/curves.py
     `load_curve`): the (rows, ms) points it fits itself, the batch cap and the SLO, plus
     the raw measurements and the setting for the reader."""
     return {

@@ -31,7 +31,9 @@ from pipeline.profiling.sweep import EXECUTORS, Setting, ladder, sweep
 from pipeline.registry.pipelines import PipelineSpec
 from pipeline.runtime.sessions import open_session
 from pipeline.scoring import ScoringStep, sample_requests
-from pipeline.simulate import RunResult, SimConfig, compare
+from pipeline.simulate.compare import compare
+from pipeline.simulate.engine import SimConfig
+from pipeline.simulate.results import RunResult
 
 SIM_REQUESTS = 20_000  # simulated requests at the highest load: enough for a p99
 # Requests whose Python stage is timed: on a shared machine a few dozen gave 158-332 µs
@@ -46,7 +48,7 @@ class Profile:
     fitted: list[Fitted]
     chosen: Fitted
     python: PythonStage
-    rows_dist: str  # rows per request, in the simulator's notation (pipeline/simulate.py RowsDist)
+    rows_dist: str  # rows per request, in the simulator's notation (pipeline/simulate/rows.py RowsDist)
     provider: str
     policy: str
     loads: list[float] = field(default_factory=list)  # relative to predicted_capacity
@@ -264,7 +266,7 @@ def _python_stage(pipeline: PipelineSpec, cfg: WorkerConfig, codec: Codec, model
     process's wire carries numeric arrays only)."""
     from pipeline.app.compose import batch_queue, batching_params
     from pipeline.batching.cost import CostModel
-    from pipeline.batching.policies import make_policy
+    from pipeline.batching.registry import make_policy
     from pipeline.clock import MonotonicClock
 
     params = batching_params(cfg, pipeline.max_batch_rows)
@@ -283,7 +285,7 @@ def _python_stage(pipeline: PipelineSpec, cfg: WorkerConfig, codec: Codec, model
 
 
 def predict(profile: Profile, loads: Sequence[float], quick: bool = False) -> list[RunResult]:
-    """The simulator (pipeline/simulate.py) on the chosen curve, at each load relative to
+    """The simulator (pipeline/simulate/) on the chosen curve, at each load relative to
     the predicted worker capacity, with the pipeline's own request sizes. One executor:
     the model runs one batch at a time (in a model process too)."""
     curve = profile.chosen.curve

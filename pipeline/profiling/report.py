@@ -1,6 +1,6 @@
 """What `tidebatch profile` prints and writes: a table per configuration, the
 predictions, the curve file (the chosen configuration's, in the format
-pipeline/simulate.py `load_curve` reads, with every configuration's measurements
+pipeline/simulate/curves.py `load_curve` reads, with every configuration's measurements
 beside it) and the recommended worker config."""
 
 from __future__ import annotations

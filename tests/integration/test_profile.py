@@ -10,7 +10,7 @@ import json
 
 from pipeline.cli import main
 from pipeline.config import load_config
-from pipeline.simulate import load_curve
+from pipeline.simulate.curves import load_curve
 
 
 def test_profile_ctr_quick_writes_a_curve_simulate_reads(tmp_path, capsys) -> None:

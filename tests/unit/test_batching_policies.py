@@ -7,15 +7,10 @@ import pytest
 
 from pipeline.batching.batcher import Batcher
 from pipeline.batching.cost import AffineCost, CostModel
-from pipeline.batching.policies import (
-    AdaptivePolicy,
-    GreedyPolicy,
-    NonePolicy,
-    PolicyContext,
-    StaticPolicy,
-    make_policy,
-)
+from pipeline.batching.policies import AdaptivePolicy, GreedyPolicy, NonePolicy, StaticPolicy
+from pipeline.batching.policy_base import PolicyContext
 from pipeline.batching.queue import RequestQueue
+from pipeline.batching.registry import make_policy
 from pipeline.batching.request import (
     REASON_DEADLINE,
     REASON_FULL,

@@ -7,7 +7,9 @@ import random
 import pytest
 
 from bench import calibration
-from pipeline.simulate import Arrival, curve_from_dict, read_trace
+from pipeline.simulate.arrivals import Arrival
+from pipeline.simulate.curves import curve_from_dict
+from pipeline.simulate.trace import read_trace
 
 
 def test_a_trace_written_is_the_trace_the_simulator_reads(tmp_path):

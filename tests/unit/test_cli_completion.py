@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pipeline import cli
-from pipeline.batching.policies import POLICY_NAMES
+from pipeline.batching.registry import POLICY_NAMES
 from pipeline.commands.completion import script
 from pipeline.completion.tree import command_tree
 

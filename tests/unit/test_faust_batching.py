@@ -371,7 +371,11 @@ def test_the_driver_reads_each_events_tenant_and_exports_the_per_class_series() 
         metrics = BatchMetrics("test", "greedy")
         seen: list[dict] = []
         routed: list[str | None] = []
-        async for batch in adaptive_batches(stream, policy="greedy", max_batch_rows=64, tenants=TENANTS, metrics=metrics):
+        # A fake clock: on the real one a slow machine spread the 33 events over the
+        # tenant gate's rate window and fewer were over bronze's ceiling.
+        clock = FakeClock(5.0)
+        async for batch in adaptive_batches(stream, policy="greedy", max_batch_rows=64, tenants=TENANTS,
+                                            metrics=metrics, clock=clock):
             seen.extend(batch.values)
             routed.extend(p.tenant_class for p in batch.routed_late)
             if len(seen) + len(routed) == 33:

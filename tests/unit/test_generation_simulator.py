@@ -21,7 +21,8 @@ from pipeline.generation.simulate import (
     parse_policy,
     run_generation,
 )
-from pipeline.simulate import RowsDist, load_curve
+from pipeline.simulate.curves import load_curve
+from pipeline.simulate.rows import RowsDist
 
 SEED = 1
 DURATION = 20.0

@@ -15,7 +15,7 @@ from pipeline.profiling.measure import Profile, default_settings, predict, rows_
 from pipeline.profiling.report import report_dict, write_outputs
 from pipeline.profiling.stages import PythonStage
 from pipeline.profiling.sweep import Point, Setting, ladder, sweep
-from pipeline.simulate import load_curve
+from pipeline.simulate.curves import load_curve
 
 SLO = {0: 50.0, 1: 100.0}
 
@@ -203,7 +203,7 @@ def test_python_stage_admits_as_the_source_thread_does_and_times_with_the_inject
 
     def new_queue() -> BatchQueue:
         from pipeline.batching.cost import CostModel
-        from pipeline.batching.policies import make_policy
+        from pipeline.batching.registry import make_policy
         from pipeline.clock import MonotonicClock
 
         queues.append(batch_queue(cfg, make_policy("adaptive", **params), CostModel(), MonotonicClock(), 1, 512))

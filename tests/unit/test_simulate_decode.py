@@ -8,16 +8,11 @@ from __future__ import annotations
 
 from functools import cache
 
-from pipeline.simulate import (
-    DEFAULT_ROWS,
-    RowsDist,
-    SimConfig,
-    Workload,
-    curve_from_dict,
-    poisson_arrivals,
-    simulate,
-    with_hops,
-)
+from pipeline.simulate.arrivals import poisson_arrivals, with_hops
+from pipeline.simulate.curves import curve_from_dict
+from pipeline.simulate.engine import SimConfig, simulate
+from pipeline.simulate.rows import DEFAULT_ROWS, RowsDist
+from pipeline.simulate.workload import Workload
 
 # The CTR model's shape as the worker's warm-up profile measured it (t(n) = 0.18 ms +
 # 0.0086 ms/row), four times slower so that a run has few requests; one 100 ms SLO, the

@@ -1,4 +1,4 @@
-"""The simulator's tenant scenario (pipeline/simulate_tenants.py, issue 24): the same
+"""The simulator's tenant scenario (pipeline/simulate/tenants.py, issue 24): the same
 arrivals through one shared queue and through the tenant gate. Short, seeded runs;
 the thresholds leave room for the seed, the comparisons are the point."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from pipeline.errors import UserError
-from pipeline.simulate import load_curve
-from pipeline.simulate_tenants import (
+from pipeline.simulate.curves import load_curve
+from pipeline.simulate.tenants import (
     BURSTER,
     SPIKE_ON,
     SPIKE_PERIOD,

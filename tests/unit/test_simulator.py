@@ -22,21 +22,15 @@ from functools import cache
 import pytest
 
 from pipeline.errors import UserError
-from pipeline.simulate import (
-    BURST_LEN,
-    Arrival,
-    Curve,
-    PolicySpec,
-    SimConfig,
-    compare,
-    format_table,
-    load_curve,
-    make_workload,
-    policy_spec,
-    read_trace,
-    simulate,
-    tune_static,
-)
+from pipeline.simulate.arrivals import Arrival
+from pipeline.simulate.compare import compare
+from pipeline.simulate.curves import Curve, load_curve
+from pipeline.simulate.engine import SimConfig, simulate
+from pipeline.simulate.specs import PolicySpec, policy_spec
+from pipeline.simulate.table import format_table
+from pipeline.simulate.trace import read_trace
+from pipeline.simulate.tuning import tune_static
+from pipeline.simulate.workload import BURST_LEN, make_workload
 
 SEED = 1
 # Burst: 2 s at 50 %, the 10 s burst at 150 %, 3 s after it. Greedy has not recovered
@@ -249,7 +243,7 @@ def test_a_trace_deadline_only_tightens_the_slo():
     c = curve("ab:1:1:64:100")  # t(n) = 1 ms + 1 ms/row, SLO 100 ms
     loose = [Arrival(0.0, 1, 0, 10.0)]  # 10 s: ignored, the SLO is tighter
     tight = [Arrival(0.0, 5, 0, 0.004)]  # needs 6 ms: cannot make 4 ms
-    from pipeline.simulate import Workload
+    from pipeline.simulate.workload import Workload
 
     assert simulate(Workload("t", loose, 1.0), c, "greedy").outcomes["in_time"] == 1
     r = simulate(Workload("t", tight, 1.0), c, "adaptive")
@@ -257,7 +251,8 @@ def test_a_trace_deadline_only_tightens_the_slo():
 
 
 def test_the_kafka_hop_delays_arrival_but_deadlines_and_latency_count_from_produce():
-    from pipeline.simulate import Workload, with_hops
+    from pipeline.simulate.arrivals import with_hops
+    from pipeline.simulate.workload import Workload
 
     c = curve("ab:1:1:64:100")  # t(n) = 1 ms + 1 ms/row, SLO 100 ms
     produced = [Arrival(0.01 * k, 1) for k in range(2000)]
@@ -282,7 +277,7 @@ def test_the_publisher_hands_a_batch_s_results_over_one_after_another_after_the_
     after another on the publisher thread once the model is done; and the batcher's
     deadlines leave room for that tail (pipeline/batching/tail.py), so adaptive routes a
     request that the model would finish in time but whose answer would come late."""
-    from pipeline.simulate import Workload
+    from pipeline.simulate.workload import Workload
 
     c = curve("ab:1:1:64:100")  # t(n) = 1 ms + 1 ms/row, SLO 100 ms
     # Four at once: the first runs alone (model 0-2 ms, answered at 4); the other three
@@ -307,7 +302,7 @@ def test_the_publisher_hands_a_batch_s_results_over_one_after_another_after_the_
 
 
 def test_scored_latency_leaves_out_routed_requests():
-    from pipeline.simulate import Workload
+    from pipeline.simulate.workload import Workload
 
     c = curve("ab:1:1:64:100")
     tight = [Arrival(0.0, 5, 0, 0.004), Arrival(0.001, 1)]  # the first cannot make its 4 ms

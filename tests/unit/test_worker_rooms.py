@@ -519,7 +519,7 @@ def test_the_publisher_counts_and_times_requests_per_tenant_class() -> None:
 def test_requests_shed_over_a_ceiling_count_as_routed_late_for_their_class_alone() -> None:
     from pipeline.batching.batcher import Batcher
     from pipeline.batching.concurrent import BatchQueue
-    from pipeline.batching.policies import make_policy
+    from pipeline.batching.registry import make_policy
     from pipeline.batching.tenants import TenantClass, TenantGate
     from pipeline.clock import FakeClock
     from pipeline.observe.tenant_metrics import watch_tenants

@@ -29,19 +29,13 @@ from dataclasses import dataclass, field, replace
 
 from pipeline.batching.tenants import TenantClass
 from pipeline.errors import UserError
-from pipeline.simulate import (
-    DEFAULT_ROWS,
-    Arrival,
-    Curve,
-    RowsDist,
-    RunResult,
-    SimConfig,
-    Workload,
-    make_workload,
-    poisson_arrivals,
-    policy_spec,
-    simulate,
-)
+from pipeline.simulate.arrivals import Arrival, poisson_arrivals
+from pipeline.simulate.curves import Curve
+from pipeline.simulate.engine import SimConfig, simulate
+from pipeline.simulate.results import RunResult
+from pipeline.simulate.rows import DEFAULT_ROWS, RowsDist
+from pipeline.simulate.specs import policy_spec
+from pipeline.simulate.workload import Workload, make_workload
 
 STEADY_SHARE = 0.3
 STEADY = ("steady-a", "steady-b", "steady-c")
