@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 
 from consumers.client_settings import parse_x
-from pipeline.commands.kafka_flags import add_x_flag
+from pipeline.commands.kafka_flags import add_broker_profile_flag, add_x_flag
 from pipeline.generation.policies import POLICIES
 from pipeline.observe import logs
 
@@ -29,8 +29,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--bootstrap-servers", default=svc.bootstrap_servers, metavar="HOST:PORT",
                    help=f"Kafka brokers (default: {svc.bootstrap_servers})")
-    p.add_argument("--broker-profile", choices=("kafka", "embedded"), default=svc.broker_profile,
-                   help=f"client settings for Apache Kafka or the embedded broker (docs/BROKERS.md; default: {svc.broker_profile})")
+    add_broker_profile_flag(p, svc.broker_profile, svc.broker_profile)
     p.add_argument("--group-id", default=svc.group_id, help=f"consumer group (default: {svc.group_id})")
     p.add_argument("--input-topic", default=svc.input_topic, help=f"requests (default: {svc.input_topic})")
     p.add_argument("--output-topic", default=svc.output_topic,
