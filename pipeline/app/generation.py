@@ -46,9 +46,7 @@ class GenerateService:
 
 
 def serve_generate(svc: GenerateService) -> int:
-    from consumers.confluent_backend import ConfluentProducer, ConfluentSource
     from consumers.kafka_reachable import require_kafka
-    from consumers.profiles import consumer_config, producer_config
     from pipeline.app.serve import install_signal_handlers
     from pipeline.delivery.outcomes import Outcomes, Topics
     from pipeline.delivery.topic_limits import broker_limits
@@ -58,6 +56,7 @@ def serve_generate(svc: GenerateService) -> int:
     from pipeline.generation.runner import DecoderRunner, open_decoder
     from pipeline.generation.scheduler import GenerationScheduler
     from pipeline.generation.slot_decoder import open_in_place
+    from pipeline.kafka_backend import confluent_producer, confluent_source
     from pipeline.observe.metrics import WorkerMetrics
 
     onnxruntime("the generate worker")
@@ -70,7 +69,7 @@ def serve_generate(svc: GenerateService) -> int:
     in_place = open_in_place(str(session.path), shape, svc.intra_op_threads, svc.provider)
     budget = KvBudget(svc.max_slots, svc.max_slots * shape.context)
     scheduler = GenerationScheduler(make_generation_policy(svc.policy), budget, prefill_chunk=svc.prefill_chunk)
-    producer = ConfluentProducer(producer_config(svc.broker_profile, svc.bootstrap_servers, dict(svc.kafka)))
+    producer = confluent_producer(svc.broker_profile, svc.bootstrap_servers, dict(svc.kafka))
     metrics = WorkerMetrics(PIPELINE, svc.policy)
     limits = broker_limits(svc.bootstrap_servers, dict(svc.kafka), MAX_REQUEST_BYTES, DEAD_LETTER_PREFIX_BYTES,
                            producer, topics)
@@ -83,8 +82,8 @@ def serve_generate(svc: GenerateService) -> int:
                           runner=DecoderRunner(session, shape, svc.max_slots, in_place), settings=svc.settings,
                           metrics=metrics, context=shape.context)
     install_signal_handlers(loop)  # type: ignore[arg-type]  # it only calls stop(reason)
-    conf = consumer_config(svc.broker_profile, svc.bootstrap_servers, svc.group_id, dict(svc.kafka))
-    source = ConfluentSource(conf, [svc.input_topic], loop.partitions.on_assign, loop.on_revoke)
+    source = confluent_source(svc.broker_profile, svc.bootstrap_servers, dict(svc.kafka), svc.group_id,
+                              [svc.input_topic], loop.partitions.on_assign, loop.on_revoke)
     log.info("generate worker: %s -> %s, policy %s, %d KV slots of %d tokens", svc.input_topic,
              svc.output_topic, svc.policy, svc.max_slots, shape.context)
     print(f"tidebatch generate: {svc.input_topic} -> {svc.output_topic} (policy {svc.policy})", flush=True)
