@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from consumers.client_settings import parse_x
-from pipeline.commands.kafka_flags import add_broker_profile_flag, add_x_flag
+from pipeline.commands.kafka_flags import add_broker_profile_flag, add_x_flag, kafka_block
 from pipeline.generation.policies import POLICIES
 from pipeline.observe import logs
 
@@ -84,6 +83,6 @@ def run(args: argparse.Namespace) -> int:
         max_slots=args.max_slots, prefill_chunk=args.prefill_chunk, provider=args.provider,
         create_topics=not args.no_create_topics, partitions=args.partitions,
         metrics_port=None if args.no_metrics else args.metrics_port, metrics_host=args.metrics_host,
-        kafka=parse_x(args.kafka_settings), settings=settings,
+        kafka=kafka_block(args), settings=settings,
     )
     return serve_generate(svc)

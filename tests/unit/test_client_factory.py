@@ -137,6 +137,20 @@ def test_generate(profile: str, built: list[dict[str, Any]]) -> None:
     same(built[1], consumer_config(profile, B, "tidebatch-generate", SETTINGS))
 
 
+def test_generate_resolves_secrets_as_the_other_commands(monkeypatch: pytest.MonkeyPatch) -> None:
+    """-X sasl.password=${VAR} reached generate's clients as the literal text before."""
+    import pipeline.app.generation as generation
+    from pipeline.cli import build_parser
+
+    served = []
+    monkeypatch.setattr(generation, "serve_generate", lambda svc: served.append(svc) or 0)
+    monkeypatch.setenv("TB_FACTORY_TEST_PW", "tb-factory-test-pw-7f3a")
+    args = build_parser().parse_args(["generate", "-X", "sasl.password=${TB_FACTORY_TEST_PW}"])
+    assert args.func(args) == 0
+    for role in ("consumer", "producer", "admin"):
+        assert served[0].kafka.client(role)["sasl.password"] == "tb-factory-test-pw-7f3a"
+
+
 @pytest.mark.parametrize("profile", tuple(PROFILES))
 def test_the_worker(profile: str, built: list[dict[str, Any]]) -> None:
     from pipeline.config import load_config
