@@ -33,7 +33,11 @@ from pipeline.errors import UserError
 
 KAFKA = "kafka"
 EMBEDDED = "embedded"
-PROFILES: tuple[str, ...] = (KAFKA, EMBEDDED)
+# The broker profiles, the one list of them: every --broker-profile's choices and help
+# (pipeline/commands/kafka_flags.py), the config check of `broker_profile` and
+# check_profile read it; each settings table below has exactly these keys
+# (tests/unit/test_profiles.py). Name -> the broker it is for.
+PROFILES: dict[str, str] = {KAFKA: "Apache Kafka", EMBEDDED: "the embedded Tansu broker"}
 
 # ----------------------------------------------------------------------------- confluent
 # Settings for every broker.

@@ -1,13 +1,33 @@
-"""The one place that picks the Kafka client backend (config key `client`):
-confluent-kafka (librdkafka, the default) or kafka-python (pure Python)."""
+"""The one place in pipeline/ that builds Kafka clients (tests/unit/test_client_factory.py
+holds every other module to it). The worker's source and producer by the config key
+`client`: confluent-kafka (librdkafka, the default) or kafka-python (pure Python). For
+the commands, one function per client role, confluent-kafka only:
+
+- `load_producer`: a plain producer sending load (`produce`, the demo);
+- `plain_consumer`: the profile's consumer, which commits nothing (auto commit is off):
+  a metadata look-up (`dlq`), or a reader that subscribes (the demo's result reader);
+- `range_reader`: assigned partitions read between fixed offsets, no group membership,
+  nothing committed (`etl --topic`, `dlq inspect|replay`);
+- `confluent_producer`, `confluent_source`: the clients of consumers/records.py's
+  protocols, for the worker, `generate` and `dlq replay`.
+
+Each takes the broker profile, the bootstrap servers and the role's `kafka:` settings as
+`KafkaOverrides.client(role)` gives them (consumers/client_settings.py: common, then the
+role's own, secrets resolved); consumers/profiles.py makes the librdkafka settings. A
+client librdkafka refuses to make (an unknown setting, a bad value) is one line. Admin
+clients are consumers/admin.py's and consumers/kafka_reachable.py's, given the `admin`
+settings."""
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
+
+from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import Producer as ConfluentKafkaProducer
 
 from consumers.credential_refresh import CredentialRefresh, refresh_for
 from consumers.kafka_python_settings import kafka_python_settings
@@ -25,6 +45,85 @@ from pipeline.extras import load
 from pipeline.registry.pipelines import pipeline_for
 
 log = logging.getLogger(__name__)
+
+# The confluent-kafka clients the role functions return, for type hints elsewhere: only
+# this module makes them.
+ConsumerClient = Consumer
+ProducerClient = ConfluentKafkaProducer
+Settings = Mapping[str, Any] | None
+Rebalance = Callable[[list[TopicPartition]], None]
+_Client = TypeVar("_Client")
+
+
+def _built(kind: str, bootstrap: str, make: Callable[[], _Client]) -> _Client:
+    try:
+        return make()
+    except KafkaException as exc:
+        raise UserError(f"cannot create a Kafka {kind} for {bootstrap}: {exc}") from None
+
+
+def load_producer(profile: str, bootstrap: str, settings: Settings = None, max_message_bytes: int | None = None) -> ProducerClient:
+    """The profile's producer (idempotent, lz4, batched), for sending load.
+    max_message_bytes: values up to this size (consumers/profiles.py large_message_overrides)."""
+    large = large_message_overrides(max_message_bytes).producer if max_message_bytes else {}
+    conf = producer_config(profile, bootstrap, {**large, **(settings or {})})
+    return _built("producer", bootstrap, lambda: ConfluentKafkaProducer(conf))
+
+
+def plain_consumer(profile: str, bootstrap: str, settings: Settings, group_id: str) -> ConsumerClient:
+    """The profile's consumer: it joins `group_id` only if it subscribes, and commits
+    nothing unless asked (the profile turns auto commit off)."""
+    conf = consumer_config(profile, bootstrap, group_id, settings)
+    return _built("consumer", bootstrap, lambda: Consumer(conf))
+
+
+def range_reader(
+    profile: str, bootstrap: str, settings: Settings, group_id: str, *, out_of_range_is_error: bool = False
+) -> ConsumerClient:
+    """A consumer for assign() only, so it never joins `group_id` and commits nothing,
+    with the partition-EOF event on. out_of_range_is_error: an offset the broker calls
+    out of range is an error event, not the profile's silent "earliest"
+    (pipeline/etl/topic.py says why)."""
+    conf = consumer_config(profile, bootstrap, group_id, settings)
+    conf["enable.partition.eof"] = True
+    if out_of_range_is_error:
+        conf["auto.offset.reset"] = "error"
+    return _built("consumer", bootstrap, lambda: Consumer(conf))
+
+
+def confluent_source(
+    profile: str, bootstrap: str, settings: Settings, group_id: str, topics: list[str],
+    on_assign: Rebalance, on_revoke: Rebalance, on_stats: Callable[[str], None] | None = None,
+    credentials: CredentialRefresh | None = None,
+) -> Source:
+    """A group member reading `topics` (consumers/confluent_backend.py ConfluentSource);
+    on_stats and credentials as for make_source."""
+    from consumers.confluent_backend import ConfluentSource
+
+    conf = consumer_config(profile, bootstrap, group_id, settings, credentials.heard if credentials else None)
+    source = _built("consumer", bootstrap, lambda: ConfluentSource(conf, topics, on_assign, on_revoke, on_stats))
+    if credentials is not None:
+        credentials.attach("consumer", source, conf)
+    return source
+
+
+def confluent_producer(
+    profile: str, bootstrap: str, settings: Settings, transactional: bool = False,
+    credentials: CredentialRefresh | None = None,
+) -> Producer:
+    """The profile's producer (consumers/confluent_backend.py ConfluentProducer), or the
+    transactional one: then `settings` hold its transactional.id. credentials as for
+    make_producer."""
+    from consumers.confluent_backend import ConfluentProducer, ConfluentTransactionalProducer
+
+    conf = producer_config(profile, bootstrap, settings, credentials.heard if credentials else None)
+    if transactional:
+        log.info("transactional.id %s (delivery exactly_once)", conf["transactional.id"])
+    kind = ConfluentTransactionalProducer if transactional else ConfluentProducer
+    producer = _built("producer", bootstrap, lambda: kind(conf))
+    if credentials is not None:
+        credentials.attach("producer", producer, conf)
+    return producer
 
 
 def _large(cfg: WorkerConfig) -> Any:
@@ -62,8 +161,8 @@ def make_source(
     cfg: WorkerConfig,
     group_id: str,
     topics: list[str],
-    on_assign: Callable[[list[TopicPartition]], None],
-    on_revoke: Callable[[list[TopicPartition]], None],
+    on_assign: Rebalance,
+    on_revoke: Rebalance,
     on_stats: Callable[[str], None] | None = None,
     credentials: CredentialRefresh | None = None,
 ) -> Source:
@@ -71,8 +170,6 @@ def make_source(
     credentials: hears the consumer's refused logins and may change its password
     (consumers/credential_refresh.py, made by `credential_refresh`)."""
     if cfg.client == "confluent":
-        from consumers.confluent_backend import ConfluentSource
-
         large = _large(cfg)
         # exactly_once: never read records of an aborted or open transaction (upstream
         # producers' transactions too); librdkafka's default, made explicit.
@@ -80,12 +177,8 @@ def make_source(
         overrides = {
             **(large.consumer if large else {}), **group_overrides(cfg, "confluent"), **isolation, **cfg.kafka.client("consumer")
         }
-        conf = consumer_config(cfg.broker_profile, cfg.bootstrap_servers, group_id, overrides,
-                               credentials.heard if credentials else None)
-        source = ConfluentSource(conf, topics, on_assign, on_revoke, on_stats)
-        if credentials is not None:
-            credentials.attach("consumer", source, conf)
-        return source
+        return confluent_source(cfg.broker_profile, cfg.bootstrap_servers, overrides, group_id, topics,
+                                on_assign, on_revoke, on_stats, credentials)
     if cfg.client == "kafka-python":
         backend = kafka_python_backend()
         large = _large(cfg)
@@ -139,19 +232,10 @@ def make_producer(
     """group_id: the worker's group, for the transactional.id with delivery exactly_once.
     credentials: as for make_source."""
     if cfg.client == "confluent":
-        from consumers.confluent_backend import ConfluentProducer, ConfluentTransactionalProducer
-
         large = _large(cfg)
         txn = _exactly_once(cfg, group_id or f"tidebatch-{cfg.pipeline}")
         overrides = {**(large.producer if large else {}), **txn, **cfg.kafka.client("producer")}
-        conf = producer_config(cfg.broker_profile, cfg.bootstrap_servers, overrides,
-                               credentials.heard if credentials else None)
-        if txn:
-            log.info("transactional.id %s (delivery exactly_once)", conf["transactional.id"])
-        producer = ConfluentTransactionalProducer(conf) if txn else ConfluentProducer(conf)
-        if credentials is not None:
-            credentials.attach("producer", producer, conf)
-        return producer
+        return confluent_producer(cfg.broker_profile, cfg.bootstrap_servers, overrides, bool(txn), credentials)
     if cfg.client == "kafka-python":
         backend = kafka_python_backend()
         large = _large(cfg)

@@ -19,13 +19,13 @@ from pathlib import Path
 
 import numpy as np
 import orjson
-from confluent_kafka import Consumer, Producer
 
 from consumers.admin import ensure_topics
 from consumers.brokers.embedded import EmbeddedBroker, free_port
-from consumers.profiles import consumer_config, producer_config
+from consumers.profiles import EMBEDDED
 from pipeline.delivery.outcomes import Topics
 from pipeline.errors import UserError
+from pipeline.kafka_backend import load_producer, plain_consumer
 from pipeline.ops.stats import from_text, stage_breakdown
 from pipeline.registry.pipelines import get_pipeline
 
@@ -50,8 +50,7 @@ class ResultCollector:
         self._thread.start()
 
     def _loop(self) -> None:
-        conf = consumer_config("embedded", self.bootstrap, f"demo-reader-{uuid.uuid4().hex[:8]}")
-        consumer = Consumer(conf)
+        consumer = plain_consumer(EMBEDDED, self.bootstrap, None, f"demo-reader-{uuid.uuid4().hex[:8]}")
         consumer.subscribe([self.topic])
         try:
             while not self._stop.is_set():
@@ -253,7 +252,7 @@ def _send_invalid(bootstrap: str, topic: str, invalid: int) -> None:
     from pipeline.loadgen.ctr import CtrRequestFactory
 
     factory = CtrRequestFactory(seed=99)
-    producer = Producer(producer_config("embedded", bootstrap))
+    producer = load_producer(EMBEDDED, bootstrap)
     kinds = ["malformed_json", "missing_field", "non_utf8"]
     for i in range(invalid):
         producer.produce(topic, value=factory.make_invalid(kinds[i % len(kinds)]))

@@ -6,10 +6,10 @@ the request-batching worker."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeline.config import KafkaOverrides
 from pipeline.generation.service import PIPELINE, GenerateSettings, GenerationLoop
 
 log = logging.getLogger(__name__)
@@ -41,14 +41,14 @@ class GenerateService:
     # request worker's 9400 (pipeline/ops/http_config.py), so both run on one host.
     metrics_port: int | None = 9401
     metrics_host: str = "127.0.0.1"
-    kafka: Mapping[str, Any] = field(default_factory=dict)  # librdkafka settings for every client
+    # librdkafka settings (-X: common to every client), secrets resolved per client as the
+    # other commands' are (consumers/client_settings.py)
+    kafka: KafkaOverrides = field(default_factory=KafkaOverrides)
     settings: GenerateSettings = field(default_factory=GenerateSettings)
 
 
 def serve_generate(svc: GenerateService) -> int:
-    from consumers.confluent_backend import ConfluentProducer, ConfluentSource
     from consumers.kafka_reachable import require_kafka
-    from consumers.profiles import consumer_config, producer_config
     from pipeline.app.serve import install_signal_handlers
     from pipeline.delivery.outcomes import Outcomes, Topics
     from pipeline.delivery.topic_limits import broker_limits
@@ -58,21 +58,23 @@ def serve_generate(svc: GenerateService) -> int:
     from pipeline.generation.runner import DecoderRunner, open_decoder
     from pipeline.generation.scheduler import GenerationScheduler
     from pipeline.generation.slot_decoder import open_in_place
+    from pipeline.kafka_backend import confluent_producer, confluent_source
     from pipeline.observe.metrics import WorkerMetrics
 
     onnxruntime("the generate worker")
-    require_kafka(svc.bootstrap_servers, 30.0, dict(svc.kafka))
+    admin = svc.kafka.client("admin")
+    require_kafka(svc.bootstrap_servers, 30.0, admin)
     topics = Topics.for_input(svc.input_topic, svc.output_topic, svc.dlq_topic, None)
     if svc.create_topics:
-        _prepare_topics(svc, topics)
+        _prepare_topics(svc, topics, admin)
     session, shape = open_decoder(svc.provider, svc.intra_op_threads)
     # decoding steps in place on the KV slots (CPU GroupQueryAttention; None, with a warning: gathered)
     in_place = open_in_place(str(session.path), shape, svc.intra_op_threads, svc.provider)
     budget = KvBudget(svc.max_slots, svc.max_slots * shape.context)
     scheduler = GenerationScheduler(make_generation_policy(svc.policy), budget, prefill_chunk=svc.prefill_chunk)
-    producer = ConfluentProducer(producer_config(svc.broker_profile, svc.bootstrap_servers, dict(svc.kafka)))
+    producer = confluent_producer(svc.broker_profile, svc.bootstrap_servers, svc.kafka.client("producer"))
     metrics = WorkerMetrics(PIPELINE, svc.policy)
-    limits = broker_limits(svc.bootstrap_servers, dict(svc.kafka), MAX_REQUEST_BYTES, DEAD_LETTER_PREFIX_BYTES,
+    limits = broker_limits(svc.bootstrap_servers, admin, MAX_REQUEST_BYTES, DEAD_LETTER_PREFIX_BYTES,
                            producer, topics)
 
     def outcomes_for(ack, fail) -> Outcomes:  # noqa: ANN001 (the loop's own callbacks)
@@ -83,8 +85,8 @@ def serve_generate(svc: GenerateService) -> int:
                           runner=DecoderRunner(session, shape, svc.max_slots, in_place), settings=svc.settings,
                           metrics=metrics, context=shape.context)
     install_signal_handlers(loop)  # type: ignore[arg-type]  # it only calls stop(reason)
-    conf = consumer_config(svc.broker_profile, svc.bootstrap_servers, svc.group_id, dict(svc.kafka))
-    source = ConfluentSource(conf, [svc.input_topic], loop.partitions.on_assign, loop.on_revoke)
+    source = confluent_source(svc.broker_profile, svc.bootstrap_servers, svc.kafka.client("consumer"), svc.group_id,
+                              [svc.input_topic], loop.partitions.on_assign, loop.on_revoke)
     log.info("generate worker: %s -> %s, policy %s, %d KV slots of %d tokens", svc.input_topic,
              svc.output_topic, svc.policy, svc.max_slots, shape.context)
     print(f"tidebatch generate: {svc.input_topic} -> {svc.output_topic} (policy {svc.policy})", flush=True)
@@ -105,12 +107,12 @@ def serve_generate(svc: GenerateService) -> int:
             server.stop()
 
 
-def _prepare_topics(svc: GenerateService, topics: Any) -> None:
+def _prepare_topics(svc: GenerateService, topics: Any, admin: dict[str, Any]) -> None:
     from consumers.admin import ensure_topics, existing_topics
 
-    present = existing_topics(svc.bootstrap_servers, admin_config=dict(svc.kafka))
+    present = existing_topics(svc.bootstrap_servers, admin_config=admin)
     names = [svc.input_topic, topics.output, topics.dead_letter]
     missing = {n: svc.partitions for n in names if n not in present}
     if missing:
-        ensure_topics(svc.bootstrap_servers, missing, admin_config=dict(svc.kafka))
+        ensure_topics(svc.bootstrap_servers, missing, admin_config=admin)
         log.info("created topics %s", ", ".join(sorted(missing)))

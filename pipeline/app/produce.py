@@ -9,12 +9,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Producer
-
-from consumers.profiles import producer_config
 from consumers.records import H_PRODUCED_MS
 from pipeline.clock import wall_ms
 from pipeline.errors import UserError
+from pipeline.kafka_backend import ProducerClient, load_producer
 from pipeline.loadgen.generate import INPUT_TOPIC as GENERATE_TOPIC
 from pipeline.loadgen.generate import generate_samples
 from pipeline.loadgen.pacing import poisson_schedule, run_open_loop
@@ -81,10 +79,7 @@ def produce(
         make = _binary_ctr(pipeline, make)
     elif encoding != "json":
         raise UserError(f"unknown encoding {encoding!r}: expected json or binary")
-    from consumers.profiles import large_message_overrides
-
-    large = large_message_overrides(max_message_bytes).producer if max_message_bytes else None
-    producer = Producer(producer_config(profile, bootstrap, {**(large or {}), **(kafka or {})}))
+    producer = load_producer(profile, bootstrap, kafka, max_message_bytes)
     warm_up_producer(producer, topic)
     errors: list[str] = []
 
@@ -169,7 +164,7 @@ class CameraLoad:
         return iter([t - t0 for t, _, _ in events]), make
 
 
-def warm_up_producer(producer: Producer, topic: str, timeout: float = 10.0) -> None:
+def warm_up_producer(producer: ProducerClient, topic: str, timeout: float = 10.0) -> None:
     """Connect and fetch metadata before the first timed request: otherwise the first
     requests carry the producer's start-up in their timestamps as if the pipeline
     were slow."""

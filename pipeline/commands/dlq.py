@@ -10,7 +10,12 @@ from typing import TYPE_CHECKING
 
 from consumers.kafka_reachable import DEFAULT_TIMEOUT_S, require_kafka
 from pipeline.commands.etl import parse_time
-from pipeline.commands.kafka_flags import add_x_flag, connect_timeout_help, kafka_block
+from pipeline.commands.kafka_flags import (
+    add_broker_profile_flag,
+    add_x_flag,
+    connect_timeout_help,
+    kafka_block,
+)
 from pipeline.errors import UserError
 
 if TYPE_CHECKING:
@@ -53,10 +58,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topic", required=True, help="the dead-letter topic (a worker's default: <input topic>.dlq)")
     p.add_argument("--bootstrap-servers", required=True, metavar="HOST:PORT", help="a Kafka broker to start from")
-    p.add_argument(
-        "--broker-profile", default="kafka", choices=("kafka", "embedded"),
-        help="client settings for Apache Kafka or the embedded broker (default kafka)",
-    )
+    add_broker_profile_flag(p, "kafka", "kafka")
     p.add_argument("--since", type=parse_time, metavar="TIME", help="dead-lettered at or after: ISO-8601 or epoch ms")
     p.add_argument("--reason", metavar="REGEX", help="only dead letters whose tidebatch.error matches (searched)")
     p.add_argument(

@@ -9,7 +9,12 @@ import os
 import sys
 
 from pipeline.commands.arg_types import ints, names
-from pipeline.commands.kafka_flags import add_x_flag, connect_timeout_help, kafka_block
+from pipeline.commands.kafka_flags import (
+    add_broker_profile_flag,
+    add_x_flag,
+    connect_timeout_help,
+    kafka_block,
+)
 from pipeline.errors import UserError
 from pipeline.etl.settings import EtlJob  # no pyarrow, unlike pipeline.etl.job (in run())
 
@@ -37,10 +42,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--connect-timeout", type=float, default=30.0, metavar="SECONDS",
         help=connect_timeout_help("default 30", "topic mode: "),
     )
-    p.add_argument(
-        "--broker-profile", choices=("kafka", "embedded"),
-        help="topic mode: kafka or embedded (docs/BROKERS.md; default: the config's broker_profile, else kafka)",
-    )
+    add_broker_profile_flag(p, None, "the config's broker_profile, else kafka", what="topic mode: the broker's client settings")
     p.add_argument("--partitions", type=ints, metavar="0,1,...", help="default: all")
     p.add_argument("--from-offset", type=int, metavar="N", help="first offset (inclusive)")
     p.add_argument("--to-offset", type=int, metavar="N", help="end offset (exclusive; default: the end)")

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from consumers.client_settings import parse_x
-from pipeline.commands.kafka_flags import add_x_flag
+from pipeline.commands.kafka_flags import add_broker_profile_flag, add_x_flag, kafka_block
 from pipeline.generation.policies import POLICIES
 from pipeline.observe import logs
 
@@ -29,8 +28,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--bootstrap-servers", default=svc.bootstrap_servers, metavar="HOST:PORT",
                    help=f"Kafka brokers (default: {svc.bootstrap_servers})")
-    p.add_argument("--broker-profile", choices=("kafka", "embedded"), default=svc.broker_profile,
-                   help=f"client settings for Apache Kafka or the embedded broker (docs/BROKERS.md; default: {svc.broker_profile})")
+    add_broker_profile_flag(p, svc.broker_profile, svc.broker_profile)
     p.add_argument("--group-id", default=svc.group_id, help=f"consumer group (default: {svc.group_id})")
     p.add_argument("--input-topic", default=svc.input_topic, help=f"requests (default: {svc.input_topic})")
     p.add_argument("--output-topic", default=svc.output_topic,
@@ -85,6 +83,6 @@ def run(args: argparse.Namespace) -> int:
         max_slots=args.max_slots, prefill_chunk=args.prefill_chunk, provider=args.provider,
         create_topics=not args.no_create_topics, partitions=args.partitions,
         metrics_port=None if args.no_metrics else args.metrics_port, metrics_host=args.metrics_host,
-        kafka=parse_x(args.kafka_settings), settings=settings,
+        kafka=kafka_block(args), settings=settings,
     )
     return serve_generate(svc)

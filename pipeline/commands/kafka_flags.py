@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from consumers.client_settings import parse_x
+from consumers.profiles import PROFILES
 from pipeline.config import KafkaOverrides
 
 # What a command that cannot reach or get into Kafka exits with: require_kafka raises a
@@ -16,6 +17,18 @@ EXIT_NO_KAFKA = 2
 def connect_timeout_help(default: str, scope: str = "") -> str:
     """The help of a --connect-timeout flag; `default` as the help rule writes it."""
     return f"{scope}exit {EXIT_NO_KAFKA} when no broker answers within this ({default})"
+
+
+def add_broker_profile_flag(
+    p: argparse.ArgumentParser, default: str | None, default_help: str, what: str = "the broker's client settings"
+) -> None:
+    """--broker-profile, its choices and their meaning from consumers/profiles.py PROFILES.
+    `default_help`: the default as the help rule writes it (tests/unit/test_cli_help.py)."""
+    meanings = ", ".join(f"{name} for {broker}" for name, broker in PROFILES.items())
+    p.add_argument(
+        "--broker-profile", choices=tuple(PROFILES), default=default,
+        help=f"{what}: {meanings} (docs/BROKERS.md; default: {default_help})",
+    )
 
 
 def add_x_flag(p: argparse.ArgumentParser) -> None:

@@ -17,7 +17,12 @@ from pipeline.app.produce import (
     produce,
     topic_partitions,
 )
-from pipeline.commands.kafka_flags import add_x_flag, connect_timeout_help, kafka_block
+from pipeline.commands.kafka_flags import (
+    add_broker_profile_flag,
+    add_x_flag,
+    connect_timeout_help,
+    kafka_block,
+)
 from pipeline.completion.parser_tree import OpenSubcommands
 from pipeline.errors import UserError
 from pipeline.loadgen.generate import DEFAULT_OUTPUT as GENERATE_OUTPUT
@@ -104,10 +109,7 @@ def _add_common(p: argparse.ArgumentParser, rate: str, count: str | None = None)
     p.add_argument("--rate", type=float, help=rate)
     p.add_argument("--count", type=int, help=count or "requests to send (default 10000, or the --file's lines)")
     p.add_argument("--seed", type=int, default=1, help="seed of the arrival times and request contents (default 1)")
-    p.add_argument(
-        "--broker-profile", default="kafka", choices=("kafka", "embedded"),
-        help="kafka, or embedded: the embedded broker's client settings (docs/BROKERS.md; default kafka)",
-    )
+    add_broker_profile_flag(p, "kafka", "kafka")
     p.add_argument("--quiet", action="store_true", help="no progress line on stderr (shown only on a terminal anyway)")
     p.add_argument(
         "--connect-timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",

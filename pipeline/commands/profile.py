@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pipeline.commands.arg_types import floats, names
+from pipeline.commands.kafka_flags import add_broker_profile_flag
 
 if TYPE_CHECKING:
     from pipeline.config import WorkerConfig
@@ -64,8 +65,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="a Kafka broker to calibrate on: a worker drains the sample requests through scratch topics "
                         "there, and each thread's CPU per request, Kafka work included, enters the prediction "
                         "(default: none; the prediction is then an upper bound)")
-    p.add_argument("--broker-profile", choices=("kafka", "embedded"), default=None,
-                   help="the calibration broker's profile (default: the config's broker_profile)")
+    add_broker_profile_flag(p, None, "the config's broker_profile", what="the calibration broker's client settings")
     p.add_argument("--embedded-broker", action="store_true",
                    help="calibrate on an embedded broker started for it on this machine (its CPU counted: it "
                         "shares the cores)")

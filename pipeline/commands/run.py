@@ -7,7 +7,7 @@ import logging
 
 from consumers.client_settings import parse_x
 from pipeline.batching.registry import POLICY_NAMES
-from pipeline.commands.kafka_flags import add_x_flag, connect_timeout_help
+from pipeline.commands.kafka_flags import add_broker_profile_flag, add_x_flag, connect_timeout_help
 from pipeline.config import load_config
 from pipeline.observe import logs
 from pipeline.registry.pipelines import shipped_names
@@ -40,11 +40,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--group-instance-id", help="static membership: unique per worker, e.g. the pod name (default: none, dynamic membership)")
     p.add_argument("--input-topic", help="topic of the requests (default: the config's input_topic, else the pipeline's)")
     p.add_argument("--output-topic", help="topic of the results (default: the config's output_topic, else the pipeline's)")
-    p.add_argument(
-        "--broker-profile", choices=("kafka", "embedded"),
-        help="kafka, or embedded: the embedded broker's client settings (docs/BROKERS.md; "
-        "default: the config's broker_profile, else kafka)",
-    )
+    add_broker_profile_flag(p, None, "the config's broker_profile, else kafka")
     p.add_argument(
         "--client", choices=("confluent", "kafka-python"),
         help="confluent (librdkafka) or kafka-python, pure Python (default: the config's client, else confluent)",

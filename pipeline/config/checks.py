@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from consumers.kafka_python_settings import kafka_python_settings
+from consumers.profiles import PROFILES
 from pipeline.config.kafka_keys import validate_delivery, validate_group
 from pipeline.config.sections import UNDELIVERABLE_ACTIONS, WorkerConfig
 from pipeline.config.tenants import validate_tenants  # shares, SLAs per tenant class
@@ -61,8 +62,8 @@ def validate(cfg: WorkerConfig) -> None:
     if cfg.client == "kafka-python":  # refuse what it cannot honour before connecting anywhere
         for role in ("consumer", "producer"):
             kafka_python_settings({**cfg.kafka.common, **getattr(cfg.kafka, role)})
-    if cfg.broker_profile not in ("kafka", "embedded"):
-        raise bad("broker_profile", f"{cfg.broker_profile!r} is not one of kafka, embedded")
+    if cfg.broker_profile not in PROFILES:
+        raise bad("broker_profile", f"{cfg.broker_profile!r} is not one of {', '.join(PROFILES)}")
     validate_group(cfg, bad)
     if cfg.partitions < 1:
         raise bad("partitions", "must be >= 1")

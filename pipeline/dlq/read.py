@@ -10,12 +10,12 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from consumers.profiles import consumer_config
 from pipeline.dlq.letters import DeadLetter
 from pipeline.errors import UserError
 from pipeline.etl.topic import PartitionRange, raise_if_refused, resolve_ranges
+from pipeline.kafka_backend import plain_consumer, range_reader
 
 _POLL_RECORDS = 1000
 _POLL_S = 0.2
@@ -23,7 +23,7 @@ _STALL_S = 30.0  # no record and no EOF for this long: the broker is not serving
 
 
 def topic_exists(bootstrap: str, profile: str, topic: str, settings: Mapping[str, Any] | None = None) -> bool:
-    c = Consumer(consumer_config(profile, bootstrap, "tidebatch-dlq", settings))  # never joins
+    c = plain_consumer(profile, bootstrap, settings, "tidebatch-dlq")  # never joins: metadata only
     try:
         meta = c.list_topics(timeout=10)  # no topic argument: that would create it on Tansu
     except KafkaException as exc:
@@ -51,9 +51,7 @@ def read_topic(
 
 
 def _partition(bootstrap: str, profile: str, rng: PartitionRange, settings: Mapping[str, Any] | None) -> Iterator[DeadLetter]:
-    conf = consumer_config(profile, bootstrap, "tidebatch-dlq", settings)  # assign() only: never joins
-    conf["enable.partition.eof"] = True
-    c = Consumer(conf)
+    c = range_reader(profile, bootstrap, settings, "tidebatch-dlq")
     try:
         c.assign([TopicPartition(rng.topic, rng.partition, rng.start)])
         position, last_progress = rng.start, time.monotonic()

@@ -30,15 +30,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import KafkaException
-
-from consumers.confluent_backend import ConfluentProducer
-from consumers.profiles import producer_config
 from consumers.records import SendError
 from pipeline.clock import wall_ms
 from pipeline.dlq.letters import DeadLetter, Selection
 from pipeline.dlq.read import read_topic, topic_exists
 from pipeline.errors import UserError
+from pipeline.kafka_backend import confluent_producer
 
 CHUNK = 500  # records between ledger checkpoints, at most
 CHUNK_S = 1.0  # seconds between ledger checkpoints, at most
@@ -129,11 +126,8 @@ class _Sender:
 
         self.job, self.ledger = job, ledger
         ensure_topics(job.bootstrap, {ledger: 1}, admin_config=job.admin_settings)
-        try:
-            # Idempotent (the profile's default): librdkafka's retries write no duplicates.
-            self.producer = ConfluentProducer(producer_config(job.profile, job.bootstrap, job.producer_settings))
-        except KafkaException as exc:
-            raise UserError(f"cannot create a Kafka producer for {job.bootstrap}: {exc}") from None
+        # Idempotent (the profile's default): librdkafka's retries write no duplicates.
+        self.producer = confluent_producer(job.profile, job.bootstrap, job.producer_settings)
         self.sent: list[DeadLetter] = []
         self.failed: list[str] = []
         self.recorded = 0

@@ -21,22 +21,15 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from confluent_kafka import (
-    OFFSET_BEGINNING,
-    OFFSET_END,
-    Consumer,
-    KafkaError,
-    KafkaException,
-    TopicPartition,
-)
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, KafkaException, TopicPartition
 
 from consumers.acl_refusals import not_visible, read_refused
-from consumers.profiles import consumer_config
 from pipeline.codecs.base import Decoded, DecodeError
 from pipeline.codecs.ctr import CtrCodec
 from pipeline.errors import UserError
 from pipeline.etl.features import features_from_requests
 from pipeline.etl.inputs import Chunk, Reject
+from pipeline.kafka_backend import ConsumerClient, range_reader
 
 _POLL_RECORDS = 5000
 _POLL_S = 0.2
@@ -57,18 +50,12 @@ class PartitionRange:
         return asdict(self)
 
 
-def _consumer(bootstrap: str, profile: str, settings: Mapping[str, Any] | None) -> Consumer:
-    conf = consumer_config(profile, bootstrap, "tidebatch-etl", settings)  # never joins: assign() only
-    conf["enable.partition.eof"] = True
+def _consumer(bootstrap: str, profile: str, settings: Mapping[str, Any] | None) -> ConsumerClient:
     # An offset the broker calls out of range is an error event here (_records and
     # _watermarks ask again), not the profile's silent "earliest": a range job that
     # jumped back to the log's start re-read offsets before its range. Apache Kafka
     # answered OFFSET_OUT_OF_RANGE once for an offset it held (CI, 2026-12-03).
-    conf["auto.offset.reset"] = "error"
-    try:
-        return Consumer(conf)
-    except KafkaException as exc:
-        raise UserError(f"cannot create a Kafka consumer for {bootstrap}: {exc}") from None
+    return range_reader(profile, bootstrap, settings, "tidebatch-etl", out_of_range_is_error=True)
 
 
 def resolve_ranges(
@@ -103,7 +90,7 @@ def resolve_ranges(
     return out
 
 
-def _partitions(c: Consumer, topic: str, wanted: Sequence[int] | None, bootstrap: str) -> list[int]:
+def _partitions(c: ConsumerClient, topic: str, wanted: Sequence[int] | None, bootstrap: str) -> list[int]:
     try:
         meta = c.list_topics(timeout=10)  # no topic argument: that would create it on Tansu
     except KafkaException as exc:
@@ -119,7 +106,7 @@ def _partitions(c: Consumer, topic: str, wanted: Sequence[int] | None, bootstrap
     return sorted(set(wanted))
 
 
-def _watermarks(c: Consumer, topic: str, parts: list[int]) -> tuple[dict[int, int], dict[int, int]]:
+def _watermarks(c: ConsumerClient, topic: str, parts: list[int]) -> tuple[dict[int, int], dict[int, int]]:
     """Low and high watermarks from a real fetch: one record or the EOF event per
     partition, then the watermarks librdkafka cached from that fetch response."""
     at = dict.fromkeys(parts, 0)
@@ -159,7 +146,7 @@ def raise_if_refused(err: KafkaError, topic: str) -> None:
         raise UserError(line)
 
 
-def _time_hints(c: Consumer, topic: str, parts: list[int], ms: int) -> dict[int, int]:
+def _time_hints(c: ConsumerClient, topic: str, parts: list[int], ms: int) -> dict[int, int]:
     found = c.offsets_for_times([TopicPartition(topic, p, ms) for p in parts], timeout=10)
     return {tp.partition: (tp.offset if tp.offset >= 0 and tp.offset != OFFSET_END else -1) for tp in found}
 
@@ -194,7 +181,7 @@ def read_partition_chunks(
         c.close()
 
 
-def _records(c: Consumer, rng: PartitionRange, at: int) -> Iterator[Any]:
+def _records(c: ConsumerClient, rng: PartitionRange, at: int) -> Iterator[Any]:
     """Messages of the partition from `at` up to the range end (or the EOF)."""
     last_progress = time.monotonic()
     position = at

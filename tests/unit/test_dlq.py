@@ -183,11 +183,12 @@ class _FakeProducer:
 
 def _sender(monkeypatch: pytest.MonkeyPatch, fail: set[int] | None = None):
     import consumers.admin
+    import consumers.confluent_backend
     from pipeline.dlq import replay as r
 
     monkeypatch.setattr(consumers.admin, "ensure_topics", lambda *_a, **_k: {})
     producer = _FakeProducer(None, fail)
-    monkeypatch.setattr(r, "ConfluentProducer", lambda _config: producer)
+    monkeypatch.setattr(consumers.confluent_backend, "ConfluentProducer", lambda _config: producer)
     job = r.ReplayJob("b:9092", "kafka", "in.dlq", "in", Selection.of(), 100.0)
     return r._Sender(job, "in.dlq.replayed"), producer
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from confluent_kafka import KafkaError
 
+from pipeline import kafka_backend
 from pipeline.etl import topic as etl_topic
 from pipeline.etl.topic import PartitionRange, _consumer, _records
 
@@ -69,6 +70,6 @@ def test_an_out_of_range_answer_asks_again_for_the_same_offset(monkeypatch) -> N
 
 def test_the_etl_consumer_turns_a_reset_into_an_event(monkeypatch) -> None:
     seen: dict = {}
-    monkeypatch.setattr(etl_topic, "Consumer", lambda conf: seen.update(conf) or object())
+    monkeypatch.setattr(kafka_backend, "Consumer", lambda conf: seen.update(conf) or object())
     _consumer("127.0.0.1:1", "kafka", None)
     assert seen["auto.offset.reset"] == "error" and seen["enable.partition.eof"] is True
