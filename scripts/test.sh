@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Set everything up and run the whole test suite (unit + integration).
 # The integration tests start their Kafka brokers themselves (embedded Tansu, and Apache
-# Kafka from jars fetched here once); Redis is started here when none answers on
-# 127.0.0.1:6379.
+# Kafka from jars fetched here once), and their schema registry (Apicurio, fetched here
+# once); Redis is started here when none answers on 127.0.0.1:6379.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/ensure_redis.sh
 bash scripts/ensure_kafka.sh        # Apache Kafka jars from Maven Central (cached after once)
+bash scripts/ensure_registry.sh     # Apicurio Registry from Maven Central, the tests' schema registry (cached after once)
 bash scripts/ensure_prometheus.sh   # promtool + prometheus for the ops tests
 bash scripts/ensure_chromium.sh     # headless Chromium for the dashboard test
 .venv/bin/ruff check .

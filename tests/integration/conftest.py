@@ -31,6 +31,7 @@ from consumers.brokers.embedded import EmbeddedBroker, LocalBroker
 from consumers.brokers.kafka import KafkaBroker
 from tests.integration.certs import CertFiles
 from tests.integration.pipeline_helpers import register_broker
+from tests.integration.schema_registry import SchemaRegistry
 
 _HERE = Path(__file__).resolve().parent
 
@@ -197,3 +198,23 @@ def private_redis(tmp_path: Path) -> Iterator[object]:
         pytest.skip("redis-server is not on PATH (scripts/ensure_redis.sh installs it)")
     with redis_server(tmp_path / "redis") as server:
         yield server
+
+
+# ---------------------------------------------------------------- schema registry
+# Apicurio Registry through its Confluent-compatible API (tests/integration/schema_registry.py,
+# fetched by scripts/ensure_registry.sh; docs/SCHEMA_REGISTRY.md).
+@pytest.fixture(scope="session")
+def schema_registry_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SchemaRegistry]:
+    """One registry for the session, started on first use (~3 s warm): a SchemaRegistry
+    (url, stop(), start(), kill(), log_path). H2 file storage, so a test may stop and
+    start it (a registry outage) and find every schema and id again; such a test starts
+    it again before it ends. Tests name their subjects uniquely (the registry is shared)."""
+    workdir = tmp_path_factory.mktemp("schema-registry")
+    with SchemaRegistry(workdir, data_dir=workdir / "data") as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def schema_registry(schema_registry_server: SchemaRegistry) -> str:
+    """The session registry's Confluent-compatible base URL, for SchemaRegistryClient."""
+    return schema_registry_server.url
