@@ -57,6 +57,7 @@ class Profile:
     calibrations: list[ThreadCpu] = field(default_factory=list)
     cores: int = 1  # cores the worker may use (this process's CPU affinity)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)  # the config's, for the executor count
+    linger_ms: float = 10.0  # the config's batching.max_queue_delay_ms: static's linger
 
     @property
     def calibrated(self) -> ThreadCpu | None:
@@ -239,7 +240,8 @@ def run_profile(
     python = _python_stage(pipeline, cfg, codec, model, max(counts), len(pool) if quick else PYTHON_REQUESTS, timer)
     rows_dist = rows_distribution([d.rows for d in pool])
     profile = Profile(pipeline.name, fitted, fitted[0], python, rows_dist, provider, policy or cfg.batching.policy,
-                      cores=cores or len(os.sched_getaffinity(0)), runtime=cfg.runtime)
+                      cores=cores or len(os.sched_getaffinity(0)), runtime=cfg.runtime,
+                      linger_ms=cfg.batching.max_queue_delay_ms)
     profile.chosen = best(fitted, capacity=lambda f: profile.stages(f).capacity)
     if calibration is not None:
         messages = _messages(pipeline, calibration.requests, DISTINCT)
@@ -284,6 +286,13 @@ def _python_stage(pipeline: PipelineSpec, cfg: WorkerConfig, codec: Codec, model
         session.close()
 
 
+def sim_label(policy: str, max_rows: int, linger_ms: float) -> str:
+    """The simulator's label for a configured policy: `static` runs at the worker's own
+    cap and linger (the simulator knows only static-64, static-tuned and
+    static:ROWS:DELAY_MS); the others' names are their labels."""
+    return f"static:{max_rows}:{linger_ms:g}" if policy == "static" else policy
+
+
 def predict(profile: Profile, loads: Sequence[float], quick: bool = False) -> list[RunResult]:
     """The simulator (pipeline/simulate/) on the chosen curve, at each load relative to
     the predicted worker capacity, with the pipeline's own request sizes. One executor:
@@ -293,6 +302,6 @@ def predict(profile: Profile, loads: Sequence[float], quick: bool = False) -> li
     mean_rows = profile.python.rows_per_request
     requests = SIM_REQUESTS // (10 if quick else 1)
     duration = min(10.0, requests * mean_rows / (max(loads) * profile.predicted_capacity))
-    comp = compare(curve, "poisson", [profile.policy], loads=[x * scale for x in loads], duration=duration,
+    comp = compare(curve, "poisson", [sim_label(profile.policy, curve.max_batch_rows, profile.linger_ms)], loads=[x * scale for x in loads], duration=duration,
                    rows=profile.rows_dist, cfg=SimConfig(executors=1))
     return comp.results

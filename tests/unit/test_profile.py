@@ -11,7 +11,13 @@ import pytest
 from pipeline.clock import FakeClock
 from pipeline.config import load_config
 from pipeline.profiling.fit import batch_cap, best, fit, recommended_config
-from pipeline.profiling.measure import Profile, default_settings, predict, rows_distribution
+from pipeline.profiling.measure import (
+    Profile,
+    default_settings,
+    predict,
+    rows_distribution,
+    sim_label,
+)
 from pipeline.profiling.report import report_dict, write_outputs
 from pipeline.profiling.stages import PythonStage
 from pipeline.profiling.sweep import Point, Setting, ladder, sweep
@@ -223,3 +229,15 @@ class _Model:
 
     name = "toy"
     version = "1"
+
+
+def test_a_configured_static_policy_is_simulated_at_the_workers_cap_and_linger() -> None:
+    """Regression: `tidebatch profile ctr --policy static` measured, then failed with
+    "unknown policy 'static'": the simulator knows static-64, static-tuned and
+    static:ROWS:DELAY_MS, and the configured name was passed through."""
+    profile = _profile(python_capacity_rows=1000.0)
+    profile.policy, profile.linger_ms = "static", 5.0
+    results = predict(profile, [0.5], quick=True)
+    rows = profile.chosen.curve.max_batch_rows
+    assert [r.policy for r in results] == [f"static:{rows}:5"]
+    assert sim_label("adaptive", rows, 5.0) == "adaptive"
