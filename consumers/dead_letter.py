@@ -38,6 +38,14 @@ H_TRUNCATED = "tidebatch.truncated"  # what was cut: "value", "value,headers", "
 H_VALUE_BYTES = "tidebatch.original.value_bytes"
 H_VALUE_SHA256 = "tidebatch.original.value_sha256"
 H_KEY_BYTES = "tidebatch.original.key_bytes"
+# Set by `tidebatch dlq replay` on a request it sends again (pipeline/dlq/letters.py):
+# the dead letter it came from ("<dlq topic>/<partition>/<offset>") and the request's
+# first dead letter. A dead letter of such a request keeps both among our headers, so
+# the next replay knows the request already had its second chance and skips it
+# (pipeline/dlq/replay.py: a request that can never pass must not loop).
+H_REPLAYED_FROM = "tidebatch.replayed.from"
+H_REPLAYED_ORIGIN = "tidebatch.replayed.origin"
+REPLAY_HEADERS = (H_REPLAYED_FROM, H_REPLAYED_ORIGIN)
 
 # Allowance for a record's framing (record batch header, varints, lengths) on top of
 # its key, value and headers: librdkafka counts ~100 bytes, the broker a batch header.
@@ -50,6 +58,8 @@ MAX_REASON_CHARS = 1000
 # 249 characters, and a traceback's last lines say where it was raised.
 MAX_NAME_CHARS = 249
 MAX_STACKTRACE_CHARS = 2000
+# A replay header's value: a topic name, a partition and an offset.
+MAX_WHERE_CHARS = MAX_NAME_CHARS + 32
 
 # Kafka Connect's dead-letter context headers (its DeadLetterQueueReporter's names).
 C_TOPIC = "__connect.errors.topic"
@@ -190,7 +200,12 @@ def _dlq_own(
     rec: SourceRecord, reason: str, stage: str, origin: Origin | None = None, error: BaseException | str | None = None
 ) -> Headers:
     own = [(H_ERROR, bounded(one_line(reason), MAX_REASON_CHARS)), (H_STAGE, stage.encode())] + source_headers(rec)
-    return own + connect_headers(rec, reason, stage, origin, error)
+    return own + replay_marks(rec) + connect_headers(rec, reason, stage, origin, error)
+
+
+def replay_marks(rec: SourceRecord) -> Headers:
+    """The replay headers a replayed request came with, kept (bounded) in its dead letter."""
+    return [(k, bounded(v.decode("utf-8", "replace"), MAX_WHERE_CHARS)) for k in REPLAY_HEADERS if (v := rec.headers.get(k))]
 
 
 def _late_own(rec: SourceRecord, missed_by_ms: float, rule: str | None) -> Headers:

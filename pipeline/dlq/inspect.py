@@ -1,6 +1,8 @@
 """`tidebatch dlq inspect`: what is in a dead-letter topic, counted by reason (grouped:
 pipeline/dlq/letters.py, reason_group), stage and source topic, with its time range
-and one sample per reason (pure; pipeline/dlq/read.py reads the records)."""
+and one sample per reason, and how often replayed requests came back (failed again
+after `tidebatch dlq replay`, which skips them unless --again) (pure;
+pipeline/dlq/read.py reads the records)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from typing import Any
 from pipeline.dlq.letters import DeadLetter, Selection, reason_group
 
 SAMPLE_VALUE_BYTES = 120
+SHOWN_REQUESTS = 5  # requests that came back most often, in the text report (all in --json)
 
 
 @dataclass
@@ -24,6 +27,7 @@ class Summary:
     sources: Counter[str] = field(default_factory=Counter)
     samples: dict[str, DeadLetter] = field(default_factory=dict)  # reason group -> its first record
     truncated: int = 0  # cut to fit the topic: not replayable
+    came_back: Counter[str] = field(default_factory=Counter)  # a replayed request's first dead letter -> its returns
     first_ms: int | None = None
     last_ms: int | None = None
 
@@ -35,6 +39,8 @@ class Summary:
         self.sources[letter.source_topic] += 1
         self.samples.setdefault(group, letter)
         self.truncated += letter.truncated is not None
+        if letter.replayed_from is not None:
+            self.came_back[letter.origin] += 1
         ts = letter.timestamp_ms
         if ts is not None:
             self.first_ms = ts if self.first_ms is None else min(self.first_ms, ts)
@@ -52,6 +58,10 @@ class Summary:
             ],
             "stages": dict(self.stages.most_common()),
             "source_topics": dict(self.sources.most_common()),
+            "came_back": {
+                "dead_letters": self.came_back.total(),
+                "requests": [{"first_dead_letter": o, "times": n} for o, n in self.came_back.most_common()],
+            },
         }
 
 
@@ -97,4 +107,11 @@ def text_lines(summary: Summary) -> list[str]:
     lines.append("by source topic: " + ", ".join(f"{k} {n}" for k, n in summary.sources.most_common()))
     if summary.truncated:
         lines.append(f"truncated to fit the topic (cannot be replayed): {summary.truncated}")
+    if summary.came_back:
+        back = summary.came_back
+        lines.append(f"came back from a replay (failed again; `dlq replay` skips them unless --again): "
+                     f"{back.total()} dead letters of {len(back)} requests; times each came back, by its first dead letter:")
+        lines += [f"  {n:>8}  {o}" for o, n in back.most_common(SHOWN_REQUESTS)]
+        if len(back) > SHOWN_REQUESTS:
+            lines.append(f"            ... {len(back) - SHOWN_REQUESTS} more (--json lists them all)")
     return lines

@@ -1,6 +1,12 @@
 """Dead-letter records as `tidebatch dlq` reads them (pure): what the headers of
 consumers/dead_letter.py say, how reasons are grouped, which records a filter selects
-and what a replay sends."""
+and what a replay sends.
+
+A replayed record carries H_REPLAYED_FROM, "<dlq topic>/<partition>/<offset>" of its
+dead letter, so a result (or a second dead letter) can be traced back to the replay,
+and H_REPLAYED_ORIGIN, the request's first dead letter, so its returns count together
+however often it was replayed. A worker keeps both in the dead letter of a replayed
+request (consumers/dead_letter.py, replay_marks)."""
 
 from __future__ import annotations
 
@@ -12,15 +18,14 @@ from consumers.dead_letter import (
     H_ERROR,
     H_OFFSET,
     H_PARTITION,
+    H_REPLAYED_FROM,
+    H_REPLAYED_ORIGIN,
     H_STAGE,
     H_TOPIC,
     H_TRUNCATED,
     Headers,
 )
 
-# Set on every replayed record: "<dlq topic>/<partition>/<offset>" of its dead letter,
-# so a result (or a second dead letter) can be traced back to the replay.
-H_REPLAYED_FROM = "tidebatch.replayed.from"
 # Headers a worker adds to a dead letter; everything else is the request's own.
 OUR_PREFIXES = ("tidebatch.", "__connect.errors.")
 
@@ -70,11 +75,23 @@ class DeadLetter:
     def where(self) -> str:
         return f"{self.topic}/{self.partition}/{self.offset}"
 
+    @property
+    def replayed_from(self) -> str | None:
+        """The dead letter whose replay this one is: set when the request had been
+        replayed already and failed again."""
+        return self.header(H_REPLAYED_FROM) or None
+
+    @property
+    def origin(self) -> str:
+        """The request's first dead letter: this one, unless it came back from a replay."""
+        return self.header(H_REPLAYED_ORIGIN) or self.replayed_from or self.where
+
     def replay_headers(self) -> Headers:
         """The request's own headers (the worker put them first and ours after), and
-        the marker that says which dead letter this replay came from."""
+        the markers that say which dead letter this replay came from and which was
+        the request's first."""
         own = [(k, v) for k, v in self.headers if not k.startswith(OUR_PREFIXES)]
-        return own + [(H_REPLAYED_FROM, self.where.encode())]
+        return own + [(H_REPLAYED_FROM, self.where.encode()), (H_REPLAYED_ORIGIN, self.origin.encode())]
 
 
 # What varies between records of one kind of failure: ids, sizes, positions. Replaced

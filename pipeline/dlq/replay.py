@@ -20,13 +20,19 @@ A crash between the two leaves up to CHUNK records (at most CHUNK_S seconds of t
 sent but not listed: the next run sends those again. That is the only duplication:
 at-least-once, and a worker with Redis dedup (docs/OPERATIONS.md) drops the repeats
 by request id.
+
+A replayed request that fails again is a new dead letter, which no ledger lists; it
+carries the replay's `tidebatch.replayed.from` (consumers/dead_letter.py keeps it), so
+it is skipped as having come back: a periodic replay of a request that can never pass
+would otherwise send it again on every run. `--again` sends those too (and ignores the
+ledger), each request once a run however often it came back (`tidebatch.replayed.origin`).
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +61,8 @@ class ReplayReport:
     selected: int = 0  # matched the selection
     replayed: int = 0  # sent (or, with --dry-run, would be)
     already: int = 0  # listed in the ledger: replayed by an earlier run
+    came_back: int = 0  # a replayed request that failed again: skipped without --again
+    same_request: int = 0  # --again: another dead letter of a request this run sent
     truncated: int = 0  # cut to fit the dead-letter topic: cannot be replayed
 
     def line(self, to_topic: str, dry_run: bool) -> str:
@@ -62,6 +70,10 @@ class ReplayReport:
         parts = [f"{verb} {self.replayed} of {self.selected} selected dead letters to {to_topic}"]
         if self.already:
             parts.append(f"{self.already} already replayed by an earlier run (skipped)")
+        if self.came_back:
+            parts.append(f"{self.came_back} came back from an earlier replay, failed again (skipped; --again sends them)")
+        if self.same_request:
+            parts.append(f"{self.same_request} of a request sent once already in this run (skipped)")
         if self.truncated:
             parts.append(f"{self.truncated} truncated to fit the dead-letter topic: cannot be replayed")
         return "; ".join(parts)
@@ -93,23 +105,39 @@ def replay(job: ReplayJob, *, clock: Callable[[], float] = time.monotonic) -> Re
         raise UserError(f"topic {job.to_topic!r} not found: replay sends to an existing topic only (a typo would create one)")
     sender = None if job.dry_run else _Sender(job, ledger)
     t0 = clock()
-    for letter in read_topic(job.bootstrap, job.profile, job.dlq_topic, since_ms=job.selection.since_ms, settings=job.consumer_settings):
-        if not job.selection.matches(letter):
-            continue
-        report.selected += 1
-        if ledger_key(letter) in done:
-            report.already += 1
-            continue
-        if letter.truncated is not None:
-            report.truncated += 1
-            continue
-        report.replayed += 1
+    letters = read_topic(job.bootstrap, job.profile, job.dlq_topic, since_ms=job.selection.since_ms, settings=job.consumer_settings)
+    for letter in chosen(letters, job.selection, done, job.again, report):
         if sender is not None:
             wait = t0 + (report.replayed - 1) / job.rate - clock()
             sender.send(letter, max(wait, 0.0))
     if sender is not None:
         sender.checkpoint()
     return report
+
+
+def chosen(
+    letters: Iterable[DeadLetter], selection: Selection, done: set[str], again: bool, report: ReplayReport
+) -> Iterator[DeadLetter]:
+    """The dead letters to send, counting in `report` what was selected and why the
+    rest was skipped (pure): listed in the ledger `done`; came back from a replay
+    (unless `again`); truncated; or a request this run sends already."""
+    sent: set[str] = set()  # origins: one request is sent once a run
+    for letter in letters:
+        if not selection.matches(letter):
+            continue
+        report.selected += 1
+        if ledger_key(letter) in done:
+            report.already += 1
+        elif letter.replayed_from is not None and not again:
+            report.came_back += 1
+        elif letter.truncated is not None:
+            report.truncated += 1
+        elif letter.origin in sent:
+            report.same_request += 1
+        else:
+            sent.add(letter.origin)
+            report.replayed += 1
+            yield letter
 
 
 def read_ledger(job: ReplayJob, ledger: str) -> set[str]:

@@ -1,6 +1,7 @@
 """Dead letters a real worker wrote carry Kafka Connect's headers; `tidebatch dlq
 inspect` counts them by grouped reason; `tidebatch dlq replay --reason` sends exactly
-the chosen requests again, and a second run sends nothing new (pipeline/dlq/)."""
+the chosen requests again, and a second run sends nothing new (pipeline/dlq/); a
+replayed request that fails again is not sent by the next run (issue 48)."""
 
 from __future__ import annotations
 
@@ -23,10 +24,10 @@ from consumers.dead_letter import (
     H_STAGE,
 )
 from pipeline.cli import main
-from pipeline.dlq.letters import H_REPLAYED_FROM
+from pipeline.dlq.letters import H_REPLAYED_FROM, H_REPLAYED_ORIGIN
 from pipeline.loadgen.ctr import CtrRequestFactory
 from tests.integration import opsutil
-from tests.integration.outcome_reader import score_in_thread, topics_for
+from tests.integration.outcome_reader import OutcomeReader, produce, score_in_thread, topics_for
 from tests.integration.pipeline_helpers import read_topic
 
 pytestmark = pytest.mark.timeout(300)
@@ -79,7 +80,7 @@ def test_dead_letters_are_inspected_and_replayed_once(broker, topic_factory, uni
     assert sorted(len(m.value()) for m in sent) == [30_001, 42_346]
     for m in sent:
         h = m.headers()
-        assert h[0] == trace[0] and h[1][0] == H_REPLAYED_FROM and len(h) == 2  # none of ours
+        assert h[0] == trace[0] and [k for k, _ in h[1:]] == [H_REPLAYED_FROM, H_REPLAYED_ORIGIN]  # none of ours
         assert m.key() == b"b"
 
     again = _run(capsys, *replay, "--reason", "over the .*limit")
@@ -94,3 +95,41 @@ def test_dead_letters_are_inspected_and_replayed_once(broker, topic_factory, uni
     out = _run(capsys, "dlq", "replay", *kafka, "--to", elsewhere, "--rate", "10", "--stage", "decode")
     assert out.startswith("replayed 3 of 3") and time.monotonic() - t0 >= 0.2
     assert sorted(m.value() for m in read_topic(broker.bootstrap_servers, elsewhere, 3, timeout=30)) == [b"{not json"] * 3
+
+
+def test_a_request_that_fails_again_after_its_replay_is_sent_once(broker, topic_factory, unique_group_id, capsys) -> None:
+    """A periodic replay (the same command, run again and again) of a request that can
+    never pass: its replay fails again and makes a new dead letter, which the next run
+    skips as having come back, instead of sending the request on every run for ever."""
+    topics = topics_for(topic_factory)
+    topic_factory(f"{topics.dlq}.replayed", exact=True)  # the ledger; created here to be deleted at teardown
+    key, value = CtrRequestFactory(seed=9).make(0)
+    cfg = opsutil.worker_config(broker, topics, unique_group_id, metrics={"enabled": False})
+    kafka = ["--topic", topics.dlq, "--bootstrap-servers", broker.bootstrap_servers, "--broker-profile", broker.profile]
+    replay = ["dlq", "replay", *kafka, "--to", topics.input, "--rate", "1000"]
+    reader = OutcomeReader(broker.bootstrap_servers, topics)
+    try:
+        with opsutil.live_worker(cfg) as live:
+            opsutil.wait_for(lambda: live.worker.assigned, 60, "partitions")
+            produce(broker.bootstrap_servers, topics.input, [(key, value, []), (b"m", b"{never valid", [])])
+            reader.read_until(2)
+            assert _run(capsys, *replay).startswith(f"replayed 1 of 1 selected dead letters to {topics.input}")
+            reader.read_until(3)  # the replay (input offset 2) failed again: a second dead letter
+            second = _run(capsys, *replay)
+            assert second.startswith("replayed 0 of 2") and "1 came back from an earlier replay" in second, second
+            assert _run(capsys, *replay).startswith("replayed 0 of 2")  # and so every later run
+            report = json.loads(_run(capsys, "dlq", "inspect", *kafka, "--json"))
+            assert report["came_back"] == {"dead_letters": 1, "requests": [
+                {"first_dead_letter": f"{topics.dlq}/0/0", "times": 1}]}
+            # --again sends the request once more, once, though two of its dead letters are selected.
+            again = _run(capsys, *replay, "--again")
+            assert again.startswith("replayed 1 of 2") and "1 of a request sent once already" in again, again
+            reader.read_until(4)
+            after = _run(capsys, *replay)
+            assert after.startswith("replayed 0 of 3") and "2 came back" in after, after
+            assert json.loads(_run(capsys, "dlq", "inspect", *kafka, "--json"))["came_back"]["requests"][0]["times"] == 2
+    finally:
+        reader.close()
+    sent = read_topic(broker.bootstrap_servers, topics.input, 5, timeout=3)
+    assert [m.value() for m in sent] == [value, b"{never valid", b"{never valid", b"{never valid"]
+    assert [dict(m.headers() or [])[H_REPLAYED_ORIGIN] for m in sent[2:]] == [f"{topics.dlq}/0/0".encode()] * 2

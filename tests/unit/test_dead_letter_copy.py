@@ -19,12 +19,15 @@ from consumers.dead_letter import (
     H_ERROR,
     H_KEY_BYTES,
     H_OFFSET,
+    H_REPLAYED_FROM,
+    H_REPLAYED_ORIGIN,
     H_STAGE,
     H_TRUNCATED,
     H_VALUE_BYTES,
     H_VALUE_SHA256,
     KEY_PREFIX_BYTES,
     MAX_STACKTRACE_CHARS,
+    MAX_WHERE_CHARS,
     RECORD_OVERHEAD_BYTES,
     Origin,
     dead_letter_copy,
@@ -144,7 +147,8 @@ def test_our_headers_at_their_worst_fit_the_headroom_the_entry_limit_leaves() ->
     """pipeline/delivery/limits.py keeps the entry limit DEAD_LETTER_HEADROOM_BYTES below the
     dead-letter topic's, so that every decoded request can be dead-lettered whole."""
     name = "t" * 249
-    rec = SourceRecord(name, 2**31 - 1, 2**63 - 1, b"k", b"v" * 100, {}, 2**63 - 1)
+    marks = {H_REPLAYED_FROM: b"f" * 10_000, H_REPLAYED_ORIGIN: "é".encode() * 10_000}  # a replay's, forged
+    rec = SourceRecord(name, 2**31 - 1, 2**63 - 1, b"k", b"v" * 100, marks, 2**63 - 1)
     wide = Origin("g" * 5000, "é" * 5000, "c" * 5000)
     try:
         _deep(50)
@@ -152,6 +156,7 @@ def test_our_headers_at_their_worst_fit_the_headroom_the_entry_limit_leaves() ->
         exc = raised
     copy = dead_letter_copy(rec, "é" * 5000, "inference", LIMIT, 65536, origin=wide, error=exc)
     own = [(k, v) for k, v in copy.headers]
+    assert len(dict(own)[H_REPLAYED_FROM]) == MAX_WHERE_CHARS  # kept, bounded
     size = record_bytes(None, None, own) - RECORD_OVERHEAD_BYTES
     assert size <= DEAD_LETTER_HEADROOM_BYTES - 1024, size  # and room for the cut-down notes
     # A copy of the largest request the entry limit lets in is sent whole.

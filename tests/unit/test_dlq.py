@@ -9,7 +9,13 @@ from consumers.dead_letter import Origin, dead_letter_copy
 from consumers.records import SourceRecord
 from pipeline.cli import build_parser
 from pipeline.dlq.inspect import summarize, text_lines
-from pipeline.dlq.letters import H_REPLAYED_FROM, DeadLetter, Selection, reason_group
+from pipeline.dlq.letters import (
+    H_REPLAYED_FROM,
+    H_REPLAYED_ORIGIN,
+    DeadLetter,
+    Selection,
+    reason_group,
+)
 
 
 def _letter(offset: int, reason: str, stage: str = "decode", value: bytes = b"{bad", ts: int = 1_000, limit: int = 1_000_000) -> DeadLetter:
@@ -46,7 +52,26 @@ def test_a_dead_letter_reads_back_what_the_worker_wrote() -> None:
 
 def test_a_replay_sends_the_requests_own_headers_and_where_it_came_from() -> None:
     headers = _letter(3, "malformed JSON").replay_headers()
-    assert headers == [("traceparent", b"00-abc-01"), (H_REPLAYED_FROM, b"ctr.requests.dlq/0/3")]
+    assert headers == [("traceparent", b"00-abc-01"), (H_REPLAYED_FROM, b"ctr.requests.dlq/0/3"),
+                       (H_REPLAYED_ORIGIN, b"ctr.requests.dlq/0/3")]
+
+
+def _came_back(letter: DeadLetter, offset: int, reason: str = "malformed JSON") -> DeadLetter:
+    """The dead letter a worker writes when `letter`'s replay fails again."""
+    rec = SourceRecord("ctr.requests", 0, 900 + offset, letter.key, letter.value, dict(letter.replay_headers()), 5)
+    copy = dead_letter_copy(rec, reason, "decode", 1_000_000, 64, origin=Origin("g", "w", "C"))
+    return DeadLetter("ctr.requests.dlq", 0, offset, 2_000, copy.key, copy.value, copy.headers)
+
+
+def test_a_replayed_request_that_fails_again_says_where_it_came_from() -> None:
+    first = _letter(3, "malformed JSON")
+    second = _came_back(first, 10)
+    assert (first.replayed_from, first.origin) == (None, "ctr.requests.dlq/0/3")
+    assert (second.replayed_from, second.origin) == ("ctr.requests.dlq/0/3", "ctr.requests.dlq/0/3")
+    third = _came_back(second, 11)
+    assert (third.replayed_from, third.origin) == ("ctr.requests.dlq/0/10", "ctr.requests.dlq/0/3")
+    assert third.replay_headers()[0] == ("traceparent", b"00-abc-01")  # the request's own, once
+    assert [k for k, _ in third.replay_headers()] == ["traceparent", H_REPLAYED_FROM, H_REPLAYED_ORIGIN]
 
 
 def test_a_truncated_dead_letter_says_so() -> None:
@@ -153,6 +178,39 @@ def test_a_dry_run_or_again_changes_what_is_sent(monkeypatch: pytest.MonkeyPatch
     assert (dry.replayed, dry.already) == (2, 1) and dry.line("t", True).startswith("would replay 2 of 3")
     again = _replay(monkeypatch, letters, [b"0/0"], again=True)
     assert (again.replayed, again.already) == (3, 0) and len(_FakeSender.sent) == 3
+
+
+def test_a_request_that_came_back_from_a_replay_is_not_sent_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 48: a periodic replay looped for ever on a request that can never pass,
+    sending each run the dead letter its previous run's replay made."""
+    first = _letter(0, "malformed JSON")
+    second = _came_back(first, 1)
+    report = _replay(monkeypatch, [first, second], [b"0/0"])
+    assert (report.selected, report.replayed, report.already, report.came_back) == (2, 0, 1, 1)
+    assert _FakeSender.sent == []
+    assert report.line("ctr.requests", False) == (
+        "replayed 0 of 2 selected dead letters to ctr.requests; 1 already replayed by an earlier run (skipped); "
+        "1 came back from an earlier replay, failed again (skipped; --again sends them)"
+    )
+    # --again: sent, but the request once, however many of its dead letters are selected.
+    again = _replay(monkeypatch, [first, second, _came_back(second, 2), _letter(5, "other")], [b"0/0"], again=True)
+    assert (again.replayed, again.same_request, again.came_back) == (2, 2, 0)
+    assert [o for o, _ in _FakeSender.sent] == [0, 5]
+    assert "2 of a request sent once already in this run (skipped)" in again.line("t", False)
+
+
+def test_inspect_counts_how_often_a_request_came_back() -> None:
+    first, other = _letter(0, "malformed JSON"), _letter(1, "malformed JSON")
+    second = _came_back(first, 2)
+    letters = [first, other, second, _came_back(second, 3), _came_back(other, 4)]
+    summary = summarize("ctr.requests.dlq", letters)
+    assert summary.as_dict()["came_back"] == {"dead_letters": 3, "requests": [
+        {"first_dead_letter": "ctr.requests.dlq/0/0", "times": 2}, {"first_dead_letter": "ctr.requests.dlq/0/1", "times": 1}]}
+    text = text_lines(summary)
+    assert text[-3].startswith("came back from a replay (failed again; `dlq replay` skips them unless --again): "
+                               "3 dead letters of 2 requests")
+    assert text[-2:] == ["         2  ctr.requests.dlq/0/0", "         1  ctr.requests.dlq/0/1"]
+    assert "came back" not in "\n".join(text_lines(summarize("t", [first, other])))
 
 
 class _FakeProducer:
