@@ -41,8 +41,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "replay", help="send the requests of selected dead letters to a topic again",
         description="Send the original request (value, key, its own headers, plus "
         "tidebatch.replayed.from) of each selected dead letter to --to, at most --rate a second. "
-        "Dead letters replayed before are listed in the ledger topic <topic>.replayed and skipped; "
-        "truncated ones are counted, never sent.",
+        "Dead letters replayed before are listed in the ledger topic <topic>.replayed and skipped, and so "
+        "are those of replayed requests that failed again; truncated ones are counted, never sent.",
     )
     _common(replay)
     replay.add_argument("--to", required=True, metavar="TOPIC", help="where to send the requests (usually the input topic)")
@@ -51,7 +51,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help=f"records per second at most (default {DEFAULT_RATE:g})",
     )
     replay.add_argument("--dry-run", action="store_true", help="count what would be replayed; send nothing")
-    replay.add_argument("--again", action="store_true", help="ignore the ledger: replay also what an earlier run replayed")
+    replay.add_argument("--again", action="store_true", help="ignore the ledger: replay also what an earlier run replayed, and requests that came back from "
+        "a replay (each request once a run)")
     replay.set_defaults(func=run_replay)  # the log flags: pipeline/cli.py adds them to every subcommand
 
 
