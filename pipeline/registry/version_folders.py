@@ -48,13 +48,23 @@ def scan(path: Path) -> list[Candidate]:
         stat = _stat(path)
         return [] if stat is None else [Candidate(None, path, stat)]
     found: list[Candidate] = []
-    for child in path.iterdir():
-        if not (child.name.isdigit() and int(child.name) > 0):
-            continue
+    for child in _numbered(path):
         stat = _stat(child / MODEL_FILE)
         if stat is not None:
             found.append(Candidate(str(int(child.name)), child / MODEL_FILE, stat))
     return sorted(found, key=lambda c: c.order)
+
+
+def without_model(path: Path) -> list[Path]:
+    """The version folders under `path` (numbered) that hold no model.onnx: not
+    versions, which a scan skips; the worker says so once (pipeline/versions/manager.py)."""
+    if not path.is_dir():
+        return []
+    return sorted((c for c in _numbered(path) if _stat(c / MODEL_FILE) is None), key=lambda c: int(c.name))
+
+
+def _numbered(path: Path) -> list[Path]:
+    return [c for c in path.iterdir() if c.name.isdigit() and int(c.name) > 0]
 
 
 def _stat(path: Path) -> tuple[int, int] | None:

@@ -77,6 +77,8 @@ class ModelVersions:
         serving = slot.current.model.onnx_path
         start = [c for c in repository.scan(model_path) if c.path.resolve() == serving]
         self.watch = VersionWatch(start[-1] if start else None)
+        self._empty: set[Path] = set()  # version folders without a model.onnx, said once each
+        self._say_empty()
         self._lock = threading.Lock()  # one load at a time
         self._stop = threading.Event()
         self.thread: threading.Thread | None = None
@@ -105,12 +107,14 @@ class ModelVersions:
     def poll(self) -> LoadOutcome:
         """One polling step: scan, and load what the watch picks."""
         with self._lock:
+            self._say_empty()
             candidate = self.watch.next_to_load(repository.scan(self.model_path))
             return LoadOutcome() if candidate is None else self._load(candidate)
 
     def reload(self) -> LoadOutcome:
         """Load the newest version now (the HTTP API): no settling wait."""
         with self._lock:
+            self._say_empty()
             found = repository.scan(self.model_path)
             if not found:
                 return LoadOutcome(refused=f"no model version found at {self.model_path}")
@@ -118,6 +122,16 @@ class ModelVersions:
             if newest == self.watch.serving:
                 return LoadOutcome(loaded=self.version, version=self.version)
             return self._load(newest)
+
+    def _say_empty(self) -> None:
+        """One line per version folder that holds no model.onnx (a scan skips it, so a
+        version copied in under another file name would otherwise wait in silence);
+        again only once it held one and is empty again."""
+        empty = set(repository.without_model(self.model_path))
+        for folder in sorted(empty - self._empty):
+            log.warning("%s: version folder %s has no %s, so it is not a version (yet); %s keeps serving",
+                        self.pipeline, folder, repository.MODEL_FILE, self.version)
+        self._empty = empty
 
     def _load(self, candidate: Candidate) -> LoadOutcome:
         serving = self.slot.current

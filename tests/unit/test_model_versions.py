@@ -262,3 +262,42 @@ def test_polling_an_unchanged_model_loads_nothing(tmp_path, monkeypatch):
             assert h.swaps == [] and h.versions.reload().loaded == h.versions.version
         finally:
             h.close()
+
+
+def test_a_version_folder_without_its_model_file_is_said_once(tmp_path, caplog):
+    """Issue 48: a version copied in under another file name (or an empty folder) was
+    skipped without a word; the worker says so once, and again only if it empties again."""
+    import logging
+
+    repo = tmp_path / "repo"
+    _version(repo, "1")
+    (repo / "2").mkdir()
+    ranker(repo / "2" / "ranker.onnx")  # not model.onnx
+    caplog.set_level(logging.WARNING, logger="pipeline.versions.manager")
+    h = Harness(repo)
+    try:
+        h.versions.poll()
+        h.versions.reload()
+        said = [r.getMessage() for r in caplog.records]
+        assert len(said) == 1 and said[0] == (
+            f"mine: version folder {repo / '2'} has no model.onnx, so it is not a version (yet); 1 keeps serving")
+        (repo / "2" / "ranker.onnx").rename(repo / "2" / "model.onnx")
+        assert h.versions.reload().loaded == "2" and len(caplog.records) == 1
+    finally:
+        h.close()
+
+
+def test_an_explicit_reload_tries_a_refused_version_again(tmp_path):
+    """Documented (docs/OWN_MODEL.md, "Versions and hot swap"): polling never retries a
+    refused version until its file changes, but `POST /model/reload` does (a refusal can
+    be transient: memory, a model process that died while loading), and answers 409 again."""
+    repo = tmp_path / "repo"
+    _version(repo, "1")
+    h = Harness(repo)
+    try:
+        (repo / "2").mkdir()
+        (repo / "2" / "model.onnx").write_bytes(b"not an onnx model")
+        assert h.versions.reload().refused and h.versions.reload().refused
+        assert h.refusals == ["2", "2"] and h.versions.version == "1"
+    finally:
+        h.close()
