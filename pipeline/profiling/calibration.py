@@ -55,6 +55,7 @@ class ThreadCpu:
     broker_s: float | None  # a broker on this machine, sharing its cores; None: not measured
     executors: int
     others_cores: float = 0.0  # cores the rest of the machine kept busy meanwhile (the prediction assumes none)
+    drained_requests: int = 0  # all the worker drained: the measured window is WINDOW's share of them
 
     @property
     def drained(self) -> float:
@@ -197,7 +198,10 @@ def _drain(cfg: WorkerConfig, count: int, bootstrap: str, broker_pids: Sequence[
     try:
         marks = [int(count * share) for share in WINDOW]
         taken: list[Reading] = []
-        for mark in marks:
+        # Every request has its outcome before the worker stops, so that its own log
+        # (consumed=...) counts all that were preloaded, not what it had taken when the
+        # window closed (issue 48: "20,000 preloaded", worker "consumed=19000").
+        for mark in (*marks, count):
             while outcomes() < mark:
                 if exit_code or worker.failure:
                     raise UserError(f"profile calibration: the worker stopped: {worker.failure or 'exit'}")
@@ -205,8 +209,9 @@ def _drain(cfg: WorkerConfig, count: int, bootstrap: str, broker_pids: Sequence[
                     raise UserError(f"profile calibration: {outcomes()} of {count} requests done at {bootstrap} "
                                     f"in {timeout_s:.0f} s")
                 time.sleep(0.02)
-            taken.append(reading())
-        return per_request(taken[0], taken[1], bootstrap)
+            if len(taken) < len(marks):
+                taken.append(reading())
+        return replace(per_request(taken[0], taken[1], bootstrap), drained_requests=count)
     finally:
         worker.stop("calibration done")
         source.join(timeout=60)

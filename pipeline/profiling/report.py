@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from pipeline.config import WorkerConfig
-from pipeline.profiling.calibration import ThreadCpu
+from pipeline.profiling.calibration import WINDOW, ThreadCpu
 from pipeline.profiling.fit import Fitted, recommended_config
 from pipeline.profiling.measure import Profile
 
@@ -52,7 +52,8 @@ def _calibration(profile: Profile) -> dict | None:
     if cal is None:
         return None
     return {
-        "bootstrap": cal.bootstrap, "requests": cal.requests, "drained_rows_s": cal.drained * profile.python.rows_per_request,
+        "bootstrap": cal.bootstrap, "requests": cal.requests, "drained_requests": cal.drained_requests,
+        "window": list(WINDOW), "drained_rows_s": cal.drained * profile.python.rows_per_request,
         "us_per_request": {name: round(v * 1e6, 2) for name, v in _thread_figures(cal).items() if v is not None},
         "executors": cal.executors, "others_cores": cal.others_cores,
     }
@@ -101,8 +102,10 @@ def _calibration_lines(profile: Profile) -> list[str]:
     for cal in profile.calibrations:
         spent = ", ".join(f"{k} {v * 1e6:.1f}" for k, v in _thread_figures(cal).items() if v is not None)
         kind = "model process" if cal.model_process_s is not None else "in-process"
-        lines.append(f"calibration ({kind}) at {cal.bootstrap}: a worker drained {cal.requests:,} requests at "
-                     f"{cal.drained * profile.python.rows_per_request:,.0f} rows/s; CPU µs per request: {spent} "
+        lines.append(f"calibration ({kind}) at {cal.bootstrap}: a worker drained {cal.drained_requests:,} requests, "
+                     f"measured from {WINDOW[0]:.0%} to {WINDOW[1]:.0%} of them ({cal.requests:,}, start-up and "
+                     f"the last ones left out) at {cal.drained * profile.python.rows_per_request:,.0f} rows/s; "
+                     f"CPU µs per request: {spent} "
                      f"({cal.executors} executor{'s' if cal.executors > 1 else ''}; the rest of the machine kept "
                      f"{cal.others_cores:.2f} cores busy meanwhile)")
     return lines

@@ -83,6 +83,7 @@ def test_profile_calibrates_through_a_broker_and_leaves_no_topic_behind(embedded
     cal = report["calibration"]
     assert report["upper_bound"] is False and cal["bootstrap"] == embedded_broker.bootstrap_servers
     assert 0 < cal["requests"] < 600 and cal["executors"] == 1 and cal["drained_rows_s"] > 0
+    assert cal["drained_requests"] == 600 and cal["window"] == [0.2, 0.9]
     spent = cal["us_per_request"]
     assert all(spent[k] > 0 for k in ("source", "executors", "publisher")) and "broker" not in spent
     assert report["predicted_capacity_rows_s"] == min(report["bounds_rows_s"].values())

@@ -160,3 +160,16 @@ def test_one_calibration_when_the_choice_keeps_its_executor_kind() -> None:
     runs: list[str] = []
     calibrate_choice(profile, lambda chosen: runs.append(chosen.setting.executor) or _calibration(False, 150))
     assert runs == ["in-process"] and profile.chosen.setting.executor == "in-process"
+
+
+def test_the_calibration_line_says_what_was_drained_and_what_measured() -> None:
+    """Issue 48: "20,000 preloaded", "a worker drained 14,000 requests" and the worker's
+    own consumed=19000 did not add up: the window is a share of the drain."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from pipeline.profiling.report import _calibration_lines
+
+    cal = replace(_calibration(False, 100), requests=14_000, drained_requests=20_000)
+    (line,) = _calibration_lines(SimpleNamespace(calibrations=[cal], python=SimpleNamespace(rows_per_request=1.0)))
+    assert "a worker drained 20,000 requests, measured from 20% to 90% of them (14,000, start-up and the last" in line
