@@ -56,12 +56,48 @@ def loads(value: bytes) -> Any:
 def int_literal(value: bytes, key: str) -> IntText | None:
     """The text of top-level ``key`` if the message wrote it as an integer literal (which
     orjson gave as a float because it is beyond 64 bits). Error path only."""
+    found = exact_field(value, key)
+    return found if isinstance(found, IntText) else None
+
+
+def exact_field(value: bytes, key: str) -> Any:
+    """Top-level ``key`` of the message as written: every integer literal, at any depth,
+    an IntText (orjson reads those beyond 64 bits as floats); None when the message
+    has no such field or does not parse. Error path only."""
     try:
         doc = _exact_loads(value, IntText)
     except (json.JSONDecodeError, DecodeError):
         return None
-    found = doc.get(key) if type(doc) is dict else None
-    return found if isinstance(found, IntText) else None
+    return doc.get(key) if type(doc) is dict else None
+
+
+class _Constant(str):
+    """A NaN, Infinity or -Infinity literal, kept to say where it was."""
+
+    __slots__ = ()
+
+
+def nonfinite_literal(value: bytes) -> tuple[str, str] | None:
+    """Where the message's first NaN, Infinity or -Infinity literal is, and which
+    ("features[1]", "NaN"), if the message is JSON but for such literals; else None.
+    JSON has no such numbers, so orjson refuses the message as malformed at a column;
+    this names the field instead. Error path only."""
+    try:
+        text = bytes(value).decode("utf-8")
+        with _recursion_room(DEPTH_LIMIT + 64):
+            doc = json.loads(text, parse_int=str, parse_float=str, parse_constant=_Constant)
+    except (ValueError, RecursionError):
+        return None
+    stack: list[tuple[str, Any]] = [("", doc)]
+    while stack:
+        path, v = stack.pop()
+        if isinstance(v, _Constant):
+            return path or "value", str(v)
+        if type(v) is dict:
+            stack.extend((f"{path}.{k}" if path else str(k), x) for k, x in reversed(list(v.items())))
+        elif type(v) is list:
+            stack.extend((f"{path}[{i}]", x) for i, x in reversed(list(enumerate(v))))
+    return None
 
 
 def show_int(text: str) -> str:

@@ -66,6 +66,9 @@ class TensorBinaryCodec(TensorJsonCodec):
             raise DecodeError(f"expected a msgpack map at top level, got {type_name(doc)}")
         return doc
 
+    def literal(self, value: bytes | None, field: str) -> Any:
+        return None  # msgpack integers are 64-bit: none reads as a float
+
     def array(self, f: InputField, value: Any) -> np.ndarray:
         if type(value) is dict:
             return self._shaped(f, value)

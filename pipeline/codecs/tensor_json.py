@@ -27,13 +27,14 @@ tree ensemble's ZipMap probabilities) gives one object per row, its keys as stri
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import orjson
 
+from pipeline.codecs import jsonnum
 from pipeline.codecs.base import Decoded, DecodeError
 from pipeline.codecs.ctr_fields import parse_json, read_meta, read_request_id, type_name
 from pipeline.codecs.tensor_pad import cut, length_of, pad_request, padding
@@ -128,7 +129,10 @@ class TensorJsonCodec:
         for f in self.fields:
             if f.field not in doc:
                 raise DecodeError(f"missing field {f.field!r}")
-            arr = self.array(f, doc[f.field])
+            try:
+                arr = self.array(f, doc[f.field])
+            except DecodeError as exc:
+                raise self._refined(exc, f, value) from None
             if self.many:
                 if arr.ndim == 0:
                     raise DecodeError(f"{f.field}: expected an array of rows, got a {type_name(doc[f.field])}")
@@ -151,8 +155,37 @@ class TensorJsonCodec:
         return Decoded(request_id, rows, payload, priority, deadline_ms, tenant, bucket)
 
     def document(self, value: bytes | None) -> dict[str, Any]:
-        """The request as a mapping of fields (the binary form overrides: tensor_binary.py)."""
-        return parse_json(value)
+        """The request as a mapping of fields (the binary form overrides: tensor_binary.py).
+        JSON has no NaN or Infinity: a message with one is malformed, and the reason
+        names its field rather than a column."""
+        try:
+            return parse_json(value)
+        except DecodeError as exc:
+            found = jsonnum.nonfinite_literal(value) if str(exc).startswith("malformed JSON") and value else None
+            if found is None:
+                raise
+            raise DecodeError(f"{found[0]}: {found[1]} is not valid JSON (JSON numbers are finite)") from None
+
+    def literal(self, value: bytes | None, field: str) -> Any:
+        """`field` of the message as written, integer literals as jsonnum.IntText (the
+        binary form has none: msgpack integers are 64-bit). Error path only."""
+        return jsonnum.exact_field(value, field) if value else None
+
+    def _refined(self, exc: DecodeError, f: InputField, value: bytes | None) -> DecodeError:
+        """An integer beyond 64 bits reads as a float (orjson), refused as "expected int,
+        got float": where the first wrong element was written as such an integer, the
+        reason says it is out of range, as for one within 64 bits."""
+        if f.dtype.kind not in "iu" or not str(exc).endswith("got float"):
+            return exc
+        info = np.iinfo(f.dtype)
+        for leaf in _leaves(self.literal(value, f.field)):
+            if isinstance(leaf, jsonnum.IntText):
+                digits = leaf.lstrip("-")
+                if len(digits) > 20 or not info.min <= int(leaf) <= info.max:
+                    return DecodeError(f"{f.field}: value out of range for {f.dtype.name} ({info.min}..{info.max})")
+            elif type(leaf) is float:
+                break  # a float literal came first: the reason stands
+        return exc
 
     def array(self, f: InputField, value: Any) -> np.ndarray:
         """One field's value as an array of its input's dtype, not yet shape-checked."""
@@ -209,6 +242,17 @@ def _json_value(row: Any) -> Any:
     if isinstance(row, list | tuple):
         return [_json_value(v) for v in row]
     return row
+
+
+def _leaves(value: Any) -> Iterator[Any]:
+    """The leaves of nested lists, in document order."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if type(v) is list:
+            stack.extend(reversed(v))
+        else:
+            yield v
 
 
 def check_dims(f: InputField, shape: tuple[int, ...], named: dict[str, tuple[int, str]]) -> None:
