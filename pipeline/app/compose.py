@@ -58,6 +58,11 @@ def executor_count(runtime: RuntimeConfig) -> int:
     return runtime.executors or (4 if runtime.model_process else 1)
 
 
+def group_id_of(cfg: WorkerConfig) -> str:
+    """The consumer group a worker of `cfg` joins: `group_id`, else tidebatch-<pipeline>."""
+    return cfg.group_id or f"tidebatch-{cfg.pipeline}"
+
+
 def batching_params(cfg: WorkerConfig, pipeline_max_rows: int) -> dict[str, Any]:
     """make_policy's parameters from the `batching` section; the row cap defaults to
     the pipeline's own."""
@@ -114,7 +119,7 @@ def build_parts(
                                         LATENCY_BUCKETS, class_slo_seconds(cfg.tenants, cfg.batching))
         b = cfg.batching
         backpressure = Backpressure(b.queue_high_rows, b.queue_low_rows, poll_records=POLL_RECORDS)
-        group_id = cfg.group_id or f"tidebatch-{cfg.pipeline}"
+        group_id = group_id_of(cfg)
         credentials = credential_refresh(cfg)
         producer = make_producer(cfg, group_id, credentials)
         slot = ModelSlot(step)

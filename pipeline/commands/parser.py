@@ -24,6 +24,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "pipeline.commands.config",
     "pipeline.commands.inspect",
     "pipeline.commands.dlq",
+    "pipeline.commands.read",
     "pipeline.commands.completion",
     "pipeline.commands.profile",
 )

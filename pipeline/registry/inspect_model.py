@@ -6,6 +6,7 @@ GraphInfo (pipeline/runtime/onnx_graph.py) in, text out."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import numpy as np
 import orjson
@@ -110,7 +111,24 @@ def pad_hints(graph: GraphInfo, dynamic: list[str]) -> list[str]:
     return hints
 
 
-def starter_config(graph: GraphInfo, name: str, outputs: list[str] | None = None) -> str:
+# The broker_profile line of the starter config, with what the other choice is for: on
+# the embedded broker the kafka profile's session timeout makes every start wait ~23 s
+# for its partitions (consumers/profiles.py), and a new user cannot know that.
+BROKER_NOTES = {
+    "kafka": "Apache Kafka (or a Kafka-compatible service); embedded for `tidebatch broker`",
+    "embedded": "`tidebatch broker` (Tansu); kafka for Apache Kafka",
+}
+
+
+@dataclass(frozen=True)
+class Broker:
+    """Where the starter config's worker will connect, and with which client profile."""
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    profile: str = "kafka"
+
+
+def starter_config(graph: GraphInfo, name: str, outputs: list[str] | None = None, broker: Broker = Broker()) -> str:
     entry = {
         "name": name,
         "model": str(graph.path),
@@ -124,14 +142,17 @@ def starter_config(graph: GraphInfo, name: str, outputs: list[str] | None = None
     }
     doc = {
         "pipeline": name,
-        "bootstrap_servers": "127.0.0.1:9092",
+        "bootstrap_servers": broker.bootstrap_servers,
+        "broker_profile": broker.profile,
         "batching": {"policy": "adaptive", "slo_ms": 100},
         "pipelines": [entry],
     }
-    return yaml.safe_dump(doc, sort_keys=False, width=1000)
+    text = yaml.safe_dump(doc, sort_keys=False, width=1000)
+    line = f"broker_profile: {broker.profile}\n"
+    return text.replace(line, f"broker_profile: {broker.profile}  # {BROKER_NOTES[broker.profile]}\n", 1)
 
 
-def report(graph: GraphInfo, probe: Probe | None = None) -> str:
+def report(graph: GraphInfo, probe: Probe | None = None, broker: Broker = Broker()) -> str:
     """The whole text; `probe` is what running the model on sample requests showed
     (pipeline/registry/model_probe.py), None where it was not run (the inputs cannot be filled)."""
     name = pipeline_name(graph)
@@ -174,7 +195,7 @@ def report(graph: GraphInfo, probe: Probe | None = None) -> str:
         lines += ["", "sample result (the model's fields of its result document; a map becomes an object):"]
         lines.append(result if len(result) <= MAX_SAMPLE_CHARS else f"  ({len(result)} characters)")
     lines += ["", f"starter config ({name}.yaml; run it with `tidebatch run -c {name}.yaml`):",
-              starter_config(graph, name, outputs)]
+              starter_config(graph, name, outputs, broker)]
     return "\n".join(lines).rstrip() + "\n"
 
 

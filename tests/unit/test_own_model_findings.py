@@ -5,12 +5,19 @@ check` checking what `run` checks, the starter config's broker profile, and
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+import yaml
 
+from pipeline.cli import main
 from pipeline.codecs.base import DecodeError
 from pipeline.codecs.tensor_json import TensorJsonCodec
+from pipeline.config import load_config
+from pipeline.dlq.letters import DeadLetter
+from pipeline.dlq.show import meta_line, value_line
+from pipeline.errors import UserError
 from pipeline.runtime.onnx_graph import read_graph
 from tests.own_models import ranker
 
@@ -76,4 +83,66 @@ def test_unknown_request_fields_are_ignored(codec):
     is not refused, so a producer can add fields before the model reads them."""
     d = codec.decode(_req(extra=', "featurez": [1], "debug": {"a": 1}'), None)
     assert set(d.payload) == {"dense", "tokens"}
+
+
+# ----------------------------------------------------------------------------- config check
+def _config(tmp_path: Path, onnx: Path, **entry: object) -> Path:
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump({"pipeline": "mine", "pipelines": [
+        {"name": "mine", "model": str(onnx), "inputs": {"features": "dense", "tokens": "tokens"}, **entry}]}))
+    return path
+
+
+def test_config_check_names_the_group_run_joins(model, tmp_path, capsys):
+    assert main(["config", "check", str(_config(tmp_path, model)), "--no-env"]) == 0
+    out = capsys.readouterr().out
+    assert "group tidebatch-mine" in out and "group None" not in out
+    assert f"model {model} version 1" in out
+
+
+@pytest.mark.parametrize(("entry", "says"), [
+    ({"inputs": {"features": "nope", "tokens": "tokens"}}, "inputs.features: the model has no input 'nope'"),
+    ({"outputs": {"score": "nope"}}, "outputs.score: the model has no output 'nope'"),
+    ({"model": "/nonexistent/model.onnx"}, "model file not found: /nonexistent/model.onnx"),
+])
+def test_config_check_refuses_what_run_refuses_with_runs_line(model, tmp_path, capsys, entry, says):
+    """Issue 48: `check` said "valid" for these, and `run` then stopped at its model."""
+    from pipeline.app.compose import build_parts
+
+    path = _config(tmp_path, model, **entry)
+    assert main(["config", "check", str(path), "--no-env"]) == 2
+    shown = capsys.readouterr().err.strip()
+    assert says in shown
+    with pytest.raises(UserError) as run_says:  # what the worker's composition raises at start
+        build_parts(load_config(path, environ={}))
+    assert shown == f"tidebatch: error: {run_says.value}"
+
+
+# ----------------------------------------------------------------------------- inspect
+def test_the_starter_config_names_its_broker_profile(model, tmp_path, capsys):
+    """Issue 48: without broker_profile, a worker on the embedded broker waited ~23 s
+    for its partitions at every start."""
+    assert main(["inspect", str(model), "--broker-profile", "embedded", "--config-only"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("pipeline: ranker\n") and "broker_profile: embedded  # `tidebatch broker`" in text
+    (tmp_path / "ranker.yaml").write_text(text)
+    cfg = load_config(tmp_path / "ranker.yaml", environ={})
+    assert (cfg.broker_profile, cfg.bootstrap_servers) == ("embedded", "127.0.0.1:9092")
+    assert main(["inspect", str(model), "--bootstrap-servers", "kafka:9092"]) == 0
+    report = capsys.readouterr().out
+    assert "broker_profile: kafka  # Apache Kafka" in report and "bootstrap_servers: kafka:9092" in report
+
+
+# ----------------------------------------------------------------------------- read
+def test_read_prints_values_or_records_with_where_they_are():
+    rec = DeadLetter("r.results", 1, 7, 1000, b"k", b'{"request_id": "a"}', [("h", b"\xff")])
+    assert value_line(rec) == b'{"request_id": "a"}\n'
+    doc = json.loads(meta_line(rec))
+    assert doc == {"topic": "r.results", "partition": 1, "offset": 7, "timestamp_ms": 1000, "key": "k",
+                   "headers": [["h", "base64:/w=="]], "value": '{"request_id": "a"}'}
+
+
+def test_read_needs_a_broker(capsys):
+    assert main(["read", "t"]) == 2
+    assert "needs --bootstrap-servers or -c CONFIG" in capsys.readouterr().err
 
