@@ -7,6 +7,7 @@ the field, and the worker keeps going."""
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 
 import numpy as np
@@ -225,8 +226,11 @@ def test_binary_form_served_from_configuration(broker, topic_factory, unique_gro
 
 def test_five_commands_of_the_docs(broker, topic_factory, unique_group_id, tmp_path) -> None:
     """docs/OWN_MODEL.md, "Five commands", as a user runs them: inspect, keep its
-    starter config, produce the user's own requests from a file, `tidebatch run -c`,
-    read the results."""
+    starter config for this broker (`--broker-profile`, `--config-only`), `tidebatch run
+    -c`, produce the user's own requests from a file, read the results with `tidebatch
+    read`. Issue 48: the starter config had no broker_profile (a worker on the embedded
+    broker waited ~23 s for its partitions, and its first results were all late), and
+    step 5 needed kcat."""
     import signal
     import subprocess
     import sys
@@ -235,26 +239,37 @@ def test_five_commands_of_the_docs(broker, topic_factory, unique_group_id, tmp_p
 
     model = ranker(tmp_path / "my-ranker.onnx")
     cli = [sys.executable, "-m", "pipeline.cli"]
-    report = subprocess.run([*cli, "inspect", str(model)], cwd=REPO, capture_output=True, text=True, check=True).stdout
-    config = yaml.safe_load(report.split("`tidebatch run -c my-ranker.yaml`):\n", 1)[1])
+
+    def step(*argv: str) -> str:
+        done = subprocess.run([*cli, *argv], cwd=tmp_path, capture_output=True, text=True, env={**os.environ,
+                              "PYTHONPATH": str(REPO)})
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    report = step("inspect", "my-ranker.onnx")
+    starter = step("inspect", "my-ranker.onnx", "--broker-profile", broker.profile,
+                   "--bootstrap-servers", broker.bootstrap_servers, "--config-only")
+    config = yaml.safe_load(starter)
+    assert (config["broker_profile"], config["bootstrap_servers"]) == (broker.profile, broker.bootstrap_servers)
+    shown = yaml.safe_load(report.split("`tidebatch run -c my-ranker.yaml`):\n", 1)[1])  # the report's own config
+    assert config == {**shown, "bootstrap_servers": broker.bootstrap_servers, "broker_profile": broker.profile}
     inp, out = topic_factory("five-req", partitions=1), topic_factory("five-res", partitions=1)
     topic_factory(f"{inp}.dlq", exact=True)
     config["pipelines"][0].update(input_topic=inp, output_topic=out)
-    config.update(bootstrap_servers=broker.bootstrap_servers, broker_profile=broker.profile, group_id=unique_group_id,
-                  metrics={"enabled": False}, create_topics=False)
+    config.update(group_id=unique_group_id, metrics={"enabled": False}, create_topics=False)  # this test's topics
     (tmp_path / "my-ranker.yaml").write_text(yaml.safe_dump(config))
     sample = orjson.loads(report.split("left out):\n", 1)[1].split("\n", 1)[0])
     requests = [{**sample, "request_id": f"five-{i}", "tokens": list(range(i % 4 + 1))} for i in range(20)]
     (tmp_path / "requests.jsonl").write_text("".join(orjson.dumps(r).decode() + "\n" for r in requests))
-    sent = subprocess.run([*cli, "produce", "my-ranker", "-c", str(tmp_path / "my-ranker.yaml"), "--quiet", "--partitions", "1",
-                    "--bootstrap-servers", broker.bootstrap_servers, "--broker-profile", broker.profile,
-                    "--file", str(tmp_path / "requests.jsonl")], cwd=REPO, capture_output=True, text=True)
-    assert sent.returncode == 0, sent.stderr
     with open(tmp_path / "run.log", "wb") as log:
-        worker = subprocess.Popen([*cli, "run", "-c", str(tmp_path / "my-ranker.yaml")], cwd=REPO,
-                                  stdout=log, stderr=subprocess.STDOUT)
+        worker = subprocess.Popen([*cli, "run", "-c", "my-ranker.yaml"], cwd=tmp_path, stdout=log,
+                                  stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(REPO)})
     try:
-        docs = result_docs(read_topic(broker.bootstrap_servers, out, len(requests), timeout=90))
+        wait_for(lambda: b"assigned" in (tmp_path / "run.log").read_bytes(), 60, "the worker's partitions")
+        step("produce", "my-ranker", "-c", "my-ranker.yaml", "--quiet", "--bootstrap-servers", broker.bootstrap_servers,
+             "--file", "requests.jsonl")
+        assert len(read_topic(broker.bootstrap_servers, out, len(requests), timeout=90)) == len(requests)
+        docs = [orjson.loads(line) for line in step("read", out, "-c", "my-ranker.yaml").splitlines()]
     finally:
         worker.send_signal(signal.SIGINT)
         worker.wait(60)
