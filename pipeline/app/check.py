@@ -33,7 +33,7 @@ def check_config(cfg: WorkerConfig, environ: Mapping[str, str] | None) -> Checke
     `environ` None leaves the secret references unresolved."""
     from pipeline.app.compose import batching_params, group_id_of
     from pipeline.app.serve import require_extras
-    from pipeline.batching.policies import make_policy
+    from pipeline.batching.registry import make_policy
     from pipeline.registry.pipelines import pipeline_for
 
     require_extras(cfg)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from pipeline.commands.kafka_flags import add_broker_profile_flag
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("inspect", help="describe an ONNX model and print a starter config for it")
@@ -16,10 +18,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--bootstrap-servers", default="127.0.0.1:9092", metavar="HOST:PORT",
         help="the starter config's Kafka brokers (default 127.0.0.1:9092)",
     )
-    p.add_argument(
-        "--broker-profile", default="kafka", choices=("kafka", "embedded"),
-        help="the starter config's broker_profile: kafka, or embedded for `tidebatch broker` (with kafka "
-        "there, every worker start waits ~23 s for its partitions; default kafka)",
+    add_broker_profile_flag(
+        p, "kafka", "kafka",
+        what="the starter config's broker_profile, as the worker's broker needs (with kafka on the embedded "
+        "broker every worker start waits ~23 s for its partitions)",
     )
     p.add_argument(
         "--config-only", action="store_true",

@@ -11,9 +11,13 @@ import os
 import sys
 
 from consumers.kafka_reachable import DEFAULT_TIMEOUT_S, require_kafka
-from consumers.profiles import PROFILES
 from pipeline.commands.etl import parse_time
-from pipeline.commands.kafka_flags import add_x_flag, connect_timeout_help, kafka_block
+from pipeline.commands.kafka_flags import (
+    add_broker_profile_flag,
+    add_x_flag,
+    connect_timeout_help,
+    kafka_block,
+)
 from pipeline.errors import UserError
 
 
@@ -33,11 +37,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--bootstrap-servers", metavar="HOST:PORT",
         help="a Kafka broker to start from (default: the config's bootstrap_servers; one of the two is needed)",
     )
-    p.add_argument(
-        "--broker-profile", choices=tuple(PROFILES),
-        help="kafka, or embedded: the embedded broker's client settings (docs/BROKERS.md; default: the "
-        "config's broker_profile, else kafka)",
-    )
+    add_broker_profile_flag(p, None, "the config's broker_profile, else kafka")
     p.add_argument("--since", type=parse_time, metavar="TIME", help="records at or after this time: ISO-8601 or epoch ms")
     p.add_argument(
         "--meta", action="store_true",

@@ -12,6 +12,7 @@ import numpy as np
 import orjson
 import yaml
 
+from consumers.profiles import PROFILES
 from pipeline.codecs.tensor_json import InputField
 from pipeline.registry.model_probe import Probe
 from pipeline.registry.user_pipelines import sample_fields
@@ -111,13 +112,12 @@ def pad_hints(graph: GraphInfo, dynamic: list[str]) -> list[str]:
     return hints
 
 
-# The broker_profile line of the starter config, with what the other choice is for: on
-# the embedded broker the kafka profile's session timeout makes every start wait ~23 s
-# for its partitions (consumers/profiles.py), and a new user cannot know that.
-BROKER_NOTES = {
-    "kafka": "Apache Kafka (or a Kafka-compatible service); embedded for `tidebatch broker`",
-    "embedded": "`tidebatch broker` (Tansu); kafka for Apache Kafka",
-}
+# The broker_profile line of the starter config says what the other profiles are for:
+# on the embedded broker the kafka profile's session timeout makes every start wait
+# ~23 s for its partitions (consumers/profiles.py), and a new user cannot know that.
+def _profile_note(profile: str) -> str:
+    others = "; ".join(f"{name} for {broker}" for name, broker in PROFILES.items() if name != profile)
+    return f"{PROFILES[profile]}; {others} (`tidebatch broker` runs the embedded one)"
 
 
 @dataclass(frozen=True)
@@ -149,7 +149,7 @@ def starter_config(graph: GraphInfo, name: str, outputs: list[str] | None = None
     }
     text = yaml.safe_dump(doc, sort_keys=False, width=1000)
     line = f"broker_profile: {broker.profile}\n"
-    return text.replace(line, f"broker_profile: {broker.profile}  # {BROKER_NOTES[broker.profile]}\n", 1)
+    return text.replace(line, f"broker_profile: {broker.profile}  # {_profile_note(broker.profile)}\n", 1)
 
 
 def report(graph: GraphInfo, probe: Probe | None = None, broker: Broker = Broker()) -> str:

@@ -124,7 +124,7 @@ def test_the_starter_config_names_its_broker_profile(model, tmp_path, capsys):
     for its partitions at every start."""
     assert main(["inspect", str(model), "--broker-profile", "embedded", "--config-only"]) == 0
     text = capsys.readouterr().out
-    assert text.startswith("pipeline: ranker\n") and "broker_profile: embedded  # `tidebatch broker`" in text
+    assert text.startswith("pipeline: ranker\n") and "broker_profile: embedded  # the embedded Tansu broker; kafka for Apache Kafka" in text
     (tmp_path / "ranker.yaml").write_text(text)
     cfg = load_config(tmp_path / "ranker.yaml", environ={})
     assert (cfg.broker_profile, cfg.bootstrap_servers) == ("embedded", "127.0.0.1:9092")
