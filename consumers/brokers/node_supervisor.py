@@ -15,7 +15,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from consumers.brokers.kafka import KafkaBroker, KafkaBrokerError, failure_line
+from consumers.brokers.kafka import KafkaBroker
+from consumers.brokers.kafka_fetch import KafkaBrokerError
+from consumers.brokers.kafka_node import failure_line
 from consumers.brokers.node_control import ControlError, ControlFiles, parse_request
 from consumers.brokers.node_states import LIVE, STARTING, NodeBook, NodeInfo
 

@@ -217,7 +217,8 @@ def run_node_status(args: argparse.Namespace) -> int:
 def _make_broker(args: argparse.Namespace) -> tuple[LocalBroker, str]:
     """The broker to run and how to name it in messages."""
     if args.engine == "kafka":
-        from consumers.brokers.kafka import KAFKA_VERSION, KafkaBroker
+        from consumers.brokers.kafka import KafkaBroker
+        from consumers.brokers.kafka_fetch import KAFKA_VERSION
 
         # --log-file names the first node's log; each node logs in its own folder.
         workdir = Path(args.log_file).parent if args.log_file else None

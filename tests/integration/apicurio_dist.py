@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from consumers.brokers.kafka import DEPENDENCY_PLUGIN, maven_error_line
+from consumers.brokers.kafka_fetch import DEPENDENCY_PLUGIN, maven_error_line
 
 # The pin. 2.6.x runs on Java 17, the Java Apache Kafka's jars already need
 # (scripts/ensure_kafka.sh); 3.x is compiled for Java 21 and fails on 17 with

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from consumers.brokers.embedded import HOST, _pdeathsig_preexec, _terminate, free_port
-from consumers.brokers.kafka import telling_line
+from consumers.brokers.kafka_node import telling_line
 from tests.integration.apicurio_dist import (
     RegistryDistError,
     apicurio_home,
@@ -50,7 +50,7 @@ _LOG_TAIL_LINES = 20
 _PORT_ATTEMPTS = 3
 # What Quarkus logs when its port was taken between free_port() and its bind.
 _PORT_TAKEN = "seems to be in use by another process"
-# As for the Kafka JVMs (consumers/brokers/kafka.py): a small heap, and start-up over
+# As for the Kafka JVMs (consumers/brokers/kafka_process.py): a small heap, and start-up over
 # peak speed (C1 only) since a test registry serves a few requests.
 JVM_FLAGS: tuple[str, ...] = (
     "-Xms64m", "-Xmx512m",

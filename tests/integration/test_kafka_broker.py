@@ -16,7 +16,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec
 
-from consumers.brokers.kafka import KafkaBroker, KafkaBrokerError, ensure_jars
+from consumers.brokers.kafka import KafkaBroker
+from consumers.brokers.kafka_fetch import KafkaBrokerError, ensure_jars
 from consumers.profiles import KAFKA, consumer_config, producer_config
 from pipeline.loadgen.ctr import CtrRequestFactory
 from tests.integration.pipeline_helpers import (
@@ -108,9 +109,9 @@ def test_port_taken_is_a_one_line_error(tmp_path: Path) -> None:
 
 
 def test_a_broker_that_cannot_start_says_why_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from consumers.brokers import kafka as kafka_dist
+    from consumers.brokers import kafka_settings
 
-    monkeypatch.setitem(kafka_dist.LOCAL_SETTINGS, "log.segment.bytes", "lots")
+    monkeypatch.setitem(kafka_settings.LOCAL_SETTINGS, "log.segment.bytes", "lots")
     with pytest.raises(KafkaBrokerError) as caught:
         KafkaBroker(workdir=tmp_path).start()
     message = str(caught.value)

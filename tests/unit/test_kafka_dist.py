@@ -1,6 +1,7 @@
-"""consumers/brokers/kafka.py without starting a JVM: the broker settings agree with
-docker-compose.yml (issue 16 part 6), the generated server.properties, the pin, and the
-one-line errors."""
+"""Apache Kafka's local brokers without starting a JVM: the broker settings
+(consumers/brokers/kafka_settings.py) agree with docker-compose.yml (issue 16 part 6),
+the generated server.properties, the pin and the jars (consumers/brokers/kafka_fetch.py),
+the cluster id (consumers/brokers/kafka_node.py), and the one-line errors."""
 
 from __future__ import annotations
 
@@ -10,17 +11,20 @@ from pathlib import Path
 import pytest
 import yaml
 
-from consumers.brokers import kafka as kafka_dist
-from consumers.brokers.kafka import (
-    CLUSTER_SETTINGS,
+from consumers.brokers import kafka_fetch, kafka_node
+from consumers.brokers.kafka import KafkaBroker
+from consumers.brokers.kafka_fetch import (
     KAFKA_VERSION,
+    KafkaBrokerError,
+    ensure_jars,
+    maven_error_line,
+)
+from consumers.brokers.kafka_node import failure_line
+from consumers.brokers.kafka_settings import (
+    CLUSTER_SETTINGS,
     LOCAL_SETTINGS,
     NODE_SPECIFIC,
     SHARED_SETTINGS,
-    KafkaBrokerError,
-    ensure_jars,
-    failure_line,
-    maven_error_line,
     server_properties,
 )
 
@@ -46,7 +50,7 @@ def _compose_kafka_settings(compose: dict) -> dict[str, str]:
 def test_every_shared_setting_has_the_same_value_in_docker_compose(compose: dict) -> None:
     settings = _compose_kafka_settings(compose)
     differ = {k: (v, settings.get(k)) for k, v in SHARED_SETTINGS.items() if settings.get(k) != v}
-    assert not differ, f"kafka_dist.SHARED_SETTINGS vs docker-compose.yml (ours, compose's): {differ}"
+    assert not differ, f"kafka_settings.SHARED_SETTINGS vs docker-compose.yml (ours, compose's): {differ}"
 
 
 def test_docker_compose_sets_nothing_the_shared_table_does_not_know(compose: dict) -> None:
@@ -68,7 +72,7 @@ def test_docker_compose_runs_the_pinned_kafka_version(compose: dict) -> None:
 
 def test_the_pom_default_is_the_pin() -> None:
     ns = {"m": "http://maven.apache.org/POM/4.0.0"}
-    root = ET.parse(kafka_dist.POM).getroot()
+    root = ET.parse(kafka_fetch.POM).getroot()
     assert root.findtext("m:properties/m:kafka.version", namespaces=ns) == KAFKA_VERSION
 
 
@@ -129,7 +133,7 @@ def test_failure_line_is_the_cause_after_the_last_error(tmp_path: Path) -> None:
 def test_no_java_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(KafkaBrokerError, match="java not found") as info:
-        kafka_dist.require_java()
+        kafka_fetch.require_java()
     assert "\n" not in str(info.value)
 
 
@@ -141,18 +145,18 @@ def test_complete_jar_folder_is_used_without_maven(tmp_path: Path, monkeypatch: 
 
 
 def test_kafka_home_follows_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(kafka_dist.HOME_ENV, str(tmp_path))
-    assert kafka_dist.kafka_home() == tmp_path
-    monkeypatch.delenv(kafka_dist.HOME_ENV)
+    monkeypatch.setenv(kafka_fetch.HOME_ENV, str(tmp_path))
+    assert kafka_fetch.kafka_home() == tmp_path
+    monkeypatch.delenv(kafka_fetch.HOME_ENV)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    assert kafka_dist.kafka_home("9.9.9") == tmp_path / "cache" / "tidebatch" / "kafka-9.9.9"
+    assert kafka_fetch.kafka_home("9.9.9") == tmp_path / "cache" / "tidebatch" / "kafka-9.9.9"
 
 
 def test_bad_node_counts_and_ports_are_refused_before_anything_starts() -> None:
     with pytest.raises(KafkaBrokerError, match="nodes must be 1 or 3"):
-        kafka_dist.KafkaBroker(nodes=2)
+        KafkaBroker(nodes=2)
     with pytest.raises(KafkaBrokerError, match="port must be"):
-        kafka_dist.KafkaBroker(port=70000)
+        KafkaBroker(port=70000)
 
 
 def test_cli_refuses_nodes_without_the_kafka_engine(capsys: pytest.CaptureFixture[str]) -> None:
@@ -169,5 +173,5 @@ def test_cluster_ids_never_start_with_a_dash(monkeypatch: pytest.MonkeyPatch) ->
     dashed = uuid.UUID(bytes=b"\xf8" + bytes(15))  # base64 "-A..."
     plain = uuid.UUID(bytes=bytes(16))
     ids = iter([dashed, plain])
-    monkeypatch.setattr(kafka_dist.uuid, "uuid4", lambda: next(ids))
-    assert kafka_dist.new_cluster_id() == "AAAAAAAAAAAAAAAAAAAAAA"
+    monkeypatch.setattr(kafka_node.uuid, "uuid4", lambda: next(ids))
+    assert kafka_node.new_cluster_id() == "AAAAAAAAAAAAAAAAAAAAAA"

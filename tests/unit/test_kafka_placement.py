@@ -9,8 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from consumers.brokers.kafka import KafkaBroker, KafkaBrokerError, KafkaNode, server_properties
+from consumers.brokers.kafka import KafkaBroker
+from consumers.brokers.kafka_fetch import KafkaBrokerError
+from consumers.brokers.kafka_node import KafkaNode
 from consumers.brokers.kafka_security import KafkaSecurity
+from consumers.brokers.kafka_settings import server_properties
 
 HOSTS = {1: "10.231.7.2", 2: "10.231.7.3", 3: "10.231.7.4"}
 VOTERS = {1: 9093, 2: 9193, 3: 9293}

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from consumers.brokers.kafka import server_properties
 from consumers.brokers.kafka_security import (
     KafkaSecurity,
     listener_protocols,
     mtls_client_settings,
     oauthbearer_client_settings,
 )
+from consumers.brokers.kafka_settings import server_properties
 
 PORTS = {"SASL_SSL": 9094, "MTLS": 9095, "OAUTH": 9096}
 
