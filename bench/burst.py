@@ -7,7 +7,7 @@ broker (issue 26, items 4 and 5):
     .venv/bin/python bench/burst.py --capacity 700 --scenarios burst --baseline /tmp/tidebatch-before
 
 Without --capacity, 100 % load is the live capacity measured first in the same run
-(bench/policies.py's measure_capacity: a drained backlog, then greedy probes with the
+(bench/policies_capacity.py's measure_capacity: a drained backlog, then greedy probes with the
 generator running and the broker in the loop); --capacity R skips that. --baseline DIR
 runs the same rows with workers started from DIR (a checkout of another commit), each
 row right after this tree's, so the two are compared under the same machine load.
@@ -41,7 +41,8 @@ import numpy as np  # noqa: E402
 from bench import calibration, harness  # noqa: E402
 from bench.ctr_codec import best_of  # noqa: E402
 from bench.harness import OUT, RequestPool, cpu_text, local_broker, rules_text, stages_text  # noqa: E402
-from bench.policies import SLO_MS, high_priority, measure_capacity, run_scenario, window_goodput  # noqa: E402
+from bench.policies_capacity import measure_capacity  # noqa: E402
+from bench.policies_scenario import SLO_MS, high_priority, run_scenario, window_goodput  # noqa: E402
 from pipeline.simulate.trace import read_trace  # noqa: E402
 
 PRE, BURST, POST = 3.0, 6.0, 6.0
@@ -149,7 +150,7 @@ def report_tables(kept: list[dict], capacity: float, curve: dict, broker: str, s
     """Item 4 (adaptive against greedy, per scenario) and item 5 (the simulator's
     prediction of every row), printed and returned. The simulator's source thread
     costs 1 / source_capacity per request (default: capacity): the one figure fitted,
-    to the rate the pipeline processes at all (bench/policies.py throughput_capacity;
+    to the rate the pipeline processes at all (bench/policies_capacity.py throughput_capacity;
     the worker's source thread, sharing two cores with the broker and the generator, is
     what saturates, docs/BATCHING.md); the codec's own decode cost is printed beside
     it. `publish`: the publisher's µs per result, fitted to the run's batches

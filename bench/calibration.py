@@ -78,7 +78,7 @@ def hop_of(stage_rows: Sequence[dict]) -> tuple[float, float]:
 def publish_us(spans: Iterable[tuple[int, float]], min_results: int = 4) -> float:
     """The publisher's cost per result, µs: over batches of at least `min_results`
     results, their summed ms from the publisher taking each batch to its last result's
-    timestamp over their summed results (bench/policies.py publish_spans). Summed, not
+    timestamp over their summed results (bench/policies_scenario.py publish_spans). Summed, not
     a median of per-batch ratios: both ends are whole-millisecond clock readings, so a
     batch of 14 results reads 0 or 1 ms, and at 800 req/s on the embedded broker most
     read 0 (the median said 0 µs); the sum averages the truncation out. 0 with none."""

@@ -4,7 +4,7 @@ Every row gets the same open-loop Poisson load of JSON CTR requests, every value
 encoded before the clock starts: 50 % of a capacity C for 3 s, 150 % of C for 10 s,
 50 % of C for 10 s (bench/policies.py's burst). Per row: the burst's goodput (the
 requests produced during the burst and answered within the 100 ms SLO, per second,
-over C), the recovery time after it (bench/policies.py `recovery_s`: until 99 % of a
+over C), the recovery time after it (bench/policies_scenario.py `recovery_s`: until 99 % of a
 0.5 s window's requests are answered in time, for 2 s), p50/p99 and the share in SLO
 over the whole run, correctness as in bench/peers/measure.py, and the cores the
 generator (this process), the peer and the broker used meanwhile.
@@ -36,7 +36,8 @@ from bench.harness import OUT, RequestPool, cpu_text, local_broker  # noqa: E402
 from bench.peers import report  # noqa: E402
 from bench.peers.launch import PEERS, Peer  # noqa: E402
 from bench.peers.measure import SLO_MS, correctness, reference_scores, scheduled_run  # noqa: E402
-from bench.policies import live_capacity, recovery_s, window_goodput  # noqa: E402
+from bench.policies_capacity import live_capacity  # noqa: E402
+from bench.policies_scenario import recovery_s, window_goodput  # noqa: E402
 from pipeline.loadgen.pacing import poisson_schedule  # noqa: E402
 
 ROWS = ["tidebatch-adaptive", "tidebatch-static", "loop-64", "loop-512", "bytewax", "loop-poll", "faust-take",

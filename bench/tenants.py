@@ -16,9 +16,9 @@ broker, one after the other:
 100 % load is the pipeline's capacity: --capacity REQ_S, or measured in the same run
 on the same broker: a drained backlog (no generator, no live fetches: an upper bound),
 then the live capacity, the highest rate a greedy worker keeps up with while this
-process generates the load and the broker is in the loop (bench/policies.py
-measure_capacity: bisection between 0 and the drained figure, --probes runs of
---probe-seconds). Loads are fractions of the live one. Before, 100 % was a hand-given
+process generates the load and the broker is in the loop
+(bench/policies_capacity.py measure_capacity: bisection between 0 and the drained
+figure, --probes runs of --probe-seconds). Loads are fractions of the live one. Before, 100 % was a hand-given
 figure or a fixed fraction (0.63) of the drained one, from another run and another
 machine load: 771 req/s was used while a backlog drained at 1224, and the gated worker
 answered 99 % of everything, burster included, so "110 % load" never saturated it
@@ -57,7 +57,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import harness as H  # noqa: E402
-from bench.policies import measure_capacity  # noqa: E402
+from bench.policies_capacity import measure_capacity  # noqa: E402
 from pipeline.simulate.curves import curve_from_dict, load_curve  # noqa: E402
 from pipeline.simulate.tenants import BURSTER, SHARES, STEADY, compare_tenants, offered  # noqa: E402
 

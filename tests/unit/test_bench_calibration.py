@@ -88,13 +88,13 @@ def test_the_publisher_cost_per_result_averages_whole_millisecond_readings_out()
 
 
 def test_publish_spans_group_results_by_batch_and_end_at_the_last_one_handed_over() -> None:
-    """bench/policies.py publish_spans: a batch's results share when the publisher took
+    """bench/policies_scenario.py publish_spans: a batch's results share when the publisher took
     it (scored_at_ms), its rows and its model time; its span ends at the latest result
     record timestamp."""
     import numpy as np
 
     from bench.harness import Results
-    from bench.policies import publish_spans
+    from bench.policies_scenario import publish_spans
 
     docs = [{"scored_at_ms": 1000, "batch_rows": 40, "inference_ms": 2.5},
             {"scored_at_ms": 1000, "batch_rows": 40, "inference_ms": 2.5},
