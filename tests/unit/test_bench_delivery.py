@@ -1,11 +1,12 @@
-"""The arithmetic of bench/delivery.py (no broker, no timing): when a drain ends for a
-read_committed reader, medians over runs, the ratio table, the case order per round."""
+"""The arithmetic of bench/delivery.py (bench/delivery_cells.py, bench/rounds.py; no
+broker, no timing): when a drain ends for a read_committed reader, medians over runs,
+the ratio table, the case order per round."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.delivery import (
+from bench.delivery_cells import (
     ALO,
     EOS,
     disturbed,
@@ -13,10 +14,10 @@ from bench.delivery import (
     latency_summary,
     modes,
     ratios,
-    rotated,
     summarise,
     undisturbed,
 )
+from bench.rounds import rotated
 
 
 def test_at_least_once_drain_ends_at_the_last_result() -> None:
