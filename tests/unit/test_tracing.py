@@ -17,7 +17,7 @@ from pipeline.delivery.stats import WorkerStats  # noqa: E402
 from pipeline.errors import UserError  # noqa: E402
 from pipeline.observe.tracing import TracingConfig, make_tracer  # noqa: E402
 from pipeline.scoring import BatchTiming  # noqa: E402
-from tests.unit.test_worker_rooms import MODEL, WALL, FakeOutcomes, make_batch, publisher  # noqa: E402
+from tests.unit.worker_fakes import MODEL, WALL, FakeOutcomes, make_batch, publisher  # noqa: E402
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT = f"00-{TRACE_ID}-00f067aa0ba902b7-01".encode()
