@@ -4,7 +4,7 @@ a Prometheus Operator PrometheusRule, comments and all.
     python scripts/gen_prometheus_rule.py          # rewrite the file
     python scripts/gen_prometheus_rule.py --check  # exit 1 if it is out of date
 
-tests/unit/test_ops_manifests.py fails when the two files drift apart."""
+tests/unit/test_ops_monitoring.py fails when the two files drift apart."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ TARGET = REPO / "ops" / "k8s" / "prometheus-rule.yaml"
 
 HEADER = """\
 # GENERATED from ops/prometheus/alerts.yml by scripts/gen_prometheus_rule.py: edit
-# that file and run the script (tests/unit/test_ops_manifests.py checks they agree).
+# that file and run the script (tests/unit/test_ops_monitoring.py checks they agree).
 # The tidebatch alert rules for the Prometheus Operator (kube-prometheus-stack):
 #   kubectl apply -f ops/k8s/prometheus-rule.yaml
 # Your Prometheus's ruleSelector must match the labels below: kube-prometheus-stack
