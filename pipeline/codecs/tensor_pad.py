@@ -8,7 +8,7 @@ under load of varied lengths batches stay small. With `pad`, lengths 1..16 share
 (pipeline/codecs/text.py). Only with a mask: a model that does not know which
 positions are padding would score the padding, and a result would depend on its
 bucket; with one, a result equals the model run on the request alone (tested in
-tests/unit/test_own_model.py). Output dimensions of the same name are cut back to the
+tests/unit/own_model/test_ragged.py). Output dimensions of the same name are cut back to the
 request's own length, so a per-position output has no padding positions either.
 
     pad: {dimension: seq, buckets: [16, 32, 64, 128], mask: attention_mask, value: 0}
