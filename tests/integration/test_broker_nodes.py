@@ -19,12 +19,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
 from consumers.profiles import KAFKA, admin_config, consumer_config, producer_config
-from tests.integration.test_embedded_broker import (
-    REPO,
-    line_reader,
-    next_line_matching,
-    subprocess_env,
-)
+from tests.integration.broker_helpers import REPO, line_reader, next_line_matching, subprocess_env
 
 pytestmark = pytest.mark.integration
 

@@ -20,6 +20,12 @@ from consumers.brokers.kafka import KafkaBroker
 from consumers.brokers.kafka_fetch import KafkaBrokerError, ensure_jars
 from consumers.profiles import KAFKA, consumer_config, producer_config
 from pipeline.loadgen.ctr import CtrRequestFactory
+from tests.integration.broker_helpers import (
+    assert_killed_parent_leaves_no_orphan,
+    port_accepts,
+    process_gone,
+    subprocess_env,
+)
 from tests.integration.pipeline_helpers import (
     REPO,
     committed_offsets,
@@ -30,12 +36,6 @@ from tests.integration.pipeline_helpers import (
     start_worker_process,
     wait_for,
     worker_config,
-)
-from tests.integration.test_embedded_broker import (
-    assert_killed_parent_leaves_no_orphan,
-    port_accepts,
-    process_gone,
-    subprocess_env,
 )
 
 pytestmark = [
