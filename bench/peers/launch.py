@@ -3,8 +3,9 @@ own reading one input topic and writing one result per request to one output top
 so the bench measures them all alike (its CPU from /proc, its results from Kafka).
 
 tidebatch's rows are `tidebatch run` processes (bench/harness.py, worker_process);
-tidebatch's Faust path is examples/faust_ctr/app.py (what bench/faust_vs_worker.py
-ran before it was folded in here); the peers are the scripts beside this file.
+tidebatch's Faust path is examples/faust_ctr/app.py (what the Faust-against-worker
+script ran before it was folded in here, commit b2255fa); the peers are the scripts
+beside this file.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ PEERS: dict[str, Peer] = {p.name: p for p in (
          env={"TIDEBATCH_CLIENT": "kafka-python"}),
 )}
 # Rows run by default; tidebatch's other paths (Faust, kafka-python) are rows on
-# request (--only), as bench/faust_vs_worker.py compared them before it was folded in,
+# request (--only), as the Faust-against-worker script compared them before it was folded in,
 # and so is adaptive shedding what it cannot answer in time (bench/policies.py runs
 # adaptive so): every other row scores every request, the job of bench/peers.py.
 DEFAULT = [n for n in PEERS if n not in ("tidebatch-faust", "tidebatch-kafka-python", "tidebatch-adaptive-route")]

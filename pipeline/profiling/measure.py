@@ -133,7 +133,7 @@ def worker_stages(f: Fitted, python: PythonStage, calibrated: ThreadCpu | None, 
 
 @dataclass(frozen=True)
 class Calibration:
-    """Where `tidebatch profile` measures the worker's Kafka work (pipeline/profiling/kafka_stage.py)."""
+    """Where `tidebatch profile` measures the worker's Kafka work (pipeline/profiling/calibration.py)."""
 
     bootstrap: str
     broker_profile: str = "kafka"
