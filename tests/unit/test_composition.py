@@ -20,7 +20,7 @@ from models.registry import ModelSpec
 from pipeline.app.compose import accept_id_requests, admission_rules, batch_queue, build_redis
 from pipeline.batching.backpressure import Backpressure
 from pipeline.batching.cost import CostModel
-from pipeline.batching.policies import make_policy
+from pipeline.batching.registry import make_policy
 from pipeline.clock import FakeClock
 from pipeline.codecs.base import Decoded
 from pipeline.codecs.ctr import CtrCodec
@@ -265,7 +265,7 @@ def test_a_worker_wires_every_room_to_the_parts_shared_objects() -> None:
     assert worker.transactions is parts.transactions and worker.partitions.transactions is parts.transactions
     assert worker.partitions.tracker is parts.tracker is worker.publisher.tracker
     assert worker.admission.request_bytes == 4096 and worker.outcomes.limits is parts.limits
-    assert worker.outcomes.origin is parts.origin
+    assert worker.outcomes.records.origin is parts.origin
     parts.lifecycle.assigned = [P0]
     assert worker.assigned == [P0] and worker.source is None
     worker.publisher.fail("a room failed")  # what the rooms call: the lifecycle's fail
