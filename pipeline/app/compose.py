@@ -5,18 +5,24 @@
     ...
     worker.run(); parts.close()
 
-Everything that depends on the configuration, the model or the outside world is built
-here, in one order: the pipeline and its topics, the model's session, the Redis parts
-(their hooks, sinks and codec) *before* the warm-up profile that runs the codec, the
-batch queue with its policy, the Kafka producer. The Worker builds only its own rooms
-(pipeline/worker/) from these.
+Every choice the configuration makes is made here, in one order: the pipeline and its
+topics, the model's session, the Redis parts (their hooks, sinks and codec) *before*
+the warm-up profile that runs the codec, the batch queue with its policy and tenant
+gate, the Kafka producer and the client the source will be, the size limits,
+admission's budgets, and what the rooms share (the lifecycle, the offsets, the
+counters, the outage watch, the transactions of delivery exactly_once). The Worker
+only wires its rooms (pipeline/worker/) from these.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from consumers.dead_letter import Origin, class_path, member_id
+from consumers.offsets import OffsetTracker
 from pipeline.batching.backpressure import Backpressure
 from pipeline.batching.batcher import Batcher
 from pipeline.batching.concurrent import BatchQueue
@@ -25,11 +31,24 @@ from pipeline.batching.depth import PipelineDepth
 from pipeline.batching.policy_base import Policy
 from pipeline.batching.registry import make_policy, policy_params
 from pipeline.clock import Clock, MonotonicClock
+from pipeline.codecs.base import Codec
 from pipeline.config import RuntimeConfig, WorkerConfig
-from pipeline.config.tenants import class_slo_seconds, tenant_gate
+from pipeline.config.tenants import (
+    class_slo_seconds,
+    max_budget_ms,
+    priority_budget_ms,
+    tenant_budget_ms,
+    tenant_gate,
+)
+from pipeline.delivery.kafka_progress import KafkaProgress
+from pipeline.delivery.lifecycle import Lifecycle
 from pipeline.delivery.outcomes import Topics
+from pipeline.delivery.stats import WorkerStats
+from pipeline.delivery.topic_limits import described_limits, worker_limits
+from pipeline.delivery.transactions import Transactions
+from pipeline.delivery.watchdog import CallWatch
 from pipeline.hooks import WorkerHook
-from pipeline.kafka_backend import credential_refresh, make_producer
+from pipeline.kafka_backend import credential_refresh, make_producer, make_source
 from pipeline.observe.metrics import LATENCY_BUCKETS, WorkerMetrics
 from pipeline.observe.tenant_metrics import watch_tenants
 from pipeline.observe.tracing import make_tracer
@@ -40,11 +59,16 @@ from pipeline.sinks import ResultSink
 from pipeline.versions.loader import VersionLoader
 from pipeline.versions.manager import ModelVersions
 from pipeline.versions.slot import ModelSlot
+from pipeline.worker.admission import AdmissionRules
 from pipeline.worker.core import Worker
 from pipeline.worker.parts import WorkerParts
+from pipeline.worker.tenant_standing import gate_standing
 
 if TYPE_CHECKING:
-    from pipeline.redisio.attach import RedisParts
+    from prometheus_client import CollectorRegistry
+
+    from pipeline.redisio.config import RedisConfig
+    from pipeline.redisio.parts import RedisParts
 
 log = logging.getLogger(__name__)
 
@@ -102,8 +126,6 @@ def build_parts(
         hooks = list(hooks or [])
         sinks = list(sinks or [])
         if redis:
-            from pipeline.redisio.attach import accept_id_requests, build_redis
-
             redis_parts = build_redis(cfg.redis, metrics.registry, exactly_once=cfg.delivery == "exactly_once")
             if redis_parts is not None:
                 if cfg.redis.features.enabled:
@@ -124,6 +146,23 @@ def build_parts(
         producer = make_producer(cfg, group_id, credentials)
         slot = ModelSlot(step)
         versions = _versions(cfg, pipeline, slot, VersionLoader(cfg, pipeline, codec, hooks, metrics, session.input_names), queue, metrics)
+        # What the rooms share, and the delivery mode's transactions, which share it too.
+        lifecycle, tracker, stats = Lifecycle(), OffsetTracker(), WorkerStats()
+        progress, calls = KafkaProgress(time.monotonic(), cfg.outage_after_s), CallWatch()
+        transactions = None if cfg.delivery != "exactly_once" else Transactions(  # make_producer made it transactional
+            producer, lifecycle, tracker, sinks, cfg.transaction_interval_ms / 1000.0,  # type: ignore[arg-type]
+            metrics, cfg.pipeline, stats, lifecycle.fail, progress=progress, calls=calls,
+        )
+        return WorkerParts(
+            cfg, pipeline, input_topic, topics, group_id, metrics, policy, queue, backpressure, executors, producer,
+            sinks, slot, versions, lifecycle, tracker, stats, progress, calls, transactions,
+            limits=worker_limits(cfg, pipeline, producer, topics, {}),  # the producer's own, until run() asks
+            describe_limits=partial(described_limits, cfg, pipeline, producer, topics),
+            open_source=partial(make_source, cfg, group_id, [input_topic], credentials=credentials),
+            admission=admission_rules(cfg, policy, queue, metrics),
+            origin=Origin(group_id, member_id(cfg.instance_id()), class_path(codec)),
+            redis=redis_parts, tracer=make_tracer(cfg.tracing, cfg.pipeline), credentials=credentials,
+        )
     except BaseException:
         # Nobody will run or shut down a worker from these parts: a model process must
         # not outlive them, nor a Redis link.
@@ -131,11 +170,72 @@ def build_parts(
         if redis_parts is not None:
             redis_parts.close()
         raise
-    return WorkerParts(
-        cfg, pipeline, input_topic, topics, group_id, metrics,
-        policy, queue, backpressure, executors, producer, sinks, slot, versions, redis_parts,
-        make_tracer(cfg.tracing, cfg.pipeline), credentials,
+
+
+def admission_rules(cfg: WorkerConfig, policy: Policy, queue: BatchQueue, metrics: WorkerMetrics) -> AdmissionRules:
+    """Admission's budgets and shedding (pipeline/worker/admission.py) for `cfg`."""
+    b = cfg.batching
+    # Route records before decoding them: only where the configured outcome of expiry is
+    # "routed late" anyway; tenant classes over their share first.
+    routes = policy.separates_late and b.expiry_action == "route_late"
+    return AdmissionRules(
+        priority_budget_ms(b), max_budget_ms(cfg.tenants, b) if routes else None,
+        tenant_budget_ms(cfg.tenants, b, queue.batcher.tenants), reserve=b.shed_reserve,
+        tenants=gate_standing(queue, metrics.tenants),
     )
+
+
+def build_redis(rc: RedisConfig, registry: CollectorRegistry, *, exactly_once: bool = False) -> RedisParts | None:
+    """The `redis` section's hooks and sinks over one link (docs/REDIS.md); None when no
+    Redis feature is enabled (then nothing connects). exactly_once: the worker's
+    delivery mode, which changes what a redelivery means to dedup
+    (pipeline/redisio/dedup.py)."""
+    if not rc.used:
+        return None
+    from pipeline.redisio.dedup import DedupHook
+    from pipeline.redisio.features import FeatureLookupHook
+    from pipeline.redisio.link import RedisLink
+    from pipeline.redisio.metrics import register_redis_metrics
+    from pipeline.redisio.parts import RedisParts
+    from pipeline.redisio.scores import ScoreStoreSink
+
+    metrics = register_redis_metrics(registry)
+    link = RedisLink(rc, metrics).start()
+    parts = RedisParts(link, metrics)
+    if rc.features.enabled:
+        parts.hooks.append(FeatureLookupHook(link, metrics, rc.key_prefix, rc.features.lookup))
+    if rc.dedup.enabled:
+        parts.hooks.append(
+            DedupHook(link, metrics, key_prefix=rc.key_prefix, ttl_s=rc.dedup.ttl_s,
+                      action=rc.dedup.action, exactly_once=exactly_once)
+        )
+    if rc.store.enabled:
+        parts.sinks.append(
+            ScoreStoreSink(
+                link, metrics, key_prefix=rc.key_prefix, ttl_s=rc.ttl_s,
+                buffer_max=rc.store.buffer_max, flush_timeout_s=rc.store.flush_timeout_s,
+            )
+        )
+    on = {True: "on", False: "off"}
+    log.info(
+        "redis at %s: features %s, score store %s, dedup %s",
+        link.url, on[rc.features.enabled], on[rc.store.enabled],
+        f"on ({rc.dedup.action})" if rc.dedup.enabled else "off",
+    )
+    return parts
+
+
+def accept_id_requests(codec: Codec, pipeline: str) -> Codec:
+    """The codec a worker with feature lookup decodes with: one that takes id-only
+    requests too (pipeline/redisio/codec.py), or the codec unchanged, with a warning,
+    where there is none (feature lookup is CTR only)."""
+    from pipeline.redisio.codec import id_request_codec
+
+    with_ids = id_request_codec(codec)
+    if with_ids is None:
+        log.warning("redis.features.enabled has no effect on pipeline %r (CTR only)", pipeline)
+        return codec
+    return with_ids
 
 
 def _versions(

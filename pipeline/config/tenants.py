@@ -104,6 +104,17 @@ def tenant_gate(t: TenantsConfig, batching: Any) -> TenantGate | None:
     return TenantGate(classes, members)
 
 
+def priority_budget_ms(batching: Any) -> Callable[[int], float]:
+    """Admission's deadline budget by priority: the batching section's SLO for it, in ms
+    (tenant classes add their own, tenant_budget_ms)."""
+    by_priority, slo_ms = dict(batching.priority_slo_ms), batching.slo_ms
+
+    def budget(priority: int) -> float:
+        return float(by_priority.get(priority, slo_ms))
+
+    return budget
+
+
 def tenant_budget_ms(
     t: TenantsConfig, batching: Any, gate: TenantGate | None
 ) -> Callable[[str | None, int], float] | None:

@@ -12,6 +12,8 @@ import threading
 import orjson
 
 from consumers.broker_connections import BrokerConnections
+from consumers.offsets import OffsetTracker
+from consumers.records import SourceRecord
 from pipeline.delivery.kafka_progress import COMMIT, DELIVERY, KafkaProgress
 from pipeline.delivery.watchdog import CallWatch
 from pipeline.observe.metrics import WorkerMetrics
@@ -68,3 +70,19 @@ class OutageLog:
                 log.log(logging.WARNING if self.progress.in_outage else logging.INFO, line)
             self._outages.inc(self.progress.outages - began)
         self._outage.set(1 if self.progress.in_outage else 0)
+
+
+class Acks:
+    """The outcomes' ack (pipeline/delivery/outcomes.py): an outcome record is durable,
+    so its offset is done, and Kafka takes writes. A count, not a clock read per record
+    (the hot path): OutageLog.sample reads it each second."""
+
+    __slots__ = ("_tracker", "count")
+
+    def __init__(self, tracker: OffsetTracker) -> None:
+        self._tracker = tracker
+        self.count = 0  # outcome records acknowledged so far
+
+    def __call__(self, rec: SourceRecord) -> None:
+        self._tracker.ack(rec.tp, rec.offset)
+        self.count += 1

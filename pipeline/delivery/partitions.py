@@ -18,8 +18,9 @@ from collections.abc import Callable
 
 from consumers.client_logs import KafkaLog
 from consumers.offsets import OffsetTracker
-from consumers.records import Producer, Source, TopicPartition
+from consumers.records import Producer, TopicPartition
 from pipeline.delivery.kafka_progress import COMMIT, KafkaProgress
+from pipeline.delivery.lifecycle import Lifecycle
 from pipeline.delivery.stats import WorkerStats
 from pipeline.delivery.transactions import Transactions
 from pipeline.observe.metrics import WorkerMetrics
@@ -31,15 +32,17 @@ REVOKE_WAIT = 10.0  # s a revoked partition's in-flight work may take before it 
 
 
 class Partitions:
-    """tracker: the offsets of every consumed record; source(): the Kafka source, or
-    None before run(); producer: to serve delivery reports while a revoke waits;
-    serve_outcomes(): routes late requests meanwhile (the source loop's other duty);
-    progress: told of each commit's success or failure (outage watch)."""
+    """tracker: the offsets of every consumed record; lifecycle: the Kafka source (None
+    before the loop joins the group) and the partitions owned, which the rebalance
+    callbacks here keep (pipeline/delivery/lifecycle.py); producer: to serve delivery
+    reports while a revoke waits; serve_outcomes(): routes late requests meanwhile (the
+    source loop's other duty); progress: told of each commit's success or failure
+    (outage watch)."""
 
     def __init__(
         self,
         tracker: OffsetTracker,
-        source: Callable[[], Source | None],
+        lifecycle: Lifecycle,
         producer: Producer,
         sinks: list[ResultSink],
         metrics: WorkerMetrics,
@@ -51,7 +54,7 @@ class Partitions:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.tracker = tracker
-        self.source = source
+        self.lifecycle = lifecycle
         self.producer = producer
         self.sinks = sinks
         self.metrics = metrics
@@ -60,7 +63,6 @@ class Partitions:
         self.serve_outcomes = serve_outcomes
         self.transactions = transactions
         self.progress = progress
-        self.assigned: list[TopicPartition] = []
         # Failed commits, one line per failure and 10 s with a count of its repeats:
         # after a member was SIGKILLed, its survivor's asynchronous commits, queued
         # while the group waited out the dead member's session (~39 s), all failed at
@@ -78,10 +80,10 @@ class Partitions:
         wait=True means these partitions (all, without `only`) are being let go."""
         self._commit_failures.flush()  # the count of a storm that has ended
         if self.transactions is not None:
-            letting_go = (only if only is not None else self.assigned) if wait else []
+            letting_go = (only if only is not None else self.lifecycle.assigned) if wait else []
             self.transactions.commit(letting_go)
             return
-        source = self.source()
+        source = self.lifecycle.source
         if source is None:
             return
         offsets = self.tracker.committable()
@@ -114,7 +116,7 @@ class Partitions:
             self._commit_failures.emit(logging.WARNING, f"offset commit failed: {err}")
 
     def update_lag(self) -> None:
-        source = self.source()
+        source = self.lifecycle.source
         if source is None:
             return
         try:
@@ -128,8 +130,8 @@ class Partitions:
 
     # ------------------------------------------------------------------ rebalances
     def on_assign(self, tps: list[TopicPartition]) -> None:
-        self.assigned = sorted(set(self.assigned) | set(tps))
-        self.metrics.assigned.labels(self.pipeline).set(len(self.assigned))
+        owned = self.lifecycle.assigned = sorted(set(self.lifecycle.assigned) | set(tps))
+        self.metrics.assigned.labels(self.pipeline).set(len(owned))
         log.info("assigned %s", tps)
 
     def on_revoke(self, tps: list[TopicPartition]) -> None:
@@ -153,8 +155,8 @@ class Partitions:
         self.tracker.forget(tps)
         if self.transactions is not None:
             self.transactions.forget(tps)
-        self.assigned = sorted(set(self.assigned) - set(tps))
-        self.metrics.assigned.labels(self.pipeline).set(len(self.assigned))
+        owned = self.lifecycle.assigned = sorted(set(self.lifecycle.assigned) - set(tps))
+        self.metrics.assigned.labels(self.pipeline).set(len(owned))
         for topic, partition in tps:
             with contextlib.suppress(KeyError):
                 self.metrics.lag.remove(topic, str(partition))

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from consumers.offsets import OffsetTracker
 from consumers.records import (
@@ -39,6 +39,7 @@ from consumers.records import (
 )
 from consumers.release import OrderedRelease, Submitted
 from pipeline.delivery.kafka_progress import COMMIT, KafkaProgress
+from pipeline.delivery.lifecycle import Lifecycle
 from pipeline.delivery.stats import WorkerStats
 from pipeline.delivery.watchdog import CallWatch
 from pipeline.errors import UserError
@@ -63,18 +64,18 @@ RENEW_STEP_TIMEOUT_S = 10.0  # short, so a stop asked for meanwhile is seen soon
 
 
 class Transactions:
-    """producer: transactional (its transactional.id set). source(): the consumer, for
-    the group metadata (None before run()). tracker: an offset is committed only once
-    it is done there too, i.e. its sink rows are durable. fail(): stop the worker.
-    owned(): the partitions the worker holds now (None: not checked). progress: told of
-    each commit's success and each abort (outage watch). stopping(): a stop was asked
-    for (a renewal waiting for the cluster gives up then). calls: where each blocking
-    producer call is marked with its deadline (pipeline/delivery/watchdog.py)."""
+    """producer: transactional (its transactional.id set). lifecycle: the consumer, for
+    the group metadata (None before the loop joins), the partitions the worker holds
+    now, and whether a stop was asked for (a renewal waiting for the cluster gives up
+    then; pipeline/delivery/lifecycle.py). tracker: an offset is committed only once it
+    is done there too, i.e. its sink rows are durable. fail(): stop the worker.
+    progress: told of each commit's success and each abort (outage watch). calls: where
+    each blocking producer call is marked with its deadline (pipeline/delivery/watchdog.py)."""
 
     def __init__(
         self,
         producer: TransactionalProducer,
-        source: Callable[[], TransactionalSource | None],
+        lifecycle: Lifecycle,
         tracker: OffsetTracker,
         sinks: Sequence[ResultSink],
         interval_s: float,
@@ -82,14 +83,12 @@ class Transactions:
         pipeline: str,
         stats: WorkerStats,
         fail: Callable[[str], None],
-        owned: Callable[[], Collection[TopicPartition]] | None = None,
         progress: KafkaProgress | None = None,
-        stopping: Callable[[], bool] = lambda: False,
         sleep: Callable[[float], None] = time.sleep,
         calls: CallWatch | None = None,
     ) -> None:
         self.producer = producer
-        self.source = source
+        self.lifecycle = lifecycle
         self.tracker = tracker
         self.sinks = sinks
         self.interval_s = interval_s
@@ -97,9 +96,7 @@ class Transactions:
         self.pipeline = pipeline
         self.stats = stats
         self.fail = fail
-        self.owned = owned
         self.progress = progress
-        self.stopping = stopping
         self.sleep = sleep
         self.calls = calls or CallWatch()
         self._renewals: list[float] = []  # monotonic times of recent renewals
@@ -113,6 +110,11 @@ class Transactions:
         self._aborting = False
         self._dead = False  # a fatal error: nothing more is produced or committed
         self._next_commit = 0.0
+
+    def _source(self) -> TransactionalSource | None:
+        """The consumer, once joined (make_source made it read_committed and able to
+        send its offsets with a transaction, pipeline/kafka_backend.py)."""
+        return self.lifecycle.source  # type: ignore[return-value]
 
     # ------------------------------------------------------------------ set-up
     def start(self) -> None:
@@ -196,9 +198,7 @@ class Transactions:
         back in the group passes the broker's generation check whatever partitions it
         names, so their offsets and records must never commit. Those with records in
         the open transaction are let go with it (abort); the others are forgotten now."""
-        if self.owned is None:
-            return letting_go
-        owned = set(self.owned())
+        owned = set(self.lifecycle.assigned)
         stale = [tp for tp in self._order.partitions() if tp not in owned and tp not in letting_go]
         if not stale:
             return letting_go
@@ -223,7 +223,7 @@ class Transactions:
     def _commit(self, offsets: dict[TopicPartition, int], began: float) -> bool:
         """Commit; `began`: when the flush before it started (the source loop stands
         still from then on, which tidebatch_transaction_commit_seconds shows)."""
-        source = self.source()
+        source = self._source()
         # The metadata first, membership second: librdkafka may forget the member id
         # between the two calls, and metadata taken after that carries no member id.
         metadata = source.group_metadata() if source is not None else None
@@ -303,7 +303,7 @@ class Transactions:
                     self.producer.flush(FLUSH_TIMEOUT_S)  # the purged records' reports, ignored
                 return None
             except TransactionError as exc:
-                if not exc.retriable or exc.fatal or self.stopping() or attempt == ABORT_ATTEMPTS:
+                if not exc.retriable or exc.fatal or self.lifecycle.stopping or attempt == ABORT_ATTEMPTS:
                     return exc
                 log.warning("transaction abort failed, trying again: %s", exc.reason)
                 self.sleep(RETRY_PAUSE_S)
@@ -326,7 +326,7 @@ class Transactions:
         one fails for good too), its first transaction holding the old one's records."""
         now = time.monotonic()
         self._renewals = [t for t in self._renewals if now - t < RENEW_WINDOW_S]
-        if len(self._renewals) >= MAX_RENEWALS or self.stopping():
+        if len(self._renewals) >= MAX_RENEWALS or self.lifecycle.stopping:
             self._fatal(why)
             return
         self._renewals.append(now)
@@ -343,7 +343,7 @@ class Transactions:
                     break
                 except TransactionError as exc:
                     broken += exc.fatal
-                    if self.stopping() or broken > MAX_RENEWALS:
+                    if self.lifecycle.stopping or broken > MAX_RENEWALS:
                         self._fatal(exc)
                         return
                     log.warning("new transactional producer waits for the cluster: %s", exc.reason)
@@ -363,7 +363,7 @@ class Transactions:
         committed (a commit that reached the coordinator before its call was given up)
         or aborted. The group's committed offsets, which commit with the records, tell
         which: records below them are not produced again. False: stopped meanwhile."""
-        source = self.source()
+        source = self._source()
         tps = sorted({key[0] for key in self._open})
         if source is None or not tps:
             return True
@@ -372,7 +372,7 @@ class Transactions:
                 committed = source.committed(tps, STEP_TIMEOUT_S)
                 break
             except Exception as exc:  # noqa: BLE001 - any client error: ask again
-                if self.stopping():
+                if self.lifecycle.stopping:
                     self._fatal(TransactionError(f"reading the committed offsets: {exc}", fatal=True))
                     return False
                 log.warning("committed offsets not readable yet, asking again: %s", exc)

@@ -85,7 +85,7 @@ class GenerateOpsView:
 
     @property
     def assigned(self) -> list[TopicPartition]:
-        return list(self._loop.partitions.assigned)
+        return list(self._loop.lifecycle.assigned)
 
     @property
     def last_poll_ok(self) -> float | None:

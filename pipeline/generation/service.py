@@ -33,6 +33,7 @@ from consumers.records import Producer, SendError, Source, SourceRecord, TopicPa
 from pipeline.batching.backpressure import Backpressure
 from pipeline.clock import wall_ms
 from pipeline.delivery.intake import follow_intake
+from pipeline.delivery.lifecycle import Lifecycle
 from pipeline.delivery.outcomes import Outcomes
 from pipeline.delivery.partitions import Partitions
 from pipeline.delivery.stats import WorkerStats
@@ -100,8 +101,8 @@ class GenerationLoop:
         self.clock = clock
         self.wall = wall
         self.stats = WorkerStats()
-        self.source: Source | None = None
-        self.partitions = Partitions(self.tracker, lambda: self.source, producer, [], metrics, PIPELINE,
+        self.lifecycle = Lifecycle()  # the source, once run() has it, and the partitions owned
+        self.partitions = Partitions(self.tracker, self.lifecycle, producer, [], metrics, PIPELINE,
                                      self.stats, self._step)
         self.jobs: dict[str, _Job] = {}  # by scheduler id: topic/partition/offset
         # Hold intake, not pause, while requests wait for slots: pause() purges what
@@ -158,7 +159,7 @@ class GenerationLoop:
 
     # -- the loop -------------------------------------------------------------------
     def run(self, source: Source) -> int:
-        self.source = source
+        self.lifecycle.source = source
         last_commit = self.clock()
         self.started.set()
         while self._stopping is None:

@@ -94,7 +94,7 @@ def measure_python_stage(
                enumerate(messages)]
     admissions = []
     for _ in range(repeats):  # built untimed: the worker builds them once
-        admission = Admission(codec, lambda priority: 60_000.0, _NoOutcomes(), lambda: 1 << 30)
+        admission = Admission(codec, lambda priority: 60_000.0, _NoOutcomes(), 1 << 30)
         admissions.append((admission, OffsetTracker(), new_queue()))
     fresh = iter(admissions)
     admit_s = _median_per_item(timer, lambda: admit_all(*next(fresh), records), len(messages), repeats)

@@ -20,8 +20,8 @@ featurised by CtrCodec's own helpers (pipeline/codecs/ctr_fields.py, ctr_feature
 so both paths are the same code.
 
 The worker gets this codec when `redis.features.enabled`: the composition root
-(pipeline/app/compose.py, with pipeline/redisio/attach.py) puts it in place of the
-CTR pipeline's CtrCodec, before the warm-up profile runs it.
+(pipeline/app/compose.py) puts `id_request_codec`'s answer in place of the CTR
+pipeline's CtrCodec, before the warm-up profile runs it.
 """
 
 from __future__ import annotations
@@ -130,6 +130,17 @@ class CtrIdCodec(CtrCodec):
             if first is str and not item:
                 raise DecodeError(f"items[{i}]: expected non-empty item id, got ''")
         return items
+
+
+def id_request_codec(codec: Any) -> CtrIdCodec | None:
+    """The codec that decodes what `codec` does and id requests too: CtrIdCodec for the
+    CTR codec (inline requests decode identically), the codec itself if it is one
+    already; None for any other codec (feature lookup is CTR only)."""
+    if isinstance(codec, CtrIdCodec):
+        return codec
+    if type(codec) is CtrCodec:
+        return CtrIdCodec(max_items=codec.max_items)
+    return None
 
 
 def _wants_store(doc: dict[str, Any]) -> bool:

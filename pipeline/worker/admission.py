@@ -71,14 +71,26 @@ class TenantStanding(Protocol):
     def routed(self, tenants: Sequence[str | None]) -> None: ...
 
 
+@dataclass(frozen=True)
+class AdmissionRules:
+    """What admission is configured with, decided by the composition root
+    (pipeline/app/compose.py): Admission's arguments of the same names."""
+
+    budget_ms: Callable[[int], float]
+    route_expired_ms: float | None = None
+    tenant_budget_ms: Callable[[str | None, int], float] | None = None
+    reserve: float = DEFAULT_RESERVE
+    tenants: TenantStanding | None = None
+
+
 class Admission:
     """Turns one poll's records into requests; see the module docstring for the order.
 
     codec: decodes values (swappable: `codec` is read on every call).
     budget_ms: a priority's latency budget in ms (the SLO of its class).
     outcomes: where dead letters and routed-late records go.
-    request_bytes: the current request size limit (it changes once the broker has
-        described the topics, pipeline/delivery/limits.py).
+    request_bytes: the request size limit (pipeline/delivery/limits.py); the worker sets
+        it again once the broker has described the topics, before its first poll.
     route_expired_ms: route records older than this many ms to the late topic without
         decoding them; None to decode everything (only set where expiry routes late).
     tenant_budget_ms: the budget by (tenant, priority) where tenant classes have SLAs of
@@ -98,7 +110,7 @@ class Admission:
         codec: Codec,
         budget_ms: Callable[[int], float],
         outcomes: AdmissionOutcomes,
-        request_bytes: Callable[[], int],
+        request_bytes: int,
         route_expired_ms: float | None = None,
         tenant_budget_ms: Callable[[str | None, int], float] | None = None,
         wall: Callable[[], int] = wall_ms,
@@ -121,6 +133,12 @@ class Admission:
         self.answer_tail = AnswerTail()  # likewise
         self.standing = StandingBacklog()
         self.tenants = tenants
+
+    @classmethod
+    def from_rules(cls, codec: Codec, rules: AdmissionRules, outcomes: AdmissionOutcomes, request_bytes: int) -> Admission:
+        """Admission as the composition root configured it (AdmissionRules)."""
+        return cls(codec, rules.budget_ms, outcomes, request_bytes, rules.route_expired_ms, rules.tenant_budget_ms,
+                   reserve=rules.reserve, tenants=rules.tenants)
 
     def observe_answers(self, from_decode_ms: list[float], after_model_ms: float) -> None:
         """A batch was answered (the publisher thread calls this): each request's ms
@@ -172,7 +190,7 @@ class Admission:
         """Dead-letter requests over the entry limit before anything else looks at
         them (pipeline/delivery/limits.py): decoding a huge value costs memory and time, and its
         copy must still fit the dead-letter topic."""
-        limit = self.request_bytes()
+        limit = self.request_bytes
         kept: list[SourceRecord] = []
         for rec in records:
             size = record_bytes(rec.key, rec.value, list(rec.headers.items()))

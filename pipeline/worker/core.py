@@ -26,24 +26,15 @@ import threading
 import time
 from collections.abc import Callable
 
-from consumers.dead_letter import Origin, class_path, member_id
-from consumers.offsets import OffsetTracker
 from consumers.records import KafkaRefused, Source, SourceRecord, TopicPartition
 from models.registry import ModelSpec
 from pipeline.batching.backpressure import IntakeDecision
 from pipeline.clock import wall_ms
 from pipeline.config import WorkerConfig
-from pipeline.config.tenants import max_budget_ms, tenant_budget_ms
 from pipeline.delivery.intake import follow_intake
-from pipeline.delivery.kafka_progress import KafkaProgress
-from pipeline.delivery.outage_log import OutageLog
+from pipeline.delivery.outage_log import Acks, OutageLog
 from pipeline.delivery.outcomes import Outcomes
 from pipeline.delivery.partitions import Partitions
-from pipeline.delivery.stats import WorkerStats
-from pipeline.delivery.topic_limits import described_limits, worker_limits
-from pipeline.delivery.transactions import Transactions
-from pipeline.delivery.watchdog import CallWatch
-from pipeline.kafka_backend import make_source
 from pipeline.runtime import allocator, interpreter
 from pipeline.runtime.model_process import ProcessSession
 from pipeline.runtime.session import InferenceSession
@@ -51,10 +42,9 @@ from pipeline.scoring import ScoringStep
 from pipeline.sinks import notify
 from pipeline.worker.admission import Admission
 from pipeline.worker.executors import Executors
-from pipeline.worker.late_routing import route_late
+from pipeline.worker.late_routing import outcome_server
 from pipeline.worker.parts import WorkerParts
 from pipeline.worker.publisher import Publisher
-from pipeline.worker.tenant_standing import gate_standing
 
 log = logging.getLogger(__name__)
 
@@ -101,8 +91,15 @@ class Worker:
         self.sinks = parts.sinks
         self.redis, self.tracer = parts.redis, parts.tracer  # closed by whoever built the parts, not here
         self.credentials = parts.credentials
+        # What the rooms share (pipeline/delivery/), made before any of them.
+        self.lifecycle = parts.lifecycle
+        self.tracker, self.stats = parts.tracker, parts.stats
+        self.kafka_progress = parts.progress  # whether results and commits get through (pipeline/ops/health.py)
+        self.calls = parts.calls  # the blocking client call the source thread is in (/healthz, the watchdog)
+        self.transactions = parts.transactions
+        self._describe_limits, self._open_source = parts.describe_limits, parts.open_source
         try:
-            self._build_rooms(cfg)
+            self._wire_rooms(cfg, parts)
         except BaseException:
             # Nobody will call run() or its shutdown: a model process must not outlive
             # a worker that never started.
@@ -122,86 +119,64 @@ class Worker:
     def model(self) -> ModelSpec:
         return self.slot.current.model
 
-    def _build_rooms(self, cfg: WorkerConfig) -> None:
-        b = cfg.batching
+    def _wire_rooms(self, cfg: WorkerConfig, parts: WorkerParts) -> None:
+        """Each room gets what it needs passed in: parts, the shared lifecycle, and the
+        rooms built before it."""
         self._queue_rows_gauge = self.metrics.queue_rows.labels(cfg.pipeline)
-        self.tracker = OffsetTracker()
-        self.stats = WorkerStats()
-        self._stop = threading.Event()
-        self._fatal: str | None = None
-        self._drain_deadline: float | None = None  # monotonic; set when shutdown starts
         self._restore_interpreter: Callable[[], None] | None = None
-        # Whether results and commits get through (read by pipeline/ops/health.py).
-        self.kafka_progress = KafkaProgress(time.monotonic(), cfg.outage_after_s)
-        # The blocking client call the source thread is in (read by /healthz and the watchdog).
-        self.calls = CallWatch()
         self.outage_log = OutageLog(self.kafka_progress, self.metrics, cfg.pipeline, self.calls)
-        self._acks = 0  # outcome records acknowledged so far
         self.report_outage = self.outage_log.report  # the watchdog's tick
-        self.transactions = None if cfg.delivery != "exactly_once" else Transactions(  # make_producer made it transactional
-            self.producer, lambda: self.source, self.tracker, self.sinks,  # type: ignore[arg-type, return-value]
-            cfg.transaction_interval_ms / 1000.0, self.metrics, cfg.pipeline, self.stats, self.fail,
-            owned=lambda: self.partitions.assigned, progress=self.kafka_progress, stopping=self._stop.is_set,
-            calls=self.calls,
-        )
-        # Until run() asks the broker for its topics' limits: the producer's own.
+        self._acks = Acks(self.tracker)
         self.outcomes = Outcomes(
             self.producer,
-            self._acked,
+            self._acks,
             self.topics,
-            worker_limits(cfg, self.pipeline, self.producer, self.topics, {}),
+            parts.limits,
             metrics=self.metrics,
             pipeline=cfg.pipeline,
             sinks=self.sinks,
             on_undeliverable=cfg.limits.on_undeliverable,
             count=self.stats.count,
-            fail=self.fail,
+            fail=self.lifecycle.fail,
             transactions=self.transactions,
-            carry_headers=cfg.result_headers, origin=Origin(self.group_id, member_id(cfg.instance_id()), class_path(self.step.codec)),
+            carry_headers=cfg.result_headers, origin=parts.origin,
         )
-        # Route records before decoding them (admission.py): only where the configured
-        # outcome of expiry is "routed late" anyway; tenant classes over their share first.
-        routes = self.policy.separates_late and b.expiry_action == "route_late"
-        self.admission = Admission(
-            self.step.codec, lambda priority: cfg.slo_seconds(priority) * 1000.0, self.outcomes,
-            lambda: self.outcomes.limits.request_bytes, max_budget_ms(cfg.tenants, b) if routes else None,
-            tenant_budget_ms(cfg.tenants, b, self.queue.batcher.tenants), reserve=b.shed_reserve,
-            tenants=gate_standing(self.queue, self.metrics.tenants),
-        )
+        self.admission = Admission.from_rules(self.step.codec, parts.admission, self.outcomes, parts.limits.request_bytes)
         self.publisher = Publisher(
-            self.step.hooks, self.outcomes, self.tracker, self.sinks, self.metrics, cfg.pipeline, b.policy,
-            self.stats, lambda: self._drain_deadline, self.fail, self.tracer, self.admission.observe_answers,
+            self.step.hooks, self.outcomes, self.tracker, self.sinks, self.metrics, cfg.pipeline, cfg.batching.policy,
+            self.stats, self.lifecycle, self.lifecycle.fail, self.tracer, self.admission.observe_answers,
         )
         self._executor_pool = Executors(self.queue, self.slot, self.publisher.hand_over, self.outcomes.dead_letter)
-        self.source: Source | None = None  # created in run(): joining the group is the last step
+        self._serve_outcomes = outcome_server(self.queue, self.outcomes, self.metrics.tenants, self.transactions)
         self.partitions = Partitions(
-            self.tracker, lambda: self.source, self.producer, self.sinks, self.metrics, cfg.pipeline,
+            self.tracker, self.lifecycle, self.producer, self.sinks, self.metrics, cfg.pipeline,
             self.stats, self._serve_outcomes, self.transactions, self.kafka_progress,
         )
         self.started = threading.Event()  # model loaded, source subscribed
         self.last_poll_ok: float | None = None
 
+    @property
+    def source(self) -> Source | None:
+        """The Kafka source, once run() has joined the group."""
+        return self.lifecycle.source
+
     def stop(self, reason: str = "stop requested") -> None:
-        if not self._stop.is_set():
-            log.info("stopping: %s", reason)
-        self._stop.set()
+        self.lifecycle.stop(reason)
 
     def fail(self, reason: str) -> None:
         """Stop with an error: the worker is no longer alive or ready, and run()
         returns 1 (the first reason is the one reported)."""
-        if self._fatal is None:
-            self._fatal = reason
-        self.stop(reason)
+        self.lifecycle.fail(reason)
 
     @property
     def stopping(self) -> bool:
         """stop() or fail() was called: the worker is shutting down."""
-        return self._stop.is_set()
+        return self.lifecycle.stopping
 
     @property
     def failure(self) -> str | None:
         """Why the worker failed, or None."""
-        return self._fatal
+        return self.lifecycle.failure
 
     def threads(self) -> list[threading.Thread]:
         """The threads this worker needs while it runs: executors and the publisher."""
@@ -234,11 +209,12 @@ class Worker:
         # Unless configured, the interval follows the queue's mode (interpreter.py).
         self._interval_follows_depth = rt.gil_switch_interval_ms is None
         self._backlogged = False
-        self.outcomes.limits = described_limits(self.cfg, self.pipeline, self.producer, self.topics)
+        limits = self._describe_limits()
+        self.outcomes.limits, self.admission.request_bytes = limits, limits.request_bytes
         if self.transactions is not None:
             self.transactions.start()  # before joining the group: fences our predecessor
-        self.source = make_source(self.cfg, self.group_id, [self.input_topic], self.partitions.on_assign,
-                                  self.partitions.on_revoke, self.outage_log.broker_stats, self.credentials)
+        source = self.lifecycle.source = self._open_source(
+            self.partitions.on_assign, self.partitions.on_revoke, self.outage_log.broker_stats)
         self.publisher.start(self._guarded)
         self._executor_pool.start(
             self.executors, self._guarded, pin=rt.pin_executors, intra_op_threads=rt.intra_op_threads
@@ -254,12 +230,12 @@ class Worker:
         next_commit = time.monotonic()
         next_lag = time.monotonic()
         try:
-            while not self._stop.is_set():
+            while not self.lifecycle.stopping:
                 intake = self._apply_backpressure()
                 if self.queue.backlogged != self._backlogged:
                     self._follow_backlog()
                 if intake.max_records:
-                    records = self.source.poll_batch(intake.max_records, _POLL_TIMEOUT)
+                    records = source.poll_batch(intake.max_records, _POLL_TIMEOUT)
                     self.last_poll_ok = time.monotonic()
                     if records:
                         self._admit(records)
@@ -286,19 +262,13 @@ class Worker:
                 if now >= next_lag:
                     self._queue_rows_gauge.set(self.queue.rows)  # also while no records arrive
                     self.partitions.update_lag()
-                    self.outage_log.sample(now, len(self.producer), len(self.tracker.committable()), self._acks)
+                    self.outage_log.sample(now, len(self.producer), len(self.tracker.committable()), self._acks.count)
                     next_lag = now + _LAG_INTERVAL
             return self._shutdown()
         except Exception as exc:  # a missing ACL or a refused login (KafkaRefused) is its one line, not a traceback
             log.error("worker failed; offsets not committed past finished work", exc_info=not isinstance(exc, KafkaRefused))
             self.fail(str(exc) if isinstance(exc, KafkaRefused) else f"source loop failed: {type(exc).__name__}: {exc}")
             return self._shutdown(commit=True)
-
-    def _acked(self, rec: SourceRecord) -> None:
-        """An outcome record is durable: its offset is done, and Kafka takes writes (a
-        count, not a clock read per record: the outage watch samples it each second)."""
-        self.tracker.ack(rec.tp, rec.offset)
-        self._acks += 1
 
     def _follow_backlog(self) -> None:
         """The queue's depth changed mode (batching/depth.py): say so, and switch the
@@ -317,7 +287,7 @@ class Worker:
         """Stop consuming, finish in-flight batches, flush sinks, commit, leave; all
         within cfg.drain_timeout_s (plus the final commit and the group leave). Work
         still queued when it runs out stays uncommitted, replayed by the next owner."""
-        self._drain_deadline = time.monotonic() + self.cfg.drain_timeout_s
+        self.lifecycle.drain(self.cfg.drain_timeout_s)
         self.versions.stop()
         self.queue.close()
         if not self._executor_pool.join(self._drain_left):
@@ -339,22 +309,20 @@ class Worker:
         self.outcomes.observe_stages()
         if commit:
             self.partitions.commit()
-        if self.source is not None:
-            self.source.close()
+        if self.lifecycle.source is not None:
+            self.lifecycle.source.close()
         for sink in self.sinks:
             sink.close()
         if remaining:
             log.error("%d records were not acknowledged by Kafka before shutdown", remaining)
-        if self._fatal:
-            log.error("worker stopped on error: %s", self._fatal)
+        if self.lifecycle.failure:
+            log.error("worker stopped on error: %s", self.lifecycle.failure)
             return 1
         log.info("worker stopped cleanly: %s", self.stats_line())
         return 0
 
     def _drain_left(self) -> float:
-        if self._drain_deadline is None:
-            return self.cfg.drain_timeout_s
-        return max(self._drain_deadline - time.monotonic(), 0.0)
+        return self.lifecycle.drain_left(self.cfg.drain_timeout_s)
 
     # ------------------------------------------------------------------ source side
     def _admit(self, records: list[SourceRecord]) -> None:
@@ -368,24 +336,16 @@ class Worker:
             self.queue.put_many(requests)
         self._queue_rows_gauge.set(self.queue.rows)
 
-    def _serve_outcomes(self) -> None:
-        self._route_late()
-        if self.transactions is not None:  # exactly_once: produce the outcomes now in line
-            self.transactions.release()
-
-    def _route_late(self) -> None:
-        route_late(self.queue, self.outcomes, self.metrics.tenants)
-
     def _apply_backpressure(self) -> IntakeDecision:
         """Hold or pause consumption by the queue's backpressure rows (batching/backpressure.py
         says why holding, not pausing, is the usual answer)."""
-        return follow_intake(self.backpressure, self.queue.backpressure_rows, time.monotonic(), self.source,
+        return follow_intake(self.backpressure, self.queue.backpressure_rows, time.monotonic(), self.lifecycle.source,
                              self.metrics, self.cfg.pipeline, self.stats, "queue at %d rows")
 
     @property
     def assigned(self) -> list[TopicPartition]:
         """The partitions this worker owns now."""
-        return self.partitions.assigned
+        return self.lifecycle.assigned
 
     # ------------------------------------------------------------------ reporting
     def stats_line(self) -> str:

@@ -7,11 +7,14 @@ routed_late."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from consumers.records import SourceRecord
 from pipeline.batching.concurrent import BatchQueue
 from pipeline.batching.request import RULE_OVERDUE
 from pipeline.clock import wall_ms
 from pipeline.delivery.outcomes import Outcomes
+from pipeline.delivery.transactions import Transactions
 from pipeline.observe.tenant_metrics import TenantOutcomes
 
 
@@ -28,3 +31,18 @@ def route_late(queue: BatchQueue, outcomes: Outcomes, tenants: TenantOutcomes | 
         outcomes.late(late, now, rule)
     if tenants is not None:
         tenants.routed([req.tenant_class for req in routed if req.tenant_class is not None])
+
+
+def outcome_server(
+    queue: BatchQueue, outcomes: Outcomes, tenants: TenantOutcomes | None, transactions: Transactions | None
+) -> Callable[[], None]:
+    """The source thread's outcome duty, every loop turn and while a revoke waits for its
+    partitions' work (pipeline/delivery/partitions.py): send what the batcher routed
+    late, and with delivery exactly_once produce the outcomes now next in line."""
+
+    def serve() -> None:
+        route_late(queue, outcomes, tenants)
+        if transactions is not None:
+            transactions.release()
+
+    return serve

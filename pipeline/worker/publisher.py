@@ -23,6 +23,7 @@ from consumers.records import SourceRecord, produced_ms
 from models.registry import ModelSpec
 from pipeline.batching.request import Batch, Request
 from pipeline.clock import wall_ms
+from pipeline.delivery.lifecycle import Lifecycle
 from pipeline.delivery.outcomes import Outcomes, result_value
 from pipeline.delivery.reorder import Reorder
 from pipeline.delivery.stats import WorkerStats
@@ -56,7 +57,8 @@ class Publisher:
     outcomes: sends results and dead letters (pipeline/delivery/outcomes.py).
     tracker: the offsets; a result with sinks is done when every sink acked its row.
     sinks: the offline sinks (a list the caller may still extend before run()).
-    drain_deadline: the monotonic time shutdown must end by, or None while running.
+    lifecycle: its drain deadline, the monotonic time shutdown must end by (None while
+        running; pipeline/delivery/lifecycle.py).
     fail: stops the worker with an error (a sink that failed).
     answered: gets each batch's ms from decode to answer (admission's shed reserve,
         pipeline/batching/shed.py AnswerTime) and from the model's end to its last
@@ -74,7 +76,7 @@ class Publisher:
         pipeline: str,
         policy: str,
         stats: WorkerStats,
-        drain_deadline: Callable[[], float | None],
+        lifecycle: Lifecycle,
         fail: Callable[[str], None],
         tracer: BatchTracer | None = None,
         answered: Callable[[list[float], float], None] = lambda ms, tail: None,
@@ -88,7 +90,7 @@ class Publisher:
         self.pipeline = pipeline
         self.policy = policy
         self.stats = stats
-        self.drain_deadline = drain_deadline
+        self.lifecycle = lifecycle
         self.fail = fail
         self.tracer = tracer  # spans of each published request and its batch, when tracing is on
         self.answered = answered
@@ -116,7 +118,7 @@ class Publisher:
             except queue.Full:
                 if self.thread is None or not self.thread.is_alive():
                     return False
-                deadline = self.drain_deadline()
+                deadline = self.lifecycle.drain_deadline
                 if deadline is not None and time.monotonic() >= deadline:
                     return False
 

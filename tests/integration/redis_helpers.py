@@ -21,8 +21,8 @@ from models.ctr import features as F
 from pipeline.app.compose import build_parts
 from pipeline.config import WorkerConfig
 from pipeline.loadgen.ctr import CtrRequestFactory
-from pipeline.redisio.attach import RedisParts
 from pipeline.redisio.loader import load_features
+from pipeline.redisio.parts import RedisParts
 from pipeline.worker import Worker
 from tests.integration.pipeline_helpers import (
     produce_values,

@@ -14,6 +14,7 @@ from confluent_kafka import KafkaError, KafkaException
 from consumers.offsets import OffsetTracker
 from consumers.records import TopicPartition
 from pipeline.clock import FakeClock
+from pipeline.delivery.lifecycle import Lifecycle
 from pipeline.delivery.partitions import Partitions
 from pipeline.delivery.stats import WorkerStats
 from pipeline.observe.metrics import WorkerMetrics
@@ -43,7 +44,9 @@ def test_185_failed_commits_are_one_line_and_a_count(caplog: pytest.LogCaptureFi
     clock = FakeClock()
     tracker, source = OffsetTracker(), QueuedCommits()
     metrics = WorkerMetrics("ctr", "adaptive")
-    parts = Partitions(tracker, lambda: source, None, [], metrics, "ctr", WorkerStats(),  # type: ignore[arg-type]
+    lifecycle = Lifecycle()
+    lifecycle.source = source  # type: ignore[assignment]
+    parts = Partitions(tracker, lifecycle, None, [], metrics, "ctr", WorkerStats(),  # type: ignore[arg-type]
                        lambda: None, clock=clock.now)
     for offset in range(185):  # one commit per interval while the group waits out the dead member
         tracker.track(TP, offset)

@@ -22,6 +22,7 @@ from consumers.records import AckCallback, SourceRecord
 from models.registry import ModelSpec
 from pipeline.batching.request import RULE_OVERDUE, RULE_SHED, Batch, Request
 from pipeline.codecs.base import Decoded, DecodeError
+from pipeline.delivery.lifecycle import Lifecycle
 from pipeline.delivery.outcomes import Outcomes, Topics
 from pipeline.delivery.stats import WorkerStats
 from pipeline.faust.batch import FaustBatch, Rejected
@@ -162,7 +163,7 @@ def test_results_and_the_dead_letters_of_unpublishable_results_are_the_workers()
     results, _ = toy_step().infer([r.item.decoded for r in requests])
     outcomes, producer = worker_outcomes()
     Publisher([], outcomes, OffsetTracker(), [], WorkerMetrics("toy", "adaptive"), "toy", "adaptive",
-              WorkerStats(), lambda: None, pytest.fail).publish(requests, results, TIMING, MODEL)
+              WorkerStats(), Lifecycle(), pytest.fail).publish(requests, results, TIMING, MODEL)
 
     items = [pending(rec, req.item.decoded) for rec, req in zip(records, requests, strict=True)]
     faust = faust_send(faust_batch(items), list(results), [None] * 3)
@@ -201,7 +202,7 @@ def test_the_dead_letters_of_input_its_codec_refuses_are_the_workers() -> None:
     records = [record(4, b"bad"), record(5, b"crash")]
     outcomes, producer = worker_outcomes()
     codec = ToyCodec()
-    admission = Admission(codec, lambda priority: 60_000.0, outcomes, lambda: 1 << 30)  # type: ignore[arg-type]
+    admission = Admission(codec, lambda priority: 60_000.0, outcomes, 1 << 30)  # type: ignore[arg-type]
     assert admission.admit(records, 0.0, WALL) == []
 
     rejected = []

@@ -78,7 +78,7 @@ def admission(routed: Routed, codec, standing) -> Admission:
     """An admission in a burst: its polls' records have been old for half a budget (a
     backlog stands, pipeline/batching/shed.py StandingBacklog) and batches took 50 ms
     from decode to answer (the reserve: half the budget)."""
-    adm = Admission(codec, lambda p: BUDGET_MS, routed, lambda: 1_000_000, BUDGET_MS, reserve=0.5, tenants=standing)
+    adm = Admission(codec, lambda p: BUDGET_MS, routed, 1_000_000, BUDGET_MS, reserve=0.5, tenants=standing)
     adm.standing.poll(WALL - BUDGET_MS, BUDGET_MS, BUDGET_MS)
     adm.answer_time.observe([50.0])
     return adm

@@ -95,7 +95,7 @@ class TenantCodec:
 def test_admission_carries_the_tenant_and_gives_its_class_deadline():
     c = cfg()
     wall = 1_700_000_000_000
-    adm = Admission(TenantCodec(), lambda p: 999.0, Outcomes(), lambda: 10_000, None, tenant_budget_ms(c.tenants, c.batching, tenant_gate(c.tenants, c.batching)))
+    adm = Admission(TenantCodec(), lambda p: 999.0, Outcomes(), 10_000, None, tenant_budget_ms(c.tenants, c.batching, tenant_gate(c.tenants, c.batching)))
     recs = [SourceRecord("in", 0, i, b"k", v, {}, wall) for i, v in enumerate((b"acme", b"acme:1", b"x", b""))]
     reqs = adm.admit(recs, now=5.0, now_wall=wall)
     assert [r.tenant for r in reqs] == ["acme", "acme", "x", None]
@@ -104,7 +104,7 @@ def test_admission_carries_the_tenant_and_gives_its_class_deadline():
     assert gate is not None
     assert [gate.mark(r, 5.0) for r in reqs] == [GREEN] * 4
     assert [r.tenant_class for r in reqs] == ["gold", "gold", "default", "default"]
-    without = Admission(TenantCodec(), lambda p: 999.0, Outcomes(), lambda: 10_000)
+    without = Admission(TenantCodec(), lambda p: 999.0, Outcomes(), 10_000)
     assert [round((r.deadline - 5.0) * 1000) for r in without.admit(recs, now=5.0, now_wall=wall)] == [999] * 4
 
 

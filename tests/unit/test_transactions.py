@@ -9,6 +9,7 @@ import pytest
 
 from consumers.offsets import OffsetTracker
 from consumers.records import AckCallback, SendError, SourceRecord, TopicPartition, TransactionError
+from pipeline.delivery.lifecycle import Lifecycle
 from pipeline.delivery.limits import Limits
 from pipeline.delivery.outcomes import Outcomes, Topics
 from pipeline.delivery.stats import WorkerStats
@@ -83,7 +84,7 @@ class FakeProducer:
 
 
 class FakeSource:
-    member = True  # the class attribute: Rig hands Transactions the class as its source()
+    member = True  # class attributes: tests change them for the one source the rig joins with
     offsets: dict[TopicPartition, int] = {}  # the group's committed offsets
 
     @staticmethod
@@ -103,12 +104,14 @@ class Rig:
         self.producer = FakeProducer()
         self.tracker = OffsetTracker()
         self.failures: list[str] = []
-        self.stop = False
+        self.lifecycle = Lifecycle()
+        self.lifecycle.source = FakeSource()  # type: ignore[assignment]
+        self.lifecycle.assigned = [("req", p) for p in range(4)]  # every partition the tests consume
         self.slept: list[float] = []
         metrics = WorkerMetrics("ctr", "adaptive")
         self.txns = Transactions(
-            self.producer, FakeSource, self.tracker, [], 0.1, metrics, "ctr", WorkerStats(), self.failures.append,
-            stopping=lambda: self.stop, sleep=self.slept.append,
+            self.producer, self.lifecycle, self.tracker, [], 0.1, metrics, "ctr", WorkerStats(), self.failures.append,
+            sleep=self.slept.append,
         )
         limits = Limits(request_bytes=1_000_000, topic_bytes={}, producer_bytes=1_000_000, prefix_bytes=100)
         self.outcomes = Outcomes(
@@ -299,7 +302,7 @@ def test_a_stop_while_the_cluster_is_away_ends_the_renewal() -> None:
     rig.producer.commit_errors = [TransactionError("producer fenced", fatal=True)]
 
     def refuse(timeout: float) -> None:
-        rig.stop = True  # SIGTERM arrives while init_transactions waits
+        rig.lifecycle.stop("signal SIGTERM")  # arrives while init_transactions waits
         raise TransactionError("coordinator not available", retriable=True)
 
     rig.producer.init_transactions = refuse  # type: ignore[method-assign]
@@ -380,7 +383,7 @@ def test_membership_is_checked_after_the_metadata_is_taken() -> None:
             return cls.member
 
     rig = Rig()
-    rig.txns.source = lambda: Forgetting
+    rig.lifecycle.source = Forgetting  # type: ignore[assignment]
     (r0,) = rig.consume(0, 0)
     rig.outcomes.result(r0, b"s0")
     assert rig.txns.commit() is False
@@ -394,8 +397,7 @@ def test_records_of_a_partition_the_worker_does_not_own_never_commit() -> None:
     partitions they name, so the transaction itself refuses them: with records of such
     a partition in it, it aborts and produces only the others again."""
     rig = Rig()
-    owned = {("req", 0)}
-    rig.txns.owned = lambda: owned
+    rig.lifecycle.assigned = [("req", 0)]
     (r0,) = rig.consume(0, 0)
     (q0,) = rig.consume(1, 0)  # partition 1 is not the worker's
     rig.outcomes.result(r0, b"s0")
@@ -411,7 +413,7 @@ def test_records_of_a_partition_the_worker_does_not_own_never_commit() -> None:
 
 def test_a_partition_not_owned_without_records_yet_is_forgotten_and_the_rest_commits() -> None:
     rig = Rig()
-    rig.txns.owned = lambda: {("req", 0)}
+    rig.lifecycle.assigned = [("req", 0)]
     (r0,) = rig.consume(0, 0)
     rig.consume(1, 0)  # tracked, no outcome yet, not owned
     rig.outcomes.result(r0, b"s0")

@@ -12,7 +12,7 @@ from tests.unit.worker_fakes import WALL, FakeOutcomes, ToyCodec, record
 
 
 def admission(outcomes: FakeOutcomes, codec: ToyCodec, *, limit: int = 1000, route_ms: float | None = None) -> Admission:
-    return Admission(codec, lambda priority: 100.0, outcomes, lambda: limit, route_ms)
+    return Admission(codec, lambda priority: 100.0, outcomes, limit, route_ms)
 
 
 def in_a_burst(adm: Admission, now_wall: int, answered_ms: float | None = 50.0) -> Admission:
@@ -58,7 +58,7 @@ def test_admission_routes_records_too_old_to_be_answered_after_their_polls_decod
     decoded still have time to be answered (pipeline/batching/shed.py)."""
     walls = iter([WALL, WALL + 10, WALL + 100, WALL + 100])  # before/after each decode
     outcomes, codec = FakeOutcomes(), ToyCodec()
-    adm = Admission(codec, lambda priority: 100.0, outcomes, lambda: 1000, 100.0, wall=lambda: next(walls))
+    adm = Admission(codec, lambda priority: 100.0, outcomes, 1000, 100.0, wall=lambda: next(walls))
     adm.admit([record(i, b"r%d" % i, ts=WALL - 1) for i in range(10)], now=1.0, now_wall=WALL)
     assert adm.decode_cost.per_record_ms == pytest.approx(1.0)  # 10 records in 10 ms
     in_a_burst(adm, WALL + 100)
@@ -81,7 +81,7 @@ def test_admission_keeps_only_the_learned_answer_time_in_reserve() -> None:
     on a busy machine the fixed half routed records 50-100 ms old that would have made
     it (pipeline/batching/shed.py AnswerTime)."""
     outcomes, codec = FakeOutcomes(), ToyCodec()
-    adm = in_a_burst(Admission(codec, lambda priority: 100.0, outcomes, lambda: 1000, 100.0), WALL, None)
+    adm = in_a_burst(Admission(codec, lambda priority: 100.0, outcomes, 1000, 100.0), WALL, None)
     adm.answer_time.observe([6.0, 10.0])
     poll = [record(0, b"r0", ts=WALL - 95), record(1, b"r1", ts=WALL - 85), record(2, b"r2", ts=WALL - 60)]
     requests = adm.admit(poll, now=1.0, now_wall=WALL)
@@ -96,7 +96,7 @@ def test_admission_sheds_on_the_reserve_only_while_a_backlog_stands() -> None:
     reserve routed 10-145 requests a run, in 3 of 10 runs, that greedy answered in
     time; now only the expired go until every poll has been old for half a budget."""
     outcomes, codec = FakeOutcomes(), ToyCodec()
-    adm = Admission(codec, lambda priority: 100.0, outcomes, lambda: 1000, 100.0)
+    adm = Admission(codec, lambda priority: 100.0, outcomes, 1000, 100.0)
     adm.answer_time.observe([30.0])  # the reserve: 30 ms
     adm.admit([record(0, b"r0", ts=WALL - 3)], now=1.0, now_wall=WALL)  # a fresh poll
     at = WALL + 20  # a hiccup: this poll's records are 85 and 120 ms old
@@ -114,7 +114,7 @@ def test_a_long_hop_does_not_keep_the_worker_from_ever_answering() -> None:
     ever answered and the reserve never learned, so every request routed late, for good.
     Now, before anything was answered, the reserve never takes a whole poll."""
     outcomes, codec = FakeOutcomes(), ToyCodec()
-    adm = Admission(codec, lambda priority: 100.0, outcomes, lambda: 1000, 100.0)
+    adm = Admission(codec, lambda priority: 100.0, outcomes, 1000, 100.0)
     for i in range(10):
         assert len(adm.admit([record(i, b"r", ts=WALL + 10 * i - 70)], now=1.0, now_wall=WALL + 10 * i)) == 1
     assert outcomes.routed == []
@@ -143,19 +143,19 @@ def test_the_batcher_gets_each_deadline_less_the_learned_answer_tail() -> None:
 
 def test_admission_with_no_reserve_routes_only_records_already_expired() -> None:
     outcomes, codec = FakeOutcomes(), ToyCodec()
-    adm = Admission(codec, lambda priority: 100.0, outcomes, lambda: 1000, 100.0, reserve=0.0)
+    adm = Admission(codec, lambda priority: 100.0, outcomes, 1000, 100.0, reserve=0.0)
     poll = [record(0, b"r0", ts=WALL - 101), record(1, b"r1", ts=WALL - 95), record(2, b"r2", ts=WALL - 60)]
     requests = adm.admit(poll, now=1.0, now_wall=WALL)
     assert [o for o, _ in outcomes.routed] == [0]
     assert [r.item.rec.offset for r in requests] == [1, 2]
     with pytest.raises(ValueError):
-        Admission(codec, lambda priority: 100.0, outcomes, lambda: 1000, 100.0, reserve=1.0)
+        Admission(codec, lambda priority: 100.0, outcomes, 1000, 100.0, reserve=1.0)
 
 
 def test_admission_never_routes_a_record_without_a_timestamp_however_slow_decoding_is() -> None:
     walls = iter([WALL, WALL + 500, WALL + 500, WALL + 500])
     outcomes, codec = FakeOutcomes(), ToyCodec()
-    adm = Admission(codec, lambda priority: 100.0, outcomes, lambda: 1000, 100.0, wall=lambda: next(walls))
+    adm = Admission(codec, lambda priority: 100.0, outcomes, 1000, 100.0, wall=lambda: next(walls))
     adm.admit([record(0, b"r0", ts=None)], now=1.0, now_wall=WALL)  # 500 ms for one record
     in_a_burst(adm, WALL + 500)
     requests = adm.admit([record(1, b"r1", ts=None), record(2, b"r2", ts=WALL + 480)], now=1.5, now_wall=WALL + 500)
@@ -179,7 +179,7 @@ def test_admission_stamps_when_each_poll_was_decoded() -> None:
     """The decode stage's end (tidebatch_stage_seconds{stage="decode"}): the wall clock
     read once the whole poll is decoded, the same for every request of that poll."""
     clock = iter([WALL + 1, WALL + 7, WALL + 11, WALL + 19])  # before and after each decode
-    adm = Admission(ToyCodec(), lambda priority: 100.0, FakeOutcomes(), lambda: 1 << 20, wall=lambda: next(clock))
+    adm = Admission(ToyCodec(), lambda priority: 100.0, FakeOutcomes(), 1 << 20, wall=lambda: next(clock))
     first = adm.admit([record(0, b"r0"), record(1, b"r1")], now=1.0, now_wall=WALL)
     second = adm.admit([record(2, b"r2")], now=1.01, now_wall=WALL + 10)
     assert [(r.item.consumed_wall_ms, r.item.decoded_wall_ms) for r in first + second] == [

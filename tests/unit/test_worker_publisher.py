@@ -10,6 +10,7 @@ from consumers.offsets import OffsetTracker
 from consumers.records import SourceRecord
 from pipeline.clock import wall_ms
 from pipeline.codecs.base import Decoded
+from pipeline.delivery.lifecycle import Lifecycle
 from pipeline.delivery.stats import WorkerStats
 from pipeline.observe.metrics import WorkerMetrics
 from pipeline.scoring import BatchTiming
@@ -214,7 +215,7 @@ def test_the_publisher_reports_each_batch_s_time_from_decode_to_hand_over() -> N
     answer tail (pipeline/batching/tail.py) from the time since the model's end."""
     got: list[tuple[list[float], float]] = []
     pub = Publisher([], FakeOutcomes(), OffsetTracker(), [], WorkerMetrics("toy", "adaptive"),  # type: ignore[arg-type]
-                    "toy", "adaptive", WorkerStats(), lambda: None, lambda reason: None, None,
+                    "toy", "adaptive", WorkerStats(), Lifecycle(), lambda reason: None, None,
                     lambda ms, tail: got.append((ms, tail)))
     batch = make_batch([b"r0", b"r1"])
     now = wall_ms()

@@ -16,6 +16,7 @@ from consumers.records import SourceRecord
 from models.registry import ModelSpec
 from pipeline.batching.request import Batch, Request
 from pipeline.codecs.base import Decoded, DecodeError
+from pipeline.delivery.lifecycle import Lifecycle
 from pipeline.delivery.stats import WorkerStats
 from pipeline.observe.metrics import WorkerMetrics
 from pipeline.worker.admission import InFlight
@@ -107,7 +108,7 @@ def publisher(outcomes: FakeOutcomes, tracker: OffsetTracker, hooks: list, stats
               metrics: WorkerMetrics | None = None, tracer=None) -> Publisher:
     failures: list[str] = []
     return Publisher(hooks, outcomes, tracker, [], metrics or WorkerMetrics("toy", "adaptive"), "toy",  # type: ignore[arg-type]
-                     "adaptive", stats, lambda: None, failures.append, tracer)
+                     "adaptive", stats, Lifecycle(), failures.append, tracer)
 
 
 def finished(batch: Batch, results: list[dict]) -> Finished:
