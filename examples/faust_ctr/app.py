@@ -1,4 +1,7 @@
-"""CTR scoring inside a Faust app, with tidebatch's adaptive batches.
+"""CTR scoring inside a Faust app, with tidebatch's adaptive batches -- or any other
+pipeline's, your own model's included: TIDEBATCH_FAUST_CONFIG names a worker config, whose
+`pipeline` (a shipped one or an entry of its `pipelines:`) the app serves with that
+entry's model and codec, as `tidebatch run -c` would (README.md, "Your own model").
 
     TIDEBATCH_FAUST_BROKER=kafka://127.0.0.1:9092 faust -A examples.faust_ctr.app worker -l info
 
@@ -18,12 +21,12 @@ from functools import cache
 
 from mode import CrashingSupervisor, OneForOneSupervisor
 
-from pipeline.config import load_config
 from pipeline.errors import UserError
 from pipeline.faust.app import add_metrics_page, make_app, processing_guarantee, serve_metrics
 from pipeline.faust.batching import BatchMetrics, adaptive_batches
-from pipeline.faust.inference import BatchScorer
+from pipeline.faust.inference import BatchScorer, served_config
 from pipeline.faust.kafka_settings import load_kafka_block
+from pipeline.registry.pipelines import pipeline_for
 
 log = logging.getLogger(__name__)
 
@@ -32,16 +35,32 @@ def _env(name: str, default: str) -> str:
     return os.environ.get(f"TIDEBATCH_FAUST_{name}", default)
 
 
+# A worker config file: its `pipeline` and `pipelines:` (the pipeline served, its model
+# and codec, its topics), its `kafka:` block (SASL/TLS, client.id, ...), with
+# TIDEBATCH_KAFKA__<BLOCK>__<KEY> on top as `tidebatch run` reads them, and its
+# `tenants:` section (tenant classes: shares, ceilings, SLAs; docs/BATCHING.md).
+CONFIG = _env("CONFIG", "")
+# The pipeline served: a shipped one or an entry of CONFIG's `pipelines:` (default: the
+# config's `pipeline`, else ctr).
+PIPELINE = _env("PIPELINE", "")
+try:
+    SERVED = served_config(CONFIG or None, PIPELINE or None)
+    SPEC = pipeline_for(SERVED)  # as the worker resolves it (pipeline/app/compose.py)
+except UserError as exc:  # one line naming the setting (never a secret's value)
+    raise SystemExit(str(exc)) from None
+
 BROKER = _env("BROKER", "kafka://127.0.0.1:9092")
 BROKER_PROFILE = _env("BROKER_PROFILE", "kafka")  # "embedded" for `tidebatch broker` (Tansu)
-APP_ID = _env("APP_ID", "tidebatch-faust-ctr")  # also the consumer group id
-INPUT_TOPIC = _env("INPUT", "ctr.requests")
-OUTPUT_TOPIC = _env("OUTPUT", "ctr.scores")
-DLQ_TOPIC = _env("DLQ", f"{INPUT_TOPIC}.dlq")
-LATE_TOPIC = _env("LATE", f"{INPUT_TOPIC}.late")  # records shed over a tenant class's ceiling
+APP_ID = _env("APP_ID", f"tidebatch-faust-{SPEC.name}")  # also the consumer group id
+# Topics: the config's, else the pipeline's (ctr.requests -> ctr.scores), as the worker's.
+INPUT_TOPIC = _env("INPUT", SERVED.input_topic or SPEC.input_topic)
+OUTPUT_TOPIC = _env("OUTPUT", SERVED.output_topic or SPEC.output_topic)
+DLQ_TOPIC = _env("DLQ", SERVED.dlq_topic or f"{INPUT_TOPIC}.dlq")
+LATE_TOPIC = _env("LATE", SERVED.late_topic or f"{INPUT_TOPIC}.late")  # records shed over a tenant class's ceiling
 POLICY = _env("POLICY", "adaptive")
 SLO_MS = float(_env("SLO_MS", "100"))
-MAX_BATCH_ROWS = int(_env("MAX_BATCH_ROWS", "512"))
+# Default: the config's batching.max_batch_rows, else the pipeline's (512 for ctr), as the worker's.
+MAX_BATCH_ROWS = int(_env("MAX_BATCH_ROWS", str(SERVED.batching.max_batch_rows or SPEC.max_batch_rows)))
 MAX_QUEUE_DELAY_MS = float(_env("MAX_QUEUE_DELAY_MS", "10"))  # the static policy's linger
 PROVIDERS = _env("PROVIDERS", "auto")
 # Python's GIL switch interval; empty keeps the interpreter's 5 ms (faster here than
@@ -57,11 +76,6 @@ METRICS_PORT = _env("METRICS_PORT", "")  # empty: only on the Faust web server
 ON_ERROR = _env("ON_ERROR", "crash")
 # Fault injection for the at-least-once test: the first batch body raises once.
 FAIL_FIRST_BATCH = _env("FAIL_FIRST_BATCH", "") not in ("", "0", "false")
-# A worker config file: its `kafka:` block (SASL/TLS, client.id, ...), with
-# TIDEBATCH_KAFKA__<BLOCK>__<KEY> on top as `tidebatch run` reads them, and its
-# `tenants:` section (tenant classes: shares, ceilings, SLAs; docs/BATCHING.md).
-CONFIG = _env("CONFIG", "")
-
 # tidebatch's `delivery` key (at_least_once | exactly_once) -> Faust's processing_guarantee.
 DELIVERY = _env("DELIVERY", "at_least_once")
 try:
@@ -75,7 +89,7 @@ try:
         APP_ID, BROKER, profile=BROKER_PROFILE, kafka=load_kafka_block(CONFIG or None),
         web_metrics_enabled=True, processing_guarantee=PROCESSING_GUARANTEE,
     )
-    TENANTS = load_config(CONFIG, environ={}).tenants if CONFIG else None
+    TENANTS = SERVED.tenants if CONFIG else None
 except UserError as exc:  # one line naming the setting (never a secret's value)
     raise SystemExit(str(exc)) from None
 _raw = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw"}
@@ -84,7 +98,7 @@ results_topic = app.topic(OUTPUT_TOPIC, **_raw)
 dlq_topic = app.topic(DLQ_TOPIC, **_raw)
 late_topic = app.topic(LATE_TOPIC, **_raw)
 
-metrics = BatchMetrics("ctr", POLICY)
+metrics = BatchMetrics(SPEC.name, POLICY)
 add_metrics_page(app, metrics.registry)  # http://<web host>:<web port>/tidebatch/metrics/
 _failed_once = False
 
@@ -93,10 +107,11 @@ _failed_once = False
 def scorer() -> BatchScorer:
     # Loaded on first use, in the worker: `faust ... --help` stays instant.
     return BatchScorer(
-        "ctr",
+        config=SERVED,  # the served pipeline's model and codec, with the config's `codec:`
         providers=PROVIDERS,
         gil_switch_interval_ms=float(GIL_SWITCH_INTERVAL_MS) if GIL_SWITCH_INTERVAL_MS else None,
         group_id=APP_ID,  # dead letters name it (Kafka Connect's connector.name)
+        carry_headers=SERVED.result_headers,  # the request headers results carry, as the worker's
     )
 
 

@@ -1,5 +1,5 @@
-"""`tidebatch etl`: score CTR requests from files or a Kafka topic range into the
-Parquet layout of the worker's sink (docs/ETL.md). Resumable: rerun the same command."""
+"""`tidebatch etl`: score a pipeline's requests from files or a Kafka topic range into
+the Parquet layout of the worker's sink (docs/ETL.md). Resumable: rerun the same command."""
 
 from __future__ import annotations
 
@@ -25,13 +25,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "etl",
         help="score files or a topic range into Parquet (bounded, resumable)",
-        description="Score CTR requests from Parquet/CSV/JSONL files or a Kafka topic range in "
-        "large batches and write the worker sink's Parquet layout. Rerunning the same command "
-        "resumes an interrupted job.",
+        description="Score a pipeline's requests from files or a Kafka topic range in large batches "
+        "and write the worker sink's Parquet layout: CTR requests from Parquet/CSV/JSONL files, any "
+        "other pipeline's (a shipped one or one under the config's `pipelines:`) from JSONL files, one "
+        "request per line. Rerunning the same command resumes an interrupted job.",
     )
-    p.add_argument("inputs", nargs="*", metavar="INPUT", help="files or directories (flat layout, docs/ETL.md)")
+    p.add_argument(
+        "inputs", nargs="*", metavar="INPUT",
+        help="files or directories (ctr: flat layout or JSON requests; other pipelines: one request per line; docs/ETL.md)",
+    )
     p.add_argument("-o", "--output", required=True, help="output directory or fsspec URL")
-    p.add_argument("-c", "--config", help="worker YAML: defaults for columns, compression, broker")
+    p.add_argument(
+        "-c", "--config",
+        help="worker YAML: its pipeline and `pipelines:`, codec settings, and defaults for columns, compression, broker",
+    )
+    p.add_argument(
+        "--pipeline", metavar="NAME",
+        help="a shipped pipeline or one under the config's `pipelines:` (default: the config's pipeline, else ctr)",
+    )
     p.add_argument("--format", choices=FORMATS, help="input format (default: from the file name)")
     p.add_argument("--topic", help="score this topic instead of files")
     p.add_argument(
@@ -51,7 +62,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--columns", type=names, metavar="I1,C14,...", help="input features to keep")
     p.add_argument("--chunk-rows", type=int, default=131_072, help="input file rows per chunk and file (default 131072)")
     p.add_argument("--chunk-records", type=int, default=8192, help="topic mode: offsets per chunk (default 8192)")
-    p.add_argument("--batch-rows", type=int, default=2048, help="rows per ONNX Runtime call (default 2048)")
+    p.add_argument(
+        "--batch-rows", type=int,
+        help="rows per ONNX Runtime call (default: 2048 for ctr, else the pipeline's max_batch_rows)",
+    )
     p.add_argument("--roll-interval-s", type=float, help="record-time bucket of a file (default 300)")
     p.add_argument(
         "--compression", choices=("zstd", "snappy", "gzip", "lz4", "none"),
@@ -81,7 +95,13 @@ def parse_time(text: str) -> int:
 
 def build_job(args: argparse.Namespace) -> EtlJob:
     defaults = _config_defaults(args.config)
+    pipeline = args.pipeline or defaults.get("pipeline", "ctr")
     return EtlJob(
+        pipeline=pipeline,
+        pipelines=defaults.get("pipelines", []),
+        # the config's `codec:` section configures the config's own pipeline, as in the worker
+        codec_options=defaults.get("codec", {}) if pipeline == defaults.get("pipeline") else {},
+        max_items=defaults.get("max_items"),
         output=args.output,
         inputs=list(args.inputs),
         fmt=args.format,
@@ -116,6 +136,10 @@ def _config_defaults(path: str | None) -> dict:
     cfg = load_config(path)
     pq = cfg.sinks.parquet
     return {
+        "pipeline": cfg.pipeline,
+        "pipelines": list(cfg.pipelines),
+        "codec": dict(cfg.codec),
+        "max_items": cfg.max_items,
         "bootstrap_servers": cfg.bootstrap_servers,
         "broker_profile": cfg.broker_profile,
         "kafka": cfg.kafka,

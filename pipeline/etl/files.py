@@ -7,7 +7,7 @@ worker's codec). Chunk boundaries depend only on the input, never on how it was 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -209,14 +209,35 @@ def _csv_tables(path: str) -> Iterator[_Block]:
 
 def _jsonl_chunks(path: str, chunk_rows: int, start: int, fallback: int, source: str) -> Iterator[Chunk]:
     """JSONL: a chunk is `chunk_rows` lines. Flat rows are checked per value (JSON has
-    types), then featurised like a table; request lines go through the CTR codec."""
+    types), then featurised like a table; request lines go through the CTR codec. The
+    first line read decides which a file holds."""
+    kind: str | None = None
+
+    def payload(lines: list[bytes], first: int) -> tuple[Features, list[Reject]]:
+        nonlocal kind
+        docs, rejects = _parse_lines(lines, first)
+        kind = kind or next((_kind(d) for _, d in docs), None)
+        if kind == "request":
+            return _request_features(docs, rejects, fallback), rejects
+        return _flat_features(docs, rejects, first, fallback, source), rejects
+
+    yield from line_chunks(path, chunk_rows, start, payload)
+
+
+# A chunk's lines (and the line number of its first) -> its payload and rejects.
+LinesPayload = Callable[[list[bytes], int], tuple[Any, list[Reject]]]
+
+
+def line_chunks(path: str, chunk_rows: int, start: int, payload: LinesPayload) -> Iterator[Chunk]:
+    """Chunks of `chunk_rows` lines of a text file from line `start` (a chunk boundary),
+    each made by `payload`: CTR's JSONL here, any other pipeline's request lines in
+    pipeline/etl/requests.py."""
     size = max(os.path.getsize(path), 1)
     try:
         f = open(path, "rb")  # noqa: SIM115 - closed below; the generator may stop early
     except OSError as exc:
         raise InputError(f"cannot read input {path}: {exc.strerror}") from None
     try:
-        kind: str | None = None
         first = 0
         index = 0
         while True:
@@ -226,14 +247,9 @@ def _jsonl_chunks(path: str, chunk_rows: int, start: int, fallback: int, source:
                 return
             nxt = first + len(lines)
             if nxt > start:
-                docs, rejects = _parse_lines(lines, first)
-                kind = kind or next((_kind(d) for _, d in docs), None)
-                if kind == "request":
-                    feats = _request_features(docs, rejects, fallback)
-                else:
-                    feats = _flat_features(docs, rejects, first, fallback, source)
+                made, rejects = payload(lines, first)
                 rejects.sort(key=lambda r: r.offset)
-                yield Chunk(index, first, nxt, len(lines), feats, rejects, min(f.tell() / size, 1.0))
+                yield Chunk(index, first, nxt, len(lines), made, rejects, min(f.tell() / size, 1.0))
             first = nxt
             index += 1
     finally:

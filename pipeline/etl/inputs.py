@@ -1,8 +1,10 @@
 """Inputs of `tidebatch etl`: CTR requests from Parquet, CSV or JSONL files
 (pipeline/etl/files.py), or from a Kafka topic range (pipeline/etl/topic.py), read in
 chunks and turned into model features (pipeline/etl/features.py) without per-row
-Python where the format allows it (docs/ETL.md, "Input files"). This module holds the
-flat layout's columns and what every input yields: chunks of features and rejects.
+Python where the format allows it (docs/ETL.md, "Input files"). Any other pipeline's
+requests are decoded by its own codec instead (pipeline/etl/requests.py). This module
+holds the flat layout's columns and what every input yields: chunks of features (or
+decoded requests) and rejects.
 
 Flat layout (Parquet, CSV, JSONL): one row per candidate item.
 
@@ -76,6 +78,6 @@ class Chunk:
     first: int  # first offset the chunk covers
     next: int  # offset where the next chunk starts (what a checkpoint records)
     rows_in: int  # rows (or records) read
-    features: Features
+    payload: Any  # Features (ctr), or Requests (any other pipeline: pipeline/etl/requests.py)
     rejects: list[Reject] = field(default_factory=list)
     fraction: float | None = None  # of the input consumed after this chunk, when known

@@ -1,6 +1,7 @@
-"""`tidebatch etl`: a bounded job that scores CTR requests from files or from a Kafka
-topic range in large batches and writes the worker sink's Parquet layout
-(pipeline/sinks/layout.py, docs/ETL.md).
+"""`tidebatch etl`: a bounded job that scores a pipeline's requests from files or from a
+Kafka topic range in large batches and writes the worker sink's Parquet layout
+(pipeline/sinks/layout.py, docs/ETL.md): CTR rows from flat tables or requests, any
+other pipeline's requests through its own codec (pipeline/etl/pipelines.py).
 
 Work is cut into chunks whose boundaries depend only on the input (N rows of a file,
 N offsets of a partition). Each chunk is scored in batches of `batch_rows` rows per
@@ -14,8 +15,9 @@ Throughput: reading and featurising the next chunk (vectorised Arrow/numpy, main
 thread) and writing the previous one overlap with ONNX Runtime scoring the current one
 (a second thread; ORT releases the GIL).
 
-This module runs the job (scoring, progress, the chunk loop, the summary). The job's
-settings are in settings.py, its inputs in sources.py (files.py, topic.py), its
+This module runs the job (progress, the chunk loop, the summary). The job's settings
+are in settings.py, its pipeline and the parts it takes (scorer, readers, writer) in
+pipelines.py, its inputs in sources.py (files.py, topic.py, requests.py), its
 checkpoint in checkpoint.py and its output files in writer.py, all in pipeline/etl/.
 """
 
@@ -27,16 +29,15 @@ import sys
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TextIO
 
-import numpy as np
-
-from models.registry import ModelSpec, load_spec
+from models.registry import ModelSpec
 from pipeline.errors import UserError
 from pipeline.etl.checkpoint import Checkpoint
-from pipeline.etl.inputs import Chunk, Features
-from pipeline.etl.settings import EtlJob, validate_job
+from pipeline.etl.inputs import Chunk
+from pipeline.etl.pipelines import CTR, etl_parts, etl_pipeline
+from pipeline.etl.settings import EtlJob, batch_rows_for, validate_job
 from pipeline.etl.sources import Source, file_sources, topic_sources
 from pipeline.etl.writer import REJECTS_DIR, ChunkWriter
 from pipeline.sinks import layout as L
@@ -54,41 +55,20 @@ class JobInterrupted(BaseException):
 @dataclass
 class EtlSummary:
     rows_in: int = 0  # input rows (file rows, JSONL lines, Kafka records), whole job
-    rows_scored: int = 0  # scored item rows, this run
-    total_scored: int = 0  # scored item rows, whole job
+    rows_scored: int = 0  # scored output rows (ctr: items; other pipelines: requests), this run
+    total_scored: int = 0  # scored output rows, whole job
     rejected: int = 0
     files: int = 0
     chunks_done: int = 0
     chunks_skipped: int = 0
     seconds: float = 0.0
     provider: str = ""
+    batch_rows: int = 0  # rows per ONNX Runtime call (at most, for a pipeline other than ctr)
     rejects_files: list[str] = field(default_factory=list)
 
     @property
     def rows_per_s(self) -> float:
         return self.rows_scored / self.seconds if self.seconds > 0 else 0.0
-
-
-# ----------------------------------------------------------------------------- scoring
-class Scorer:
-    """ONNX Runtime over a chunk, `batch_rows` rows per call."""
-
-    def __init__(self, spec: ModelSpec, providers: str, threads: int, batch_rows: int) -> None:
-        from pipeline.runtime.session import InferenceSession
-
-        self.session = InferenceSession(spec.onnx_path, providers, threads)
-        self.batch_rows = batch_rows
-
-    def score(self, feats: Features) -> tuple[np.ndarray, np.ndarray]:
-        n = feats.rows
-        scores = np.empty(n, dtype=np.float32)
-        batch = np.empty(n, dtype=np.int32)
-        for i in range(0, n, self.batch_rows):
-            j = min(i + self.batch_rows, n)
-            out = self.session.run({"dense": feats.dense[i:j], "cat": feats.cat[i:j]})
-            scores[i:j] = np.asarray(out["prob"]).reshape(-1)
-            batch[i:j] = j - i
-        return scores, batch
 
 
 # ----------------------------------------------------------------------------- progress
@@ -137,26 +117,31 @@ def _clock(seconds: float) -> str:
 # ----------------------------------------------------------------------------- the job
 def run_etl(job: EtlJob, progress_out: TextIO | None = None) -> EtlSummary:
     """Run (or resume) the job; UserError with a one-line reason on failure."""
+    from pipeline.runtime.session import InferenceSession
+
     validate_job(job)
-    spec = load_spec(job.pipeline)
+    pipeline = etl_pipeline(job)
+    spec = pipeline.load_model()
+    job = replace(job, batch_rows=batch_rows_for(job, pipeline.max_batch_rows))
     storage = open_storage(job.output)
     L.input_fields(job.pipeline, job.columns)  # unknown column names fail before any work
+    parts = etl_parts(job, pipeline, spec)
     saved = Checkpoint.saved_identity(storage)
     if job.topic:
         saved_ranges = saved.get("sources") if saved and saved.get("mode") == "topic" else None
-        sources, ident = topic_sources(job, saved_ranges)
+        sources, ident = topic_sources(job, saved_ranges, parts.codec, parts.assemble)
     else:
-        sources, ident = file_sources(job)
-    identity = _identity(job, spec, ident)
+        sources, ident = file_sources(job, parts.check_file, parts.read_file)
+    identity = _identity(job, spec, ident, parts.identity)
     checkpoint = Checkpoint(storage, identity)
     checkpoint.load()
-    scorer = Scorer(spec, job.providers, job.threads, job.batch_rows)
-    writer = ChunkWriter(storage, job, spec)
-    summary = EtlSummary(provider=scorer.session.provider)
+    session = InferenceSession(spec.onnx_path, job.providers, job.threads)
+    writer = parts.writer(storage, job, spec)
+    summary = EtlSummary(provider=session.provider, batch_rows=job.batch_rows or 0)
     progress = Progress(job.progress, progress_out)
     t0 = time.monotonic()
     try:
-        _Runner(checkpoint, scorer, writer, summary, progress, job.stop_after_chunks).run(sources)
+        _Runner(checkpoint, parts.scorer(session), writer, summary, progress, job.stop_after_chunks).run(sources)
     except OSError as exc:
         raise UserError(f"cannot write output {job.output}: {exc.strerror or exc}") from None
     summary.seconds = time.monotonic() - t0
@@ -165,10 +150,12 @@ def run_etl(job: EtlJob, progress_out: TextIO | None = None) -> EtlSummary:
     return summary
 
 
-def _identity(job: EtlJob, spec: ModelSpec, sources: list[dict[str, Any]]) -> dict[str, Any]:
-    """What makes two runs the same job: inputs, model and every setting that changes
-    file contents or chunk boundaries."""
+def _identity(job: EtlJob, spec: ModelSpec, sources: list[dict[str, Any]], pipeline: dict[str, Any]) -> dict[str, Any]:
+    """What makes two runs the same job: inputs, model (and for a pipeline other than
+    ctr, its codec's settings) and every setting that changes file contents or chunk
+    boundaries."""
     ident = {
+        **pipeline,
         "mode": "topic" if job.topic else "files",
         "model": spec.name,
         "model_version": spec.version,
@@ -199,7 +186,7 @@ class _Runner:
     def __init__(
         self,
         checkpoint: Checkpoint,
-        scorer: Scorer,
+        scorer: Any,
         writer: ChunkWriter,
         summary: EtlSummary,
         progress: Progress,
@@ -229,9 +216,9 @@ class _Runner:
         if state["done"]:
             return
         resume = state["next"] if state["next"] is not None else src.start
-        inflight: deque[tuple[Chunk, Future[tuple[np.ndarray, np.ndarray]]]] = deque()
+        inflight: deque[tuple[Chunk, Future[Any]]] = deque()
         for chunk in src.chunks(resume):
-            inflight.append((chunk, pool.submit(self.scorer.score, chunk.features)))
+            inflight.append((chunk, pool.submit(self.scorer.score, chunk)))
             if len(inflight) > 1:
                 self._finish(src, state, *inflight.popleft())
         while inflight:
@@ -242,9 +229,9 @@ class _Runner:
 
     def _finish(self, src: Source, state: dict[str, Any], chunk: Chunk, fut: Future[Any]) -> None:
         """Write a scored chunk, then record it: the checkpoint never runs ahead of files."""
-        scores, batch = fut.result()
-        files, rejects = self.writer.write(src, chunk, scores, batch)
-        _record(state, chunk, files, rejects, self.summary)
+        scored = fut.result()
+        files, rejects = self.writer.write(src, chunk, scored)
+        _record(state, chunk, scored, files, rejects, self.summary)
         state["fraction"] = chunk.fraction or 0.0  # for progress after a resume
         self.checkpoint.save()
         frac = (self.done_weight + src.weight * (chunk.fraction or 0.0)) / self.total_weight
@@ -253,17 +240,19 @@ class _Runner:
             raise JobInterrupted(f"stopped after {self.stop_after} chunks (test hook)")
 
 
-def _record(state: dict[str, Any], chunk: Chunk, files: int, rejects: str | None, summary: EtlSummary) -> None:
+def _record(
+    state: dict[str, Any], chunk: Chunk, scored: Any, files: int, rejects: str | None, summary: EtlSummary
+) -> None:
     state["next"] = chunk.next
     state["chunks"] += 1
     state["rows_in"] += chunk.rows_in
-    state["rows_scored"] += chunk.features.rows
-    state["rejected"] += len(chunk.rejects)
+    state["rows_scored"] += scored.rows
+    state["rejected"] += len(chunk.rejects) + len(scored.rejects)  # the codec's and the model's
     state["files"] += files
     if rejects:
         state.setdefault("rejects_files", []).append(rejects)
     summary.chunks_done += 1
-    summary.rows_scored += chunk.features.rows  # this run only; totals come at the end
+    summary.rows_scored += scored.rows  # this run only; totals come at the end
 
 
 def _totals(checkpoint: Checkpoint, summary: EtlSummary) -> None:
@@ -278,12 +267,13 @@ def _totals(checkpoint: Checkpoint, summary: EtlSummary) -> None:
 
 def summary_lines(s: EtlSummary, job: EtlJob) -> list[str]:
     unit = "records" if job.topic else "input rows"
+    scored = "item rows" if job.pipeline == CTR else "requests"
     lines = [
-        f"etl: {s.rows_in:,} {unit} read, {s.rejected:,} rejected, {s.total_scored:,} item rows scored "
+        f"etl: {s.rows_in:,} {unit} read, {s.rejected:,} rejected, {s.total_scored:,} {scored} scored "
         f"into {s.files:,} Parquet files in {job.output}",
         f"etl: this run {s.rows_scored:,} rows in {s.seconds:.1f} s = {s.rows_per_s:,.0f} rows/s "
         f"({s.chunks_done} chunks; {s.chunks_skipped} finished by an earlier run), "
-        f"{job.batch_rows} rows per ONNX call on {s.provider}",
+        f"{'' if job.pipeline == CTR else 'up to '}{s.batch_rows} rows per ONNX call on {s.provider}",
     ]
     if s.rejected:
         lines.append(f"etl: rejected rows and reasons: {job.output}/{REJECTS_DIR}/ ({len(s.rejects_files)} files)")

@@ -9,8 +9,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from pipeline.codecs.base import Codec
 from pipeline.errors import UserError
-from pipeline.etl.files import detect_format, expand_inputs, preflight, read_file_chunks
+from pipeline.etl.files import detect_format, expand_inputs
 from pipeline.etl.inputs import Chunk
 from pipeline.etl.settings import EtlJob
 
@@ -27,7 +28,15 @@ class Source:
     start: int = 0
 
 
-def file_sources(job: EtlJob) -> tuple[list[Source], list[dict[str, Any]]]:
+# An input file's chunks: (path, format, resume offset) -> chunks from there.
+FileChunks = Callable[[str, str, int], Iterator[Chunk]]
+
+
+def file_sources(
+    job: EtlJob, check: Callable[[str, str], None], read: FileChunks
+) -> tuple[list[Source], list[dict[str, Any]]]:
+    """One source per input file; `check(path, format)` fails before any work when a
+    file cannot be read (or not for this pipeline), `read` gives its chunks."""
     paths = expand_inputs(job.inputs, job.fmt)
     names = [os.path.basename(p) for p in paths]
     dup = next((n for n in names if names.count(n) > 1), None)
@@ -36,20 +45,23 @@ def file_sources(job: EtlJob) -> tuple[list[Source], list[dict[str, Any]]]:
     sources, ident = [], []
     for path in paths:
         fmt = detect_format(path, job.fmt)
-        preflight(path, fmt)
+        check(path, fmt)
         st = os.stat(path)
         name = os.path.basename(path)
 
         def chunks(start: int, path: str = path, fmt: str = fmt) -> Iterator[Chunk]:
-            return read_file_chunks(path, fmt, job.chunk_rows, start)
+            return read(path, fmt, start)
 
         sources.append(Source(name, name, 0, float(max(st.st_size, 1)), chunks))
         ident.append({"name": name, "path": os.path.abspath(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns})
     return sources, ident
 
 
-def topic_sources(job: EtlJob, saved: list[dict[str, Any]] | None) -> tuple[list[Source], list[dict[str, Any]]]:
-    from pipeline.codecs.ctr import CtrCodec
+def topic_sources(
+    job: EtlJob, saved: list[dict[str, Any]] | None, codec: Codec, assemble: Any
+) -> tuple[list[Source], list[dict[str, Any]]]:
+    """One source per partition of the range; records decoded by `codec`, each chunk's
+    payload made by `assemble` (pipeline/etl/topic.py Assemble)."""
     from pipeline.etl.topic import PartitionRange, read_partition_chunks, resolve_ranges
 
     assert job.topic is not None and job.bootstrap_servers is not None
@@ -60,7 +72,6 @@ def topic_sources(job: EtlJob, saved: list[dict[str, Any]] | None) -> tuple[list
             job.bootstrap_servers, job.broker_profile, job.topic, job.partitions,
             job.from_offset, job.to_offset, job.from_ms, job.to_ms, settings=job.kafka.client("consumer"),
         )
-    codec = CtrCodec(max_items=1_000_000)
     sources = []
     for rng in ranges:
 
@@ -68,7 +79,7 @@ def topic_sources(job: EtlJob, saved: list[dict[str, Any]] | None) -> tuple[list
             assert job.bootstrap_servers is not None
             return read_partition_chunks(
                 job.bootstrap_servers, job.broker_profile, rng, job.chunk_records, start, codec,
-                settings=job.kafka.client("consumer"),
+                settings=job.kafka.client("consumer"), assemble=assemble,
             )
 
         sources.append(Source(f"{rng.topic}+{rng.partition}", rng.topic, rng.partition,

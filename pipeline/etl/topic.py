@@ -17,24 +17,38 @@ this module):
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, KafkaException, TopicPartition
 
 from consumers.acl_refusals import not_visible, read_refused
-from pipeline.codecs.base import Decoded, DecodeError
-from pipeline.codecs.ctr import CtrCodec
+from consumers.records import headers_to_dict
+from pipeline.codecs.base import Codec, Decoded, decode_all
+from pipeline.delivery.outcomes import decode_reason
 from pipeline.errors import UserError
 from pipeline.etl.features import features_from_requests
-from pipeline.etl.inputs import Chunk, Reject
+from pipeline.etl.inputs import Chunk, Features, Reject
 from pipeline.kafka_backend import ConsumerClient, range_reader
 
 _POLL_RECORDS = 5000
 _POLL_S = 0.2
 _STALL_S = 30.0  # no record and no EOF for this long: the broker is not serving the range
 _RESET_BACKOFF_S = 0.5  # before asking again for an offset the broker called out of range
+
+# What the decoded records of a chunk become, the chunk's payload:
+# (decoded, offsets, keys, record timestamps, values) -> ctr_features, or
+# pipeline/etl/requests.py Requests.of for any other pipeline.
+Assemble = Callable[[list[Decoded], list[int], list[bytes | None], list[int | None], list[Any]], Any]
+
+
+def ctr_features(
+    decoded: list[Decoded], offsets: list[int], keys: list[bytes | None], stamps: list[int | None], values: list[Any]
+) -> Features:
+    """The ctr pipeline's payload: model features, each record's key as text."""
+    text = [k.decode("utf-8", "replace") if k is not None else None for k in keys]
+    return features_from_requests(decoded, offsets, text, stamps, fallback_ts=0)
 
 
 @dataclass(frozen=True)
@@ -157,12 +171,15 @@ def read_partition_chunks(
     rng: PartitionRange,
     chunk_records: int,
     resume_at: int,
-    codec: CtrCodec,
+    codec: Codec,
     *,
     settings: Mapping[str, Any] | None = None,
+    assemble: Assemble = ctr_features,
 ) -> Iterator[Chunk]:
     """Chunks of offsets [start + k*chunk_records, ...) from `resume_at` (a chunk
-    boundary) to the range end; records outside the time window are left out."""
+    boundary) to the range end; records outside the time window are left out. Each
+    record is decoded by `codec` as the worker decodes it; `assemble` makes the
+    chunk's payload of the decoded ones."""
     if resume_at >= rng.end:
         return
     c = _consumer(bootstrap, profile, settings)
@@ -173,10 +190,10 @@ def read_partition_chunks(
         for msg in _records(c, rng, resume_at):
             k = (msg.offset() - rng.start) // chunk_records
             if k != index:
-                yield _chunk(rng, index, chunk_records, batch, codec)
+                yield _chunk(rng, index, chunk_records, batch, codec, assemble)
                 index, batch = k, []
             batch.append(msg)
-        yield _chunk(rng, index, chunk_records, batch, codec)
+        yield _chunk(rng, index, chunk_records, batch, codec, assemble)
     finally:
         c.close()
 
@@ -217,29 +234,33 @@ def _records(c: ConsumerClient, rng: PartitionRange, at: int) -> Iterator[Any]:
             yield m
 
 
-def _chunk(rng: PartitionRange, index: int, size: int, msgs: list[Any], codec: CtrCodec) -> Chunk:
+def _chunk(rng: PartitionRange, index: int, size: int, msgs: list[Any], codec: Codec, assemble: Assemble) -> Chunk:
     first = rng.start + index * size
-    ok: list[Decoded] = []
-    offsets, keys, stamps = [], [], []
-    rejects: list[Reject] = []
+    kept = []
     for m in msgs:
         ts_type, ts = m.timestamp()
         ts = ts if ts_type != 0 and ts >= 0 else None
-        if not _in_window(ts, rng):
+        if _in_window(ts, rng):
+            kept.append((m, ts))
+    outcomes = decode_all(codec, [(m.value(), headers_to_dict(m.headers())) for m, _ in kept])
+    ok: list[Decoded] = []
+    offsets, keys, stamps, values = [], [], [], []
+    rejects: list[Reject] = []
+    for (m, ts), decoded in zip(kept, outcomes, strict=True):
+        value = m.value()
+        text = value.decode("utf-8", "replace")[:1000] if value else None
+        if isinstance(decoded, Exception):  # the reason the worker's dead letter gives
+            rejects.append(Reject(m.offset(), decode_reason(decoded), text))
             continue
-        try:
-            ok.append(codec.decode(m.value(), dict(m.headers() or [])))
-        except DecodeError as exc:
-            value = m.value()
-            rejects.append(Reject(m.offset(), str(exc), value.decode("utf-8", "replace")[:1000] if value else None))
-            continue
+        ok.append(decoded)
         offsets.append(m.offset())
-        keys.append(m.key().decode("utf-8", "replace") if m.key() is not None else None)
+        keys.append(m.key())
         stamps.append(ts)
-    feats = features_from_requests(ok, offsets, keys, stamps, fallback_ts=0)
+        values.append(text)
+    payload = assemble(ok, offsets, keys, stamps, values)
     nxt = min(first + size, rng.end)
     span = max(rng.end - rng.start, 1)
-    return Chunk(index, first, nxt, len(ok) + len(rejects), feats, rejects, (nxt - rng.start) / span)
+    return Chunk(index, first, nxt, len(ok) + len(rejects), payload, rejects, (nxt - rng.start) / span)
 
 
 def _in_window(ts: int | None, rng: PartitionRange) -> bool:

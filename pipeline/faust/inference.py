@@ -2,7 +2,7 @@
 a Faust agent, with the worker's runtime (InferenceSession + the pipeline's codec
 decode/collate/split), and publish one result per event to a Faust topic.
 
-    scorer = BatchScorer("ctr")
+    scorer = BatchScorer("ctr")   # or BatchScorer(config=served_config("my-ranker.yaml", None))
 
     @app.agent(requests)
     async def score(stream):
@@ -31,12 +31,25 @@ from consumers.records import headers_to_dict
 from pipeline.batching.cost import AffineCost, CostModel
 from pipeline.clock import wall_ms
 from pipeline.codecs.base import Decoded
+from pipeline.config import WorkerConfig, load_config
 from pipeline.faust.batch import FaustBatch
 from pipeline.faust.outcomes import FaustOutcomes
 from pipeline.observe.tracing import TRACE_HEADERS
-from pipeline.registry.pipelines import get_pipeline
+from pipeline.registry.pipelines import named_pipeline, pipeline_for
 from pipeline.runtime.session import InferenceSession
 from pipeline.scoring import BatchTiming, ScoringStep, score_batch
+
+
+def served_config(path: str | None, pipeline: str | None, variable: str = "TIDEBATCH_FAUST_PIPELINE") -> WorkerConfig:
+    """The worker config a Faust app serves by: the file at `path` (else the defaults),
+    never the environment's TIDEBATCH_* (they belong to `tidebatch run`), its
+    `pipeline` replaced by `pipeline` when given, as `tidebatch run --pipeline` does. An
+    unknown name is one line naming `variable`, the setting that gave it."""
+    cfg = load_config(path, environ={})
+    if pipeline and pipeline != cfg.pipeline:
+        named_pipeline(pipeline, cfg.pipelines, given_by=variable, config_hint="TIDEBATCH_FAUST_CONFIG")
+        cfg = load_config(path, overrides={"pipeline": pipeline}, environ={})
+    return cfg
 
 
 class BatchScorer:
@@ -49,8 +62,9 @@ class BatchScorer:
 
     def __init__(
         self,
-        pipeline: str = "ctr",
+        pipeline: str | None = None,
         *,
+        config: WorkerConfig | None = None,
         providers: str = "auto",
         intra_op_threads: int = 1,
         warmup: bool = True,
@@ -60,21 +74,27 @@ class BatchScorer:
         group_id: str = "",
         carry_headers: Sequence[str] = TRACE_HEADERS,
     ) -> None:
-        """group_id: the Faust app id (its consumer group), named by dead letters as
-        Kafka Connect's connector.name (consumers/dead_letter.py). carry_headers: the
-        request headers each result carries, as the worker's `result_headers`."""
+        """pipeline: a shipped pipeline (default ctr) served with the default worker
+        config. config: a loaded worker config instead (served_config): its `pipeline`,
+        a shipped one or an entry of its `pipelines:`, is served with its `codec:` and
+        max_items, resolved as the worker resolves it (pipeline_for), so both score with
+        the same model and codec. group_id: the Faust app id (its consumer group), named
+        by dead letters as Kafka Connect's connector.name (consumers/dead_letter.py).
+        carry_headers: the request headers each result carries, as the worker's
+        `result_headers`."""
         self.carry_headers = frozenset(carry_headers)
-        from pipeline.config import load_config
-
-        overrides: dict[str, Any] = {"pipeline": pipeline}
-        if codec_options:
-            overrides["codec"] = dict(codec_options)
-        # The codec factories take a WorkerConfig; build the default one, never from
-        # the environment (TIDEBATCH_* belongs to `tidebatch run`).
-        cfg = load_config(overrides=overrides, environ={})
-        self.pipeline = get_pipeline(pipeline)
+        if config is None:
+            overrides: dict[str, Any] = {"pipeline": pipeline or "ctr"}
+            if codec_options:
+                overrides["codec"] = dict(codec_options)
+            # The codec factories take a WorkerConfig; build the default one, never from
+            # the environment (TIDEBATCH_* belongs to `tidebatch run`).
+            config = load_config(overrides=overrides, environ={})
+        elif pipeline not in (None, config.pipeline) or codec_options:
+            raise ValueError("with config=, the config's pipeline and codec: are served (served_config picks them)")
+        self.pipeline = pipeline_for(config)
         self.model = self.pipeline.load_model()
-        self.codec = self.pipeline.make_codec(cfg)
+        self.codec = self.pipeline.make_codec(config)
         self.session = InferenceSession(self.model.onnx_path, providers, intra_op_threads)
         self.provider = self.session.provider
         self.step = ScoringStep(self.model, self.codec, self.session)

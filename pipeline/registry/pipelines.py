@@ -106,6 +106,21 @@ def get_pipeline(name: str, defined: Sequence[Mapping[str, Any]] = ()) -> Pipeli
     raise UserError(f"unknown pipeline {name!r}; shipped pipelines: {', '.join(sorted(shipped_names()))}")
 
 
+def named_pipeline(
+    name: str, defined: Sequence[Mapping[str, Any]] = (), *, given_by: str, config_hint: str
+) -> PipelineSpec:
+    """get_pipeline for a name a user gave outside a config (`given_by`: the flag or
+    variable), whose one-line error lists the config's own pipelines too, or, with none,
+    says how to define one (`config_hint`: how this command is given a config)."""
+    own = sorted(str(e.get("name")) for e in defined)
+    if name not in shipped_names() and name not in own:
+        where = (f"defined under the config's pipelines: {', '.join(own)}" if own else
+                 f"a pipeline of your own is a `pipelines:` entry of a worker config ({config_hint}; docs/OWN_MODEL.md)")
+        raise UserError(f"{given_by} {name!r}: unknown pipeline; shipped pipelines: "
+                        f"{', '.join(sorted(shipped_names()))}; {where}")
+    return get_pipeline(name, defined)
+
+
 def pipeline_for(cfg: Any) -> PipelineSpec:
     """The pipeline a worker config selects (`pipeline`, maybe defined under `pipelines`)."""
     return get_pipeline(cfg.pipeline, cfg.pipelines)
