@@ -150,10 +150,11 @@ def sample_requests(pipeline: PipelineSpec, codec: Codec, count: int, seed: int 
     real requests the warm-up profile and `tidebatch profile` (pipeline/profiling/)
     collate into batches."""
     samples = pipeline.make_samples(seed)
+    reader = getattr(codec, "inner", codec)  # a schema-registry codec's samples are its document codec's (base.py)
     by_bucket: dict[object, list[Decoded]] = {}
     for i in range(count):
         _key, value, headers = samples(i)
-        d = codec.decode(value, dict(headers))
+        d = reader.decode(value, dict(headers))
         by_bucket.setdefault(d.bucket, []).append(d)
     return max(by_bucket.values(), key=len)
 

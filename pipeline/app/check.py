@@ -35,13 +35,16 @@ def check_config(cfg: WorkerConfig, environ: Mapping[str, str] | None) -> Checke
     from pipeline.app.serve import require_extras
     from pipeline.batching.registry import make_policy
     from pipeline.registry.pipelines import pipeline_for
+    from pipeline.registry.schema_settings import without_registry_secrets
 
     require_extras(cfg)
     if environ is not None:
         resolve_secrets(cfg, environ)
     pipeline = pipeline_for(cfg)
     model = pipeline.load_model()  # a user's ONNX file is opened by ONNX Runtime here
-    pipeline.make_codec(cfg)  # the inputs and outputs mapped onto the model's
+    # the inputs and outputs mapped onto the model's (a schema-registry codec's client
+    # made without its secrets when they are left unresolved)
+    pipeline.make_codec(cfg if environ is not None else without_registry_secrets(cfg))
     if cfg.runtime.warmup:
         pipeline.make_samples(0)  # the warm-up's requests (a codec without a sample maker is refused)
     make_policy(cfg.batching.policy, **batching_params(cfg, pipeline.max_batch_rows))
@@ -61,5 +64,9 @@ def resolve_secrets(cfg: WorkerConfig, environ: Mapping[str, str]) -> None:
         from pipeline.ops.http_auth import HttpAuth
 
         HttpAuth.from_config(cfg.metrics.auth, environ)
+    if cfg.schema_registry.url is not None:  # as pipeline/registry/schema_settings.py's make_client
+        from pipeline.registry.schema_settings import client_settings
+
+        client_settings(cfg.schema_registry, environ)
     if cfg.redis.used and cfg.redis.password is not None:  # as pipeline/redisio/link.py's make_client
         resolve_secret("redis.password", cfg.redis.password, environ, "config key")

@@ -53,6 +53,7 @@ from pipeline.observe.metrics import LATENCY_BUCKETS, WorkerMetrics
 from pipeline.observe.tenant_metrics import watch_tenants
 from pipeline.observe.tracing import make_tracer
 from pipeline.registry.pipelines import PipelineSpec, pipeline_for
+from pipeline.registry.schema_settings import register_results
 from pipeline.runtime.sessions import open_session
 from pipeline.scoring import ScoringStep
 from pipeline.sinks import ResultSink
@@ -123,6 +124,7 @@ def build_parts(
     try:
         metrics.provider.info({"model": model.name, "version": model.version, "provider": session.provider})
         codec = pipeline.make_codec(cfg)
+        register_results(codec)  # a schema-registry codec's result schema, before the first result
         hooks = list(hooks or [])
         sinks = list(sinks or [])
         if redis:
@@ -182,6 +184,7 @@ def admission_rules(cfg: WorkerConfig, policy: Policy, queue: BatchQueue, metric
         priority_budget_ms(b), max_budget_ms(cfg.tenants, b) if routes else None,
         tenant_budget_ms(cfg.tenants, b, queue.batcher.tenants), reserve=b.shed_reserve,
         tenants=gate_standing(queue, metrics.tenants),
+        wait_ms=max_budget_ms(cfg.tenants, b),  # a decode waiting for its schema (worker/waiting.py)
     )
 
 

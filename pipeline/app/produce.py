@@ -16,7 +16,8 @@ from pipeline.kafka_backend import ProducerClient, load_producer
 from pipeline.loadgen.generate import INPUT_TOPIC as GENERATE_TOPIC
 from pipeline.loadgen.generate import generate_samples
 from pipeline.loadgen.pacing import poisson_schedule, run_open_loop
-from pipeline.registry.pipelines import Sample, get_pipeline
+from pipeline.registry.pipelines import PipelineSpec, Sample, get_pipeline
+from pipeline.registry.schema_settings import SchemaRegistryConfig, records_format
 
 DEFAULT_FPS = 5.0
 DEFAULT_PARTITIONS = 4
@@ -41,6 +42,8 @@ def produce(
     defined: Sequence[Mapping[str, Any]] = (),
     requests: Sequence[bytes] | None = None,
     generate: Callable[[int], Sample] | None = None,
+    records: str | None = None,
+    schema_registry: SchemaRegistryConfig | None = None,
 ) -> tuple[int, float]:
     """Send `count` requests at `rate`/s (Poisson), or, for the camera pipeline with
     `camera` given, `count` frames of camera.cameras cameras at their own frame rate;
@@ -48,8 +51,12 @@ def produce(
     (KafkaOverrides.client("producer")). `defined`: the config's `pipelines` entries;
     `requests`: request values to send round robin instead of generated ones.
     `generate`: i -> request of the generate pipeline (pipeline/loadgen/generate.py),
-    which is no scoring pipeline of the registry (pipeline/registry/pipelines.py)."""
+    which is no scoring pipeline of the registry (pipeline/registry/pipelines.py).
+    `records`: avro, protobuf or jsonschema: the requests as schema-registry records
+    (`schema_registry` names the registry; docs/SCHEMA_REGISTRY.md); None: a pipeline
+    whose codec is one of those sends its records, any other its codec's own form."""
     make_samples: Callable[[int], Callable[[int], Sample]]
+    spec: PipelineSpec | None = None
     if pipeline == "generate":
         input_topic, max_message_bytes = GENERATE_TOPIC, None
 
@@ -75,7 +82,13 @@ def produce(
 
         def make(i: int) -> Sample:
             return samples(start_index + i)
-    if encoding == "binary":
+    if spec is not None and records is None:
+        records = records_format(str(spec.entry.get("codec", "")), None)
+    if records is not None:
+        if spec is None or encoding != "json":
+            raise UserError(f"--format {records} applies to the JSON requests of a scoring pipeline")
+        make = schema_records(spec, records, schema_registry, topic, make)
+    elif encoding == "binary":
         make = _binary_ctr(pipeline, make)
     elif encoding != "json":
         raise UserError(f"unknown encoding {encoding!r}: expected json or binary")
@@ -111,6 +124,38 @@ def produce(
     if left or errors:
         raise RuntimeError(f"{left} requests unacknowledged, {len(errors)} failed: {errors[:1]}")
     return sent, elapsed
+
+
+def schema_records(spec: PipelineSpec, fmt: str, settings: SchemaRegistryConfig | None, topic: str,
+                   make: Callable[[int], Sample]) -> Callable[[int], Sample]:
+    """The same requests as schema-registry records of `topic` (pipeline/codecs/
+    schema_records.py RecordWriter), their schema made from the pipeline's request
+    fields, as its worker reads them, and registered under `<topic>-value`."""
+    import orjson
+
+    from pipeline.codecs.record_types import record_name
+    from pipeline.codecs.schema_records import RecordWriter
+    from pipeline.registry.schema_settings import make_client
+
+    codec = spec.document_codec() if spec.document_codec is not None else None
+    if codec is None or not hasattr(codec, "request_type"):
+        raise UserError(f"--format {fmt}: pipeline {spec.name!r}'s requests have no document form "
+                        "(ctr and tensor-json requests have)")
+    if settings is None or settings.url is None:
+        raise UserError(f"--format {fmt} needs --schema-registry URL (or schema_registry.url in the -c config)")
+    writer = RecordWriter(fmt, codec.request_type(record_name(spec.name, "Request")), make_client(settings), topic)
+
+    def make_record(i: int) -> Sample:
+        key, value, headers = make(i)
+        try:
+            return key, writer(orjson.loads(value)), headers
+        except orjson.JSONDecodeError:
+            raise UserError(f"--format {fmt}: request {i} is not a JSON document") from None
+        except Exception as exc:  # the registry's refusal (or none), a document the schema does not take
+            text = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+            raise UserError(f"--format {fmt}: request {i}: {text}") from None
+
+    return make_record
 
 
 def _binary_ctr(pipeline: str, make: Callable[[int], Sample]) -> Callable[[int], Sample]:

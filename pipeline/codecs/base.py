@@ -11,12 +11,17 @@ their load generators', pipeline/loadgen/; a codec without one gets them from it
 entry's `samples` file or, for tensor-json, from the graph: pipeline/registry/user_pipelines.py);
 `tenant_of(value, headers) -> str | None`, a request's tenant read without decoding it
 (admission's shed order with tenant classes, pipeline/worker/admission.py; without it
-admission sheds tenant-blind, oldest first).
+admission sheds tenant-blind, oldest first); `decode_document(doc, raw)`, one request
+already read into a mapping of fields (the JSON path after parsing it), with
+`request_type(name)` and `result_fields()` describing the documents
+(pipeline/codecs/record_types.py): the schema-registry codecs (schema_wire.py) read
+records in Avro, Protobuf or JSON Schema and hand the codec their documents; `inner`:
+such a codec's document codec, whose sample requests (JSON) the warm-up decodes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -28,6 +33,17 @@ Sample = tuple[bytes | None, bytes, list[tuple[str, bytes]]]  # one request reco
 class DecodeError(ValueError):
     """Input that can never be scored. The message is the one-line reason that goes
     into the dead-letter record, e.g. "items[3].C14: expected string, got int"."""
+
+
+class NotReady(DecodeError):
+    """A request that cannot be decoded yet: something it needs (its writer's schema) is
+    being fetched. `ready()` says when decoding it again may give its outcome; the
+    message is the reason it never got one (the worker dead-letters it with that once
+    its deadline passed: pipeline/worker/waiting.py). Elsewhere it is a DecodeError."""
+
+    def __init__(self, reason: str, ready: Callable[[], bool]) -> None:
+        super().__init__(reason)
+        self.ready = ready
 
 
 @dataclass(slots=True)

@@ -86,6 +86,7 @@ from pipeline.codecs.ctr_fields import (
     read_request_id,
     type_name,
 )
+from pipeline.codecs.record_types import DOUBLE, FLOAT, META_FIELDS, STRING, Field, ListOf, Record
 from pipeline.codecs.tenant_peek import peek_tenant
 
 log = logging.getLogger(__name__)
@@ -128,9 +129,14 @@ class CtrCodec:
         ``headers`` are not used."""
         if ctr_binary.is_binary(value):
             return self._decode_binary(value)
-        doc = parse_json(value)
+        return self.decode_document(parse_json(value), value)
+
+    def decode_document(self, doc: dict[str, Any], raw: bytes = b"") -> Decoded:
+        """One request already read into its fields: the JSON path after parsing, and
+        the schema-registry codecs' records (schema_wire.py). `raw`: the JSON text,
+        read again only for the reason of an integer beyond 64 bits."""
         request_id = read_request_id(doc)
-        priority, deadline_ms, tenant = read_meta(doc, value)
+        priority, deadline_ms, tenant = read_meta(doc, raw)
         context = doc.get("context")
         if type(context) is not dict:
             raise missing_or_type(doc, "context", "object")
@@ -150,6 +156,14 @@ class CtrCodec:
             tenant=tenant,
             extra={"item_ids": item_ids},
         )
+
+    def request_type(self, name: str) -> Record:
+        """A request's fields (record_types.py), for its Avro, Protobuf and JSON Schema
+        forms: those of the JSON request (docs/schemas/ctr_request.md), counts as doubles."""
+        return ctr_request_type(name)
+
+    def result_fields(self) -> tuple[Field, ...]:
+        return (Field("item_ids", ListOf(STRING)), Field("scores", ListOf(FLOAT)))
 
     def decode_many(self, values: Sequence[tuple[bytes | None, Mapping[str, bytes] | None]]) -> list[Decoded | Exception]:
         """decode() for a poll's worth of messages, in order: a Decoded or the exception
@@ -248,6 +262,18 @@ class CtrCodec:
 
 
 # ---------------------------------------------------------------------------- helpers
+def ctr_request_type(name: str) -> Record:
+    """A CTR request's fields: the JSON request's, every feature optional (missing)."""
+
+    def features(dense: tuple[str, ...], cat: tuple[str, ...]) -> tuple[Field, ...]:
+        return (*(Field(f, DOUBLE, optional=True) for f in dense), *(Field(f, STRING, optional=True) for f in cat))
+
+    context = Record("Context", features(F.CONTEXT_DENSE, F.CONTEXT_CAT))
+    item = Record("Item", (Field("item_id", STRING), *features(F.ITEM_DENSE, F.ITEM_CAT)))
+    return Record(name, (*META_FIELDS, Field("user_id", STRING, optional=True), Field("context", context),
+                         Field("items", ListOf(item))))
+
+
 _MISSING_ROW = F.MISSING_IDS.astype(np.int64).tobytes()  # one padding row of cat
 
 

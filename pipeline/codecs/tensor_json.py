@@ -37,6 +37,7 @@ import orjson
 from pipeline.codecs import jsonnum
 from pipeline.codecs.base import Decoded, DecodeError
 from pipeline.codecs.ctr_fields import parse_json, read_meta, read_request_id, type_name
+from pipeline.codecs.record_types import META_FIELDS, Field, Record, element, nested, result_types
 from pipeline.codecs.tensor_pad import cut, length_of, pad_request, padding
 from pipeline.runtime.onnx_graph import TensorInfo
 
@@ -103,6 +104,7 @@ class TensorJsonCodec:
                 raise ValueError(f"pad.dimension: only the mask has dimension {self.pad.dimension!r}")
             self.collated.append(InputField(mask, mask, self.pad.mask_dtype, (self.pad.dimension,)))
         self.out_dims = {t.name: t.shape[1:] for t in outputs if t.shape}
+        self.out_types, self.out_depth = result_types(outputs)
         out_names = [t.name for t in outputs]
         self.results = dict(results) if results else {n: n for n in out_names}
         for field, name in self.results.items():
@@ -120,9 +122,13 @@ class TensorJsonCodec:
 
     # ------------------------------------------------------------------------ decode
     def decode(self, value: bytes | None, headers: Mapping[str, bytes] | None = None) -> Decoded:
-        doc = self.document(value)
+        return self.decode_document(self.document(value), value or b"")
+
+    def decode_document(self, doc: dict[str, Any], raw: bytes = b"") -> Decoded:
+        """One request already read into its fields (this codec's JSON or msgpack, or a
+        schema-registry record: schema_wire.py): the one path from fields to feeds."""
         request_id = read_request_id(doc)
-        priority, deadline_ms, tenant = read_meta(doc, value or b"")
+        priority, deadline_ms, tenant = read_meta(doc, raw)
         payload: dict[str, np.ndarray] = {}
         named: dict[str, tuple[int, str]] = {}  # dimension name -> (size, first field with it)
         n_rows: tuple[int, str] | None = None
@@ -190,6 +196,19 @@ class TensorJsonCodec:
     def array(self, f: InputField, value: Any) -> np.ndarray:
         """One field's value as an array of its input's dtype, not yet shape-checked."""
         return to_array(f.field, value, f.dtype)
+
+    def request_type(self, name: str) -> Record:
+        """The request's fields (record_types.py) for its Avro, Protobuf and JSON Schema
+        forms: one list level per dimension of the input (and rows, with rows many)."""
+        lead = 1 if self.many else 0
+        return Record(name, (*META_FIELDS, *(Field(f.field, nested(element(f.dtype), lead + len(f.dims)))
+                                             for f in self.fields)))
+
+    def result_fields(self) -> tuple[Field, ...]:
+        """The result's fields as split() gives them: a tensor's row in nested lists, a
+        sequence of maps' row as a map with string keys."""
+        return tuple(Field(field, nested(self.out_types[name], (1 if self.many else 0) + self.out_depth[name]))
+                     for field, name in self.results.items())
 
     def encode(self, doc: Mapping[str, Any]) -> bytes:
         """A request document (fields as nested lists) in this codec's form: for the

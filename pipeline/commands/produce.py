@@ -29,6 +29,11 @@ from pipeline.loadgen.generate import DEFAULT_OUTPUT as GENERATE_OUTPUT
 from pipeline.loadgen.generate import INPUT_TOPIC as GENERATE_TOPIC
 from pipeline.loadgen.generate import generate_samples
 from pipeline.registry.pipelines import get_pipeline, shipped_names
+from pipeline.registry.schema_settings import (
+    FORMATS,
+    SchemaRegistryConfig,
+    validate_schema_registry,
+)
 
 DEFAULT_RATE = 500.0
 
@@ -50,6 +55,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--encoding", choices=("json", "binary"), default="json",
         help="the JSON form or the binary form, 4-5x cheaper to decode (docs/schemas/ctr_request.md; default json)",
     )
+    _add_format(ctr)
     cam = kinds.add_parser("camera", help="JPEG frames of K cameras, keyed by camera", description=_CAMERA)
     _add_common(cam, "frames per second of all cameras together, split evenly over them (default: see --fps)",
                 count="frames to send, of all cameras together (default 10000)")
@@ -77,6 +83,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     _add_common(own, _POISSON_RATE)
     _add_file(own)
+    _add_format(own)
     p.set_defaults(func=run)
 
 
@@ -125,6 +132,32 @@ def _add_file(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_format(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--format", choices=FORMATS, dest="records",
+        help="send the requests as schema-registry records (Confluent wire format), their schema registered "
+        "under <topic>-value (docs/SCHEMA_REGISTRY.md; default: JSON, or the pipeline's codec if it is one of these)",
+    )
+    p.add_argument(
+        "--schema-registry", metavar="URL",
+        help="the schema registry for --format (default: the -c config's schema_registry.url)",
+    )
+
+
+def _registry(args: argparse.Namespace, cfg: Any) -> SchemaRegistryConfig | None:
+    """The -c config's `schema_registry:` section (auth, TLS), its URL replaced by
+    --schema-registry; None when neither names a registry."""
+    from dataclasses import replace
+
+    settings = getattr(cfg, "schema_registry", None) or SchemaRegistryConfig()
+    url = getattr(args, "schema_registry", None)
+    if url is not None:
+        settings = replace(settings, url=url)
+        validate_schema_registry(settings, "", args.pipeline, lambda key, reason: UserError(
+            f"--schema-registry: {reason}" if key == "schema_registry.url" else f"{key}: {reason}"))
+    return settings if settings.url is not None else None
+
+
 def _add_camera(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cameras", type=int, default=4, help="cameras sending frames, one key each (default 4)")
     p.add_argument(
@@ -145,10 +178,12 @@ def _add_camera(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     defined: list[dict[str, Any]] = []
     config = getattr(args, "config", None)  # only a pipeline of one's own takes -c
+    cfg = None
     if config:
         from pipeline.config import load_config
 
-        defined = load_config(config, {"pipeline": args.pipeline}).pipelines
+        cfg = load_config(config, {"pipeline": args.pipeline})
+        defined = cfg.pipelines
     elif args.pipeline not in (*shipped_names(), "generate"):
         raise UserError(
             f"unknown pipeline {args.pipeline!r}: the shipped ones are "
@@ -190,7 +225,7 @@ def run(args: argparse.Namespace) -> int:
         args.bootstrap_servers, args.pipeline, args.rate or DEFAULT_RATE, count,
         topic=topic, seed=args.seed, profile=args.broker_profile, progress=not args.quiet, camera=camera,
         encoding=getattr(args, "encoding", "json"), kafka=kafka.client("producer"), defined=defined, requests=requests,
-        generate=generate,
+        generate=generate, records=getattr(args, "records", None), schema_registry=_registry(args, cfg),
     )
     elapsed = time.monotonic() - t0
     print(f"sent {sent} {args.pipeline} requests to {topic} in {elapsed:.1f} s ({sent / elapsed:.1f}/s)")

@@ -92,3 +92,8 @@ def validate(cfg: WorkerConfig) -> None:
     from pipeline.registry.pipelines import shipped_names
 
     validate_pipelines(cfg, bad, shipped_names())
+    from pipeline.registry.pipelines import shipped_entries
+    from pipeline.registry.schema_settings import validate_schema_registry
+
+    entry = next(e for e in (*shipped_entries(), *cfg.pipelines) if e["name"] == cfg.pipeline)
+    validate_schema_registry(cfg.schema_registry, entry.get("codec", "tensor-json"), cfg.pipeline, bad)

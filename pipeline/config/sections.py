@@ -14,6 +14,7 @@ from pipeline.errors import UserError
 from pipeline.observe.tracing import TRACE_HEADERS, TracingConfig
 from pipeline.ops.http_config import MetricsConfig  # host, port, auth
 from pipeline.redisio.config import RedisConfig
+from pipeline.registry.schema_settings import SchemaRegistryConfig
 from pipeline.sinks.config import SinksConfig
 
 
@@ -185,6 +186,8 @@ class WorkerConfig:
     # pipeline/registry/keys.py as the shipped ones in models/pipelines.yaml are.
     pipelines: list[dict[str, Any]] = field(default_factory=list)
     redis: RedisConfig = field(default_factory=RedisConfig)  # off unless a feature is enabled
+    # Requests and results as Avro, Protobuf or JSON Schema records (pipeline/registry/schema_settings.py)
+    schema_registry: SchemaRegistryConfig = field(default_factory=SchemaRegistryConfig)
     sinks: SinksConfig = field(default_factory=SinksConfig)  # offline sinks (Parquet), docs/ETL.md
     tenants: TenantsConfig = field(default_factory=TenantsConfig)  # none: one shared queue
 

@@ -81,13 +81,15 @@ def decode_reason(exc: Exception) -> str:
     return f"decoder crashed: {type(exc).__name__}: {exc}"
 
 
-def result_value(doc: dict[str, Any], too_large: Callable[[bytes], str | None]) -> bytes | str:
+def result_value(doc: dict[str, Any], too_large: Callable[[bytes], str | None],
+                 encode: Callable[[dict[str, Any]], bytes] = orjson.dumps) -> bytes | str:
     """The result record's value, or why the result cannot be published (the reason of
     its dead letter): it cannot be serialised, or `too_large` (the output topic's
-    check, OutcomeRecords.result_too_large) says why."""
+    check, OutcomeRecords.result_too_large) says why. `encode`: JSON, or the codec's
+    own result records (a schema-registry codec's, pipeline/codecs/schema_wire.py)."""
     try:
-        value = orjson.dumps(doc)
-    except (TypeError, orjson.JSONEncodeError) as exc:
+        value = encode(doc)
+    except (TypeError, ValueError) as exc:  # orjson.JSONEncodeError is a TypeError
         return f"result cannot be serialised: {exc}"
     return too_large(value) or value
 

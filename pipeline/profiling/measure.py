@@ -209,7 +209,10 @@ def run_profile(
     measured, and the prediction is an upper bound. cores: those the worker may use
     (default: this process's CPU affinity)."""
     model = pipeline.load_model()
+    # A schema-registry codec's collate and split are its document codec's; its samples
+    # are documents (pipeline/codecs/base.py `inner`), measured with that codec.
     codec = pipeline.make_codec(cfg)
+    codec = getattr(codec, "inner", codec)
     max_rows = cfg.batching.max_batch_rows or pipeline.max_batch_rows
     pool = _pool(pipeline, codec, max_rows, 2 if quick else 4)
     counts = ladder([d.rows for d in pool], max_rows)

@@ -3,6 +3,8 @@ the shipped pipelines (models/pipelines.yaml) and a user's alike (docs/OWN_MODEL
 
 - `tensor-json`, `tensor-binary`: the generic codecs, built from the model's graph
   (pipeline/codecs/tensor_json.py), configured by the entry's inputs/outputs/rows/pad;
+  `avro`, `protobuf`, `jsonschema`: the same requests and results as schema-registry
+  records (pipeline/codecs/schema_wire.py, docs/SCHEMA_REGISTRY.md);
 - the built-in codec classes (`ctr`, `camera`, `text`) and the classes installed
   packages name under the `tidebatch.codecs` entry-point group, one table of
   name -> EntryPoint (`installed_codecs`);
@@ -23,7 +25,10 @@ from pipeline.errors import UserError
 if TYPE_CHECKING:
     from pipeline.codecs.base import Codec
 
-GRAPH_CODECS = ("tensor-json", "tensor-binary")  # tensor-binary: the same requests as msgpack
+# tensor-json's requests and results as schema-registry records (the config's
+# `schema_registry:` section names the registry): pipeline/registry/schema_settings.py
+SCHEMA_CODECS = ("avro", "protobuf", "jsonschema")
+GRAPH_CODECS = ("tensor-json", "tensor-binary", *SCHEMA_CODECS)  # tensor-binary: the same requests as msgpack
 # A package can name its codec classes under this entry-point group (pyproject.toml:
 # [project.entry-points."tidebatch.codecs"] my-codec = "my_pkg.codecs:MyCodec"); an
 # entry then says `codec: my-codec` (docs/OWN_MODEL.md, "A codec class of your own").

@@ -50,6 +50,9 @@ class PipelineSpec:
     # fit from forming 100-frame batches that run slower per frame than single ones.
     max_batch_rows: int = 512
     entry: Mapping[str, Any] = field(default_factory=dict, compare=False)  # what it was built from
+    # The codec of its requests as documents (user_pipelines.py EntryPipeline.document_codec):
+    # what `tidebatch produce --format` encodes as schema-registry records.
+    document_codec: Callable[[], Codec] | None = field(default=None, compare=False)
 
 
 def from_entry(entry: Mapping[str, Any]) -> PipelineSpec:
@@ -60,7 +63,7 @@ def from_entry(entry: Mapping[str, Any]) -> PipelineSpec:
     built = EntryPipeline(entry)
     return PipelineSpec(
         built.name, built.input_topic, built.output_topic, built.make_codec, built.load_model, built.make_samples,
-        entry=built.entry, **entry_limits(entry),
+        entry=built.entry, document_codec=built.document_codec, **entry_limits(entry),
     )
 
 

@@ -95,7 +95,23 @@ class EntryPipeline:
 
     def make_codec(self, cfg: Any = None) -> Codec:
         """The entry's codec (pipeline/registry/codecs.py); a codec class gets the entry's
-        codec_options and, over them, the worker config's `codec:` and `max_items`."""
+        codec_options and, over them, the worker config's `codec:` and `max_items`. A
+        pipeline that reads schema-registry records (the entry's codec avro, protobuf or
+        jsonschema, or the config's schema_registry.format) gets its document codec
+        behind that wire format (pipeline/registry/schema_settings.py)."""
+        from pipeline.registry.schema_settings import records_format, schema_codec
+
+        inner = self.document_codec(cfg)
+        settings = getattr(cfg, "schema_registry", None)
+        fmt = records_format(self.codec_name, settings)
+        if fmt is None:
+            return inner
+        output_topic = getattr(cfg, "output_topic", None) or self.output_topic
+        return schema_codec(self.name, fmt, inner, settings, output_topic)
+
+    def document_codec(self, cfg: Any = None) -> Codec:
+        """The codec of the entry's requests as documents: its own, or, for the codecs
+        avro, protobuf and jsonschema, tensor-json (the fields those records carry)."""
         from pipeline.codecs.tensor_binary import TensorBinaryCodec
         from pipeline.codecs.tensor_json import TensorJsonCodec
         from pipeline.registry.codecs import GRAPH_CODECS, make_codec
@@ -144,7 +160,7 @@ class EntryPipeline:
         a mask all ones, a dynamic dimension of size sample_dims[name] (default 8)."""
         from pipeline.codecs.tensor_json import TensorJsonCodec
 
-        codec = self.make_codec()
+        codec = self.document_codec()  # a schema-registry pipeline's samples are its documents, as JSON
         if self.entry.get("samples"):
             path = Path(self.entry["samples"])
             lines = request_lines(path, f"pipeline {self.name!r}: samples file {path}")

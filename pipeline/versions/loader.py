@@ -65,7 +65,7 @@ class VersionLoader:
 
     def _check_outputs(self, session: InferenceSession | ProcessSession) -> None:
         _key, value, headers = self.pipeline.make_samples(WARMUP_SEED)(0)
-        decoded = self.codec.decode(value, dict(headers))
+        decoded = getattr(self.codec, "inner", self.codec).decode(value, dict(headers))  # samples: documents (base.py)
         outputs, _ = session.run_timed(self.codec.collate([decoded.payload]))
         try:
             self.codec.split(outputs, [decoded])

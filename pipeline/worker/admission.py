@@ -7,7 +7,10 @@ In order, per poll:
    budget left after its poll's decode (route_late only; pipeline/batching/shed.py)
    -> the late topic, before decoding; with tenant classes, the records of classes over
    their share go first and only they need the reserve;
-3. decode -> a DecodeError (or a codec bug) is the record's dead letter;
+3. decode -> a DecodeError (or a codec bug) is the record's dead letter; a record
+   whose decode must wait for a fetch (NotReady: its writer schema) waits in the
+   waiting room (waiting.py) until the fetch settles or its deadline passes, and
+   `admit_waiting` takes it back;
 4. a Request whose deadline is its Kafka timestamp plus its budget less the learned
    answer tail (the time results take to leave after the model, pipeline/batching/
    tail.py), on the batcher's clock (pipeline/clock.py ClockAnchor); its InFlight keeps
@@ -37,8 +40,9 @@ from pipeline.batching.shed import (
 )
 from pipeline.batching.tail import AnswerTail
 from pipeline.clock import ClockAnchor, wall_ms
-from pipeline.codecs.base import Codec, Decoded, decode_all
+from pipeline.codecs.base import Codec, Decoded, DecodeError, NotReady, decode_all
 from pipeline.delivery.outcomes import decode_reason
+from pipeline.worker.waiting import WaitingRoom
 
 
 @dataclass(slots=True)
@@ -81,6 +85,7 @@ class AdmissionRules:
     tenant_budget_ms: Callable[[str | None, int], float] | None = None
     reserve: float = DEFAULT_RESERVE
     tenants: TenantStanding | None = None
+    wait_ms: float | None = None
 
 
 class Admission:
@@ -103,6 +108,9 @@ class Admission:
     tenants: with tenant classes, each record's class standing (from the codec's
         `tenant_of` peek, pipeline/codecs/base.py); None, or a codec without the peek:
         every record needs the reserve and the oldest go first, whatever its tenant.
+    wait_ms: how long after its Kafka timestamp a record may wait for its decode
+        (NotReady) before it is dead-lettered: the loosest budget a request can have;
+        None: the budget of priority 0.
     """
 
     def __init__(
@@ -116,6 +124,7 @@ class Admission:
         wall: Callable[[], int] = wall_ms,
         reserve: float = DEFAULT_RESERVE,
         tenants: TenantStanding | None = None,
+        wait_ms: float | None = None,
     ) -> None:
         if not 0.0 <= reserve < 1.0:
             raise ValueError("reserve must be in [0, 1)")
@@ -133,12 +142,14 @@ class Admission:
         self.answer_tail = AnswerTail()  # likewise
         self.standing = StandingBacklog()
         self.tenants = tenants
+        self.wait_ms = wait_ms
+        self.waiting = WaitingRoom()
 
     @classmethod
     def from_rules(cls, codec: Codec, rules: AdmissionRules, outcomes: AdmissionOutcomes, request_bytes: int) -> Admission:
         """Admission as the composition root configured it (AdmissionRules)."""
         return cls(codec, rules.budget_ms, outcomes, request_bytes, rules.route_expired_ms, rules.tenant_budget_ms,
-                   reserve=rules.reserve, tenants=rules.tenants)
+                   reserve=rules.reserve, tenants=rules.tenants, wait_ms=rules.wait_ms)
 
     def observe_answers(self, from_decode_ms: list[float], after_model_ms: float) -> None:
         """A batch was answered (the publisher thread calls this): each request's ms
@@ -152,12 +163,37 @@ class Admission:
         anchor = self.anchor.pair(now, now_wall)
         records = self.within_size_limit(records)
         records = self.expired_before_decoding(records, now_wall, now)
+        return self.decoded(records, anchor, now, now_wall)
+
+    def admit_waiting(self, now: float, now_wall: int) -> list[Request]:
+        """The requests of waiting records whose fetch has settled; records past their
+        deadline are decoded one last time, and dead-lettered if they still cannot be."""
+        ready, expired = self.waiting.take(now_wall)
+        if not ready and not expired:
+            return []
+        anchor = self.anchor.pair(now, now_wall)
+        requests = self.decoded([w.rec for w in ready], anchor, now, now_wall, [w.until_wall for w in ready])
+        return requests + self.decoded([w.rec for w in expired], anchor, now, now_wall, final=True)
+
+    def decoded(self, records: list[SourceRecord], anchor: tuple[float, int], now: float, now_wall: int,
+                until: list[float] | None = None, final: bool = False) -> list[Request]:
+        """Decode `records`: the requests to queue; a refused record's dead letter; a
+        record that must wait, parked (its deadline: `until`'s, else its timestamp plus
+        wait_ms), or with `final`, dead-lettered."""
         requests: list[Request] = []
         started_wall = self.wall()
         outcomes = decode_all(self.codec, [(rec.value, rec.headers) for rec in records])
         decoded_wall = self.wall()
         self.decode_cost.observe(len(records), decoded_wall - started_wall)
-        for rec, decoded in zip(records, outcomes, strict=True):
+        for i, (rec, decoded) in enumerate(zip(records, outcomes, strict=True)):
+            if isinstance(decoded, NotReady):
+                wait = self.wait_ms if self.wait_ms is not None else self.budget_ms(0)
+                ts = rec.timestamp_ms if rec.timestamp_ms is not None else now_wall
+                if not final and self.waiting.park(rec, decoded, until[i] if until is not None else ts + wait):
+                    continue
+                held = f"{self.waiting.limit} requests wait already (the most held)"
+                deadline = f"within the request's deadline ({wait:.0f} ms after its timestamp)"
+                decoded = DecodeError(f"{decoded} {deadline if final else held}")
             if isinstance(decoded, Exception):
                 drop_traceback(decoded)  # a codec bug too: it must not kill the worker
                 self.outcomes.dead_letter(rec, decode_reason(decoded), "decode", error=decoded)

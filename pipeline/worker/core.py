@@ -29,6 +29,7 @@ from collections.abc import Callable
 from consumers.records import KafkaRefused, Source, SourceRecord, TopicPartition
 from models.registry import ModelSpec
 from pipeline.batching.backpressure import IntakeDecision
+from pipeline.batching.request import Request
 from pipeline.clock import wall_ms
 from pipeline.config import WorkerConfig
 from pipeline.delivery.intake import follow_intake
@@ -145,6 +146,7 @@ class Worker:
         self.publisher = Publisher(
             self.step.hooks, self.outcomes, self.tracker, self.sinks, self.metrics, cfg.pipeline, cfg.batching.policy,
             self.stats, self.lifecycle, self.lifecycle.fail, self.tracer, self.admission.observe_answers,
+            getattr(self.step.codec, "encode_result", None),  # a schema-registry codec's records, else JSON
         )
         self._executor_pool = Executors(self.queue, self.slot, self.publisher.hand_over, self.outcomes.dead_letter)
         self._serve_outcomes = outcome_server(self.queue, self.outcomes, self.metrics.tenants, self.transactions)
@@ -246,6 +248,8 @@ class Worker:
                     self.last_poll_ok = time.monotonic()
                 if self.credentials is not None:  # a refused login: new password, or the one line
                     self.credentials.check()
+                if self.admission.waiting:  # records whose decode waited for a fetch (waiting.py)
+                    self._queue_up(self.admission.admit_waiting(self.clock.now(), wall_ms()))
                 self._serve_outcomes()
                 self.outcomes.observe_stages()
                 for sink in self.sinks:
@@ -332,6 +336,9 @@ class Worker:
             self.transactions.track(records)
         requests = self.admission.admit(records, self.clock.now(), wall_ms())
         self.stats.count("consumed", len(records))
+        self._queue_up(requests)
+
+    def _queue_up(self, requests: list[Request]) -> None:
         if requests:
             self.queue.put_many(requests)
         self._queue_rows_gauge.set(self.queue.rows)

@@ -18,6 +18,8 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
+import orjson
+
 from consumers.offsets import OffsetTracker
 from consumers.records import SourceRecord, produced_ms
 from models.registry import ModelSpec
@@ -64,6 +66,8 @@ class Publisher:
         pipeline/batching/shed.py AnswerTime) and from the model's end to its last
         result (the answer tail taken off the batcher's deadlines, pipeline/batching/
         tail.py).
+    encode: a result document's value; None: JSON (a schema-registry codec's
+        `encode_result` writes its records).
     """
 
     def __init__(
@@ -80,6 +84,7 @@ class Publisher:
         fail: Callable[[str], None],
         tracer: BatchTracer | None = None,
         answered: Callable[[list[float], float], None] = lambda ms, tail: None,
+        encode: Callable[[dict[str, Any]], bytes] | None = None,
     ) -> None:
         self.hooks = list(hooks)
         self._by_version: dict[str, Any] = {}  # model version -> its requests counter
@@ -94,6 +99,7 @@ class Publisher:
         self.fail = fail
         self.tracer = tracer  # spans of each published request and its batch, when tracing is on
         self.answered = answered
+        self.encode = encode or orjson.dumps  # a result's value: JSON, or the codec's records (schema_wire.py)
         # Per-request metrics, bound once: labels() costs a lock and a dict lookup.
         self._queue_wait_hist = metrics.queue_wait.labels(pipeline)
         self._e2e_hist = metrics.e2e.labels(pipeline)
@@ -273,4 +279,4 @@ class Publisher:
 
     def _unpublishable(self, rec: SourceRecord, doc: dict) -> bytes | str:
         """The result record's value, or why this result cannot be published."""
-        return result_value(doc, partial(self.outcomes.result_too_large, rec))
+        return result_value(doc, partial(self.outcomes.result_too_large, rec), self.encode)

@@ -59,7 +59,8 @@ def test_an_unknown_codec_name_lists_the_installed_ones(installed, tmp_path):
     with pytest.raises(UserError) as exc:
         load_config(_config(tmp_path, model="m.onnx", codec="acme-cvs"), environ={})
     assert str(exc.value) == (
-        "config key 'pipelines[0].codec': 'acme-cvs' is not one of tensor-json, tensor-binary, ctr, camera, text, nor a class as "
+        "config key 'pipelines[0].codec': 'acme-cvs' is not one of tensor-json, tensor-binary, avro, protobuf, jsonschema, ctr, camera, text, "
+        "nor a class as "
         "'package.module:Class', nor a codec installed under the 'tidebatch.codecs' entry points "
         "(acme-broken, acme-csv)"
     )

@@ -66,7 +66,7 @@ def test_a_copy_of_a_shipped_entry_as_a_users_entry_is_the_same_pipeline(name, t
 def test_the_shipped_file_is_checked_with_the_config_entries_one_line_errors(tmp_path) -> None:
     broken = tmp_path / "pipelines.yaml"
     for entry, reason in [
-        ({"codec": "a b"}, "key 'pipelines[0].codec': 'a b' is not one of tensor-json, tensor-binary, ctr, camera"),
+        ({"codec": "a b"}, "key 'pipelines[0].codec': 'a b' is not one of tensor-json, tensor-binary, avro, protobuf, jsonschema, ctr, camera"),
         ({"warmup_sizes": [1, 0]}, "key 'pipelines[0].warmup_sizes': expected a list of ints >= 1, got [1, 0]"),
         ({"max_message_bytes": 2048, "max_request_bytes": 4096},
          "key 'pipelines[0].max_message_bytes': must be >= max_request_bytes"),

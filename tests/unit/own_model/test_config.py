@@ -178,7 +178,7 @@ def test_codec_class_errors_are_one_line(tmp_path, entry, reason):
 
 
 def test_codec_name_and_options_are_checked_with_the_config(tmp_path):
-    with pytest.raises(UserError, match="'pipelines\\[0\\].codec': 'a b' is not one of tensor-json, tensor-binary, ctr, camera, text, nor a class"):
+    with pytest.raises(UserError, match="'pipelines\\[0\\].codec': 'a b' is not one of tensor-json, tensor-binary, avro, protobuf, jsonschema, ctr, camera, text, nor a class"):
         load_config(write_config(tmp_path, codec="a b"), environ={})
     with pytest.raises(UserError, match="'pipelines\\[0\\].codec_options': only for a codec class of your own"):
         load_config(write_config(tmp_path, codec_options={"x": 1}), environ={})
