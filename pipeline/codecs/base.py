@@ -37,13 +37,16 @@ class DecodeError(ValueError):
 
 class NotReady(DecodeError):
     """A request that cannot be decoded yet: something it needs (its writer's schema) is
-    being fetched. `ready()` says when decoding it again may give its outcome; the
-    message is the reason it never got one (the worker dead-letters it with that once
-    its deadline passed: pipeline/worker/waiting.py). Elsewhere it is a DecodeError."""
+    being fetched. `ready()` says when decoding it again may give its outcome;
+    `failing()` whether the fetch has failed (not merely not answered yet); the message
+    is the reason it never got one (the worker dead-letters it with that once its
+    deadline passed and the fetch failed: pipeline/worker/waiting.py). Elsewhere it is
+    a DecodeError."""
 
-    def __init__(self, reason: str, ready: Callable[[], bool]) -> None:
+    def __init__(self, reason: str, ready: Callable[[], bool], failing: Callable[[], bool] = lambda: True) -> None:
         super().__init__(reason)
         self.ready = ready
+        self.failing = failing
 
 
 @dataclass(slots=True)

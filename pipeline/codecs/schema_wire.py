@@ -54,6 +54,10 @@ class SchemaFetches(Protocol):
         """Why it is not fetched yet (one line)."""
         ...
 
+    def failing(self, key: str) -> bool:
+        """A fetch of it has failed (the registry did not answer, or answered with an error)."""
+        ...
+
 
 class SchemaWireCodec:
     """Requests and results of `inner`'s documents as `fmt` records.
@@ -94,10 +98,10 @@ class SchemaWireCodec:
                 raise DecodeError(refused)
             self.fetches.fetch(key, partial(self.reader, value))
             raise NotReady(f"{key} could not be fetched from the schema registry ({self.fetches.trouble(key)})",
-                           partial(self._settled, key))
+                           partial(self._settled, key), partial(self.fetches.failing, key))
         wrong = self._types.get(key, "")
         if wrong == "":
-            wrong = self._types[key] = self._wrong_type(value, key)
+            wrong = self._wrong_type(value, key)
         if wrong is not None:
             raise DecodeError(wrong)
         try:
@@ -129,12 +133,13 @@ class SchemaWireCodec:
         id on an Avro pipeline), or None."""
         try:
             got = self.reader.writer_type(self.reader.schema_id(value))
-        except Exception as exc:
+        except Exception as exc:  # not remembered: the next record of the id asks again
             return one_line(f"{key}: its schema cannot be read: {type(exc).__name__}: {exc}")
-        if got == self._expected:
-            return None
-        return (f"{key} is {_TYPE_WORDS.get(got, got)} schema, but this pipeline reads {self.name} records "
-                "(schema_registry.format, or the pipeline's codec)")
+        wrong = None if got == self._expected else (
+            f"{key} is {_TYPE_WORDS.get(got, got)} schema, but this pipeline reads {self.name} records "
+            "(schema_registry.format, or the pipeline's codec)")
+        self._types[key] = wrong
+        return wrong
 
     # ------------------------------------------------------------------------ batch
     def collate(self, payloads: Sequence[Any], pad_to_rows: int | None = None) -> dict[str, np.ndarray]:

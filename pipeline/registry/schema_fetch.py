@@ -23,6 +23,7 @@ passed in, and `step()` runs one round, so tests drive it without a thread or sl
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -65,10 +66,26 @@ def classify(key: str, exc: BaseException | None) -> tuple[str, str | None]:
 
 
 def _unanswered(exc: BaseException) -> bool:
-    """The registry did not answer: no connection, a timeout, TLS, a broken response."""
-    import httpx
+    """The registry did not answer: no connection, a timeout, TLS, a broken response.
+    confluent-kafka's client speaks through httpx2 where it is installed, else httpx
+    (its common/_httpx_compat.py): the errors of both count."""
+    return isinstance(exc, _transport_errors())
 
-    return isinstance(exc, httpx.HTTPError | OSError | TimeoutError)
+
+@functools.cache
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    import importlib
+
+    found: list[type[BaseException]] = [OSError, TimeoutError]
+    for name in ("httpx", "httpx2", "httpcore"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        base = getattr(module, "HTTPError", None) or getattr(module, "NetworkError", None)
+        if isinstance(base, type):
+            found.append(base)
+    return tuple(found)
 
 
 def one_line(text: str, limit: int = 240) -> str:
@@ -103,8 +120,12 @@ class SchemaFetcher:
     def trouble(self, key: str) -> str:
         pending = self._pending.get(key)
         if pending is None or pending.error is None:
-            return "fetching it"
+            return "no answer yet"
         return f"{pending.attempts} attempts, the last: {pending.error}"
+
+    def failing(self, key: str) -> bool:
+        pending = self._pending.get(key)
+        return pending is not None and pending.error is not None
 
     def fetch(self, key: str, fetch: Callable[[], object]) -> None:
         """Fetch `key` by calling `fetch` until it succeeds; nothing if it is known or

@@ -7,10 +7,14 @@ so that every other record, those of known schemas included, goes on being decod
 and scored while the registry is slow or down. Each turn of the source loop
 (admission.py `admit_waiting`) takes back the records whose fetch has settled (their
 decode now gives a request or a dead letter) and those past their deadline (the
-record's Kafka timestamp plus the loosest budget a request can have): one last decode,
-and if it still cannot be decoded, the record's dead letter with the reason. Every
-record leaves with one outcome; a parked one holds its partition's commit back (its
-offset is not done), as a queued request does.
+record's Kafka timestamp plus the loosest budget a request can have) whose fetch has
+failed (no answer, or an error: NotReady.failing): one last decode, and if it still
+cannot be decoded, the record's dead letter with the reason. A fetch that is only slow
+(its first attempt in flight, bounded by the client's timeout) is waited for past the
+deadline, up to GRACE_MS more: a new schema id mid-stream is a fetch of some ms, and
+its requests are late, not lost (a worker that routes late requests does so after the
+decode). Every record leaves with one outcome; a parked one holds its partition's
+commit back (its offset is not done), as a queued request does.
 
 At most `limit` records wait; a record beyond that is refused at once (dead-lettered
 with the reason) rather than held in memory for a registry that may not come back.
@@ -25,6 +29,7 @@ from consumers.records import SourceRecord
 from pipeline.codecs.base import NotReady
 
 MAX_WAITING = 20_000
+GRACE_MS = 30_000  # past its deadline, how long a record waits for a fetch that has not failed
 
 
 @dataclass(slots=True)
@@ -57,7 +62,7 @@ class WaitingRoom:
         expired: list[Waiting] = []
         kept: list[Waiting] = []
         for w in self._waiting:
-            if w.until_wall <= now_wall:
+            if w.until_wall <= now_wall and (w.until_wall + GRACE_MS <= now_wall or w.reason.failing()):
                 expired.append(w)
             elif w.reason.ready():
                 ready.append(w)
