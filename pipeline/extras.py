@@ -31,6 +31,9 @@ EXTRAS: dict[str, Extra] = {
     "faust": Extra("the Faust app", "faust-streaming", ("faust", "mode", "aiokafka")),
     "s3": Extra("an s3:// path", "s3fs", ("fsspec", "s3fs")),
     "otel": Extra("tracing.enabled", "OpenTelemetry", ("opentelemetry",)),
+    # confluent-kafka's schema-registry client and serializers (pipeline/codecs/schema_wire.py)
+    "registry": Extra("schema-registry records (avro, protobuf, jsonschema)", "confluent-kafka",
+                      ("fastavro", "google", "jsonschema", "httpx", "httpx2", "authlib", "cachetools", "attrs", "attr")),
 }
 
 # The two builds of ONNX Runtime (extras `cpu` and `gpu`): both install the module

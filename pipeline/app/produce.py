@@ -134,8 +134,10 @@ def schema_records(spec: PipelineSpec, fmt: str, settings: SchemaRegistryConfig 
     import orjson
 
     from pipeline.codecs.record_types import record_name
-    from pipeline.codecs.schema_records import RecordWriter
+    from pipeline.extras import load
     from pipeline.registry.schema_settings import make_client
+
+    RecordWriter = load("pipeline.codecs.schema_records", "registry", f"--format {fmt}").RecordWriter
 
     codec = spec.document_codec() if spec.document_codec is not None else None
     if codec is None or not hasattr(codec, "request_type"):

@@ -127,8 +127,9 @@ def make_client(s: SchemaRegistryConfig, environ: Mapping[str, str] | None = Non
     client, for unit tests); UserError (one line) for settings it refuses."""
     import os
 
-    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from pipeline.extras import load
 
+    SchemaRegistryClient = load("confluent_kafka.schema_registry", "registry").SchemaRegistryClient
     conf = client_settings(s, os.environ if environ is None else environ)
     try:
         return SchemaRegistryClient.new_client(conf)
@@ -140,9 +141,10 @@ def schema_codec(pipeline: str, fmt: str, inner: Any, settings: SchemaRegistryCo
                  environ: Mapping[str, str] | None = None) -> Any:
     """`inner` behind the schema-registry wire format `fmt` (pipeline/codecs/schema_wire.py),
     with a client from `settings` and a fetcher of its own."""
-    from pipeline.codecs.schema_wire import SchemaWireCodec
+    from pipeline.extras import load
     from pipeline.registry.schema_fetch import SchemaFetcher
 
+    SchemaWireCodec = load("pipeline.codecs.schema_wire", "registry").SchemaWireCodec
     if settings is None or settings.url is None:
         raise UserError(f"pipeline {pipeline!r} reads {fmt} records: set schema_registry.url in the config")
     try:

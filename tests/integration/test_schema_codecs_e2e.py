@@ -164,3 +164,28 @@ def test_a_new_writer_schema_mid_stream_is_read_without_a_restart(kafka_broker, 
         results = read_topic(b, out, 2 * N, timeout=120)
     assert len(results) == 2 * N
     assert len(read_topic(b, dlq, 1, timeout=2)) == 0
+
+
+def test_tidebatch_produce_sends_records_a_stock_consumer_reads(kafka_broker, kafka_topic_factory, schema_registry):
+    """`tidebatch produce ctr --format protobuf --schema-registry URL`: the requests of
+    `produce ctr` (same seed) as Protobuf records, their schema under <topic>-value."""
+    import subprocess
+    import sys
+
+    from tests.integration.pipeline_helpers import REPO
+
+    b = kafka_broker.bootstrap_servers
+    plain, framed = kafka_topic_factory("produce-json"), kafka_topic_factory("produce-pb")
+    common = [sys.executable, "-m", "pipeline.cli", "produce", "ctr", "--bootstrap-servers", b, "--broker-profile",
+              kafka_broker.profile, "--count", "20", "--rate", "1000", "--seed", "3", "--quiet"]
+    for topic, extra in ((plain, []), (framed, ["--format", "protobuf", "--schema-registry", schema_registry])):
+        done = subprocess.run([*common, "--topic", topic, *extra], cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+    read = stock_reader("protobuf", schema_registry, framed)
+    got = sorted((read(m.value()) for m in read_topic(b, framed, 20)), key=lambda d: d["request_id"])
+    want = sorted(result_docs(read_topic(b, plain, 20)), key=lambda d: d["request_id"])
+    assert len(got) == len(want) == 20
+    for g, w in zip(got, want, strict=True):
+        assert g["request_id"] == w["request_id"] and len(g["items"]) == len(w["items"])
+        assert [i["item_id"] for i in g["items"]] == [i["item_id"] for i in w["items"]]
+        assert g["context"] == {k: v for k, v in w["context"].items() if v is not None}

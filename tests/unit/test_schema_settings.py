@@ -128,3 +128,33 @@ def test_produce_sends_records_the_workers_codec_reads(monkeypatch: pytest.Monke
         schema_records(spec, "avro", None, "t", samples)
     with pytest.raises(UserError, match="pipeline 'camera''s requests have no document form"):
         schema_records(get_pipeline("camera"), "avro", SchemaRegistryConfig(url="mock://x"), "t", samples)
+
+
+def test_config_check_resolves_the_registry_secrets_as_run_does() -> None:
+    from pipeline.commands.config import resolve_secrets
+
+    cfg = config(url="http://r:8081", username="u", password="${REG_PW}")
+    with pytest.raises(UserError, match="schema_registry.password: environment variable REG_PW is not set"):
+        resolve_secrets(cfg, {})
+    resolve_secrets(cfg, {"REG_PW": "x" * 12})
+
+
+def test_without_the_registry_extra_a_schema_codec_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """confluent-kafka's Avro module imports fastavro, which only the registry extra brings."""
+    import importlib
+
+    from pipeline import extras
+
+    real = importlib.import_module
+
+    def without_fastavro(name: str, *args: Any) -> Any:
+        if name.startswith("pipeline.codecs.schema"):
+            raise ModuleNotFoundError("No module named 'fastavro'", name="fastavro")
+        return real(name, *args)
+
+    monkeypatch.setattr(extras.importlib, "import_module", without_fastavro)
+    cfg = config(url="mock://x", format="avro")
+    with pytest.raises(UserError) as missing:
+        pipeline_for(cfg).make_codec(cfg)
+    assert str(missing.value) == ("schema-registry records (avro, protobuf, jsonschema) needs confluent-kafka: "
+                                  "pip install 'tidebatch[registry]'")
