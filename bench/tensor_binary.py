@@ -20,6 +20,7 @@ import io
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -116,15 +117,23 @@ def measure(n: int) -> list[dict]:
             assert all(np.array_equal(got[k], reqs[0][k][None]) for k in reqs[0]), (shape, name)
         times = {name: best_of(lambda vs=values, d=decode: [d(v) for v in vs]) / n
                  for name, (values, decode) in forms.items()}
-        for name, (values, _) in forms.items():
-            rows.append({"shape": shape, "form": name, "us_per_request": round(times[name] * 1e6, 2),
-                         "vs_json": round(times[name] / times["json"], 3),
-                         "bytes": round(sum(map(len, values)) / n)})
+        rows += form_rows({"shape": shape}, {name: values for name, (values, _) in forms.items()}, times)
     return rows
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def form_rows(label: dict[str, str], values: dict[str, list[bytes]], seconds: dict[str, float]) -> list[dict]:
+    """One row per form: `label`, its microseconds per request, the ratio to the JSON
+    form's and its bytes per request (also bench/schema_codecs.py's)."""
+    return [{**label, "form": name, "us_per_request": round(seconds[name] * 1e6, 2),
+             "vs_json": round(seconds[name] / seconds["json"], 3), "bytes": round(sum(map(len, vs)) / len(vs))}
+            for name, vs in values.items()]
+
+
+def main(doc: str = __doc__, measure: Callable[[int], list[dict]] = measure) -> int:
+    """The command line of a decode-cost bench: --requests, --json, else a table."""
+    from bench.harness import table
+
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=2000)
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = ap.parse_args()
@@ -132,9 +141,7 @@ def main() -> int:
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
-    print(f"{'shape':<10} {'form':<10} {'us/request':>11} {'vs json':>8} {'bytes':>8}")
-    for r in rows:
-        print(f"{r['shape']:<10} {r['form']:<10} {r['us_per_request']:>11} {r['vs_json']:>8} {r['bytes']:>8}")
+    print(table([*rows[0].keys()], [list(r.values()) for r in rows]))
     return 0
 
 
