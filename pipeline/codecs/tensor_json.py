@@ -138,7 +138,7 @@ class TensorJsonCodec:
             try:
                 arr = self.array(f, doc[f.field])
             except DecodeError as exc:
-                raise self._refined(exc, f, value) from None
+                raise self._refined(exc, f, raw or None) from None
             if self.many:
                 if arr.ndim == 0:
                     raise DecodeError(f"{f.field}: expected an array of rows, got a {type_name(doc[f.field])}")

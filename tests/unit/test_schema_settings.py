@@ -131,12 +131,22 @@ def test_produce_sends_records_the_workers_codec_reads(monkeypatch: pytest.Monke
 
 
 def test_config_check_resolves_the_registry_secrets_as_run_does() -> None:
-    from pipeline.commands.config import resolve_secrets
+    from pipeline.app.check import resolve_secrets
 
     cfg = config(url="http://r:8081", username="u", password="${REG_PW}")
     with pytest.raises(UserError, match="schema_registry.password: environment variable REG_PW is not set"):
         resolve_secrets(cfg, {})
     resolve_secrets(cfg, {"REG_PW": "x" * 12})
+
+
+def test_config_check_makes_the_codec_and_leaves_secrets_alone_with_no_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipeline.app.check import check_config
+
+    monkeypatch.delenv("REG_PW", raising=False)
+    cfg = config(url="mock://check", format="protobuf", username="u", password="${REG_PW}")
+    assert check_config(cfg, None).pipeline == "ctr"  # --no-env: the codec made, the reference not resolved
+    with pytest.raises(UserError, match="schema_registry.password: environment variable REG_PW is not set"):
+        check_config(cfg, {})
 
 
 def test_without_the_registry_extra_a_schema_codec_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -175,7 +175,7 @@ def rec(offset: int, value: bytes, ts: int = 1_000) -> SourceRecord:
 
 def test_known_ids_flow_while_a_request_waits_and_a_settled_fetch_lets_it_through() -> None:
     codec, outcomes = WaitingCodec(), Outcomes()
-    adm = Admission(codec, lambda priority: 100.0, outcomes, lambda: 1 << 20, wait_ms=300.0)
+    adm = Admission(codec, lambda priority: 100.0, outcomes, 1 << 20, wait_ms=300.0)
     queued = adm.admit([rec(0, b"new"), rec(1, b"known"), rec(2, b"gone")], now=0.0, now_wall=1_010)
     assert [r.item.rec.offset for r in queued] == [1] and len(adm.waiting) == 2
     assert adm.admit_waiting(0.1, 1_100) == [] and len(adm.waiting) == 2  # nothing settled: they wait
@@ -187,7 +187,7 @@ def test_known_ids_flow_while_a_request_waits_and_a_settled_fetch_lets_it_throug
 
 def test_a_request_still_waiting_at_its_deadline_is_dead_lettered_with_the_reason() -> None:
     codec, outcomes = WaitingCodec(), Outcomes()
-    adm = Admission(codec, lambda priority: 100.0, outcomes, lambda: 1 << 20, wait_ms=300.0)
+    adm = Admission(codec, lambda priority: 100.0, outcomes, 1 << 20, wait_ms=300.0)
     assert adm.admit([rec(0, b"new", ts=1_000), rec(1, b"new", ts=1_200)], now=0.0, now_wall=1_250) == []
     assert adm.admit_waiting(0.1, 1_299) == [] and outcomes.dead == []
     assert adm.admit_waiting(0.2, 1_300) == []  # the first one's deadline: its timestamp + 300 ms
@@ -198,7 +198,7 @@ def test_a_request_still_waiting_at_its_deadline_is_dead_lettered_with_the_reaso
 
 def test_beyond_the_waiting_rooms_limit_a_request_is_refused_at_once() -> None:
     codec, outcomes = WaitingCodec(), Outcomes()
-    adm = Admission(codec, lambda priority: 100.0, outcomes, lambda: 1 << 20)
+    adm = Admission(codec, lambda priority: 100.0, outcomes, 1 << 20)
     adm.waiting.limit = 1
     adm.admit([rec(0, b"new"), rec(1, b"new")], now=0.0, now_wall=1_010)
     assert len(adm.waiting) == 1 and outcomes.dead[0][0] == 1
@@ -212,7 +212,7 @@ def test_a_slow_first_fetch_is_waited_for_past_the_deadline_a_failed_one_is_not(
     from pipeline.worker.waiting import GRACE_MS
 
     codec, outcomes = WaitingCodec(failing=False), Outcomes()
-    adm = Admission(codec, lambda priority: 100.0, outcomes, lambda: 1 << 20, wait_ms=100.0)
+    adm = Admission(codec, lambda priority: 100.0, outcomes, 1 << 20, wait_ms=100.0)
     adm.admit([rec(0, b"new", ts=1_000), rec(1, b"gone", ts=1_000)], now=0.0, now_wall=1_050)
     assert adm.admit_waiting(0.5, 1_500) == [] and outcomes.dead == []  # past the deadline, no failure yet
     codec.fetched = True
