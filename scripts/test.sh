@@ -10,5 +10,6 @@ bash scripts/ensure_redis.sh
 bash scripts/ensure_kafka.sh        # Apache Kafka jars from Maven Central (cached after once)
 bash scripts/ensure_prometheus.sh   # promtool + prometheus for the ops tests
 bash scripts/ensure_chromium.sh     # headless Chromium for the dashboard test
+bash scripts/ensure_shells.sh       # zsh and fish for the completion tests (skipped without)
 .venv/bin/ruff check .
 exec .venv/bin/python -m pytest -q -ra "$@"
