@@ -29,7 +29,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from pipeline.batching.cost import CostModel
-from pipeline.clock import Clock, MonotonicClock
+from pipeline.clock import Clock, MonotonicClock, wall_ms
 from pipeline.config.tenants import TenantsConfig
 from pipeline.faust.acks import AckGate, PartitionKey, ack_gate_for
 from pipeline.faust.batch import REASON_REJECTED, REASON_ROUTED_LATE, FaustBatch, Rejected
@@ -62,6 +62,7 @@ def adaptive_batches(
     max_pending_acks: int = 16,
     metrics: BatchMetrics | None = None,
     clock: Clock | None = None,
+    wall_clock_ms: Callable[[], int] = wall_ms,
 ) -> AdaptiveBatches:
     """Adaptive batches of a Faust agent's stream; use as ``async for batch in ...``.
 
@@ -82,6 +83,9 @@ def adaptive_batches(
     an event's tenant id (default: the prepared object's ``.tenant``, or a dict value's
     "tenant"). Events shed over a ceiling come back in ``batch.routed_late``; with
     ``metrics`` the worker's per-class series (pipeline/observe/tenant_metrics.py) too.
+
+    ``clock`` (monotonic seconds) and ``wall_clock_ms`` (epoch ms, deadlines) are the
+    driver's time; tests pass fakes.
     """
     clock = clock or MonotonicClock()  # one clock for the driver and the tenant gate's gauges
     core = make_core(
@@ -118,6 +122,7 @@ def adaptive_batches(
         metrics=metrics,
         tenant_outcomes=tenant_outcomes,
         clock=clock,
+        wall_clock_ms=wall_clock_ms,
     )
 
 

@@ -76,15 +76,49 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBrok
         yield running
 
 
-@pytest.fixture(scope="module")
-def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+class BrokerSlot:
+    """A broker started by the first test that asks for it and kept running for the tests
+    right after it that ask for it too; stopped before the first one that does not
+    (pytest_runtest_teardown below), so it never idles under the rest of the session."""
+
+    def __init__(self, make: Callable[[], KafkaBroker]) -> None:
+        self._make = make
+        self._running: KafkaBroker | None = None
+
+    def get(self) -> KafkaBroker:
+        if self._running is None:
+            self._running = self._make().start()
+            register_broker(self._running)
+        return self._running
+
+    def stop(self) -> None:
+        if self._running is not None:
+            running, self._running = self._running, None
+            running.stop()
+
+
+@pytest.fixture(scope="session")
+def _cluster_slot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerSlot]:
+    slot = BrokerSlot(lambda: KafkaBroker(nodes=3, workdir=tmp_path_factory.mktemp("kafka-cluster")))
+    yield slot
+    slot.stop()
+
+
+@pytest.fixture
+def kafka_cluster(_cluster_slot: BrokerSlot) -> KafkaBroker:
     """A three-node Apache Kafka (RF 3, min.insync.replicas 2), started on first use.
-    Shared by a module's tests (a test that kills a node restarts it before it ends),
-    stopped after them: three idle JVMs left running for the rest of the session
-    starved the single-node broker's heartbeats on 2 cores."""
-    with KafkaBroker(nodes=3, workdir=tmp_path_factory.mktemp("kafka-cluster")) as running:
-        register_broker(running)
-        yield running
+    Shared by consecutive tests that use it, across modules (a test that kills a node
+    restarts it before it ends; tests/conftest.py runs them all on one xdist worker),
+    stopped before the first test that does not: three idle JVMs left running for the
+    rest of the session starved the single-node broker's heartbeats on 2 cores."""
+    return _cluster_slot.get()
+
+
+@pytest.hookimpl(trylast=True)  # after the test's own fixtures are torn down
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    slot = getattr(item, "funcargs", {}).get("_cluster_slot")
+    if slot is not None and (nextitem is None or "kafka_cluster" not in getattr(nextitem, "fixturenames", ())):
+        slot.stop()
 
 
 @pytest.fixture(scope="module")

@@ -23,6 +23,11 @@ from pipeline.app.compose import build_worker
 from pipeline.config import WorkerConfig, load_config
 
 REPO = Path(__file__).resolve().parents[2]
+# For a test that SIGKILLs a worker and starts another in its group: the killed one stays
+# a member for its session timeout, and the new one gets no partition until it is gone.
+# 6 s, the embedded profile's, not the 45 s librdkafka and kafka-python default to on
+# Apache Kafka (consumers/profiles.py): the test waited those out.
+QUICK_EVICTION_ENV = {"TIDEBATCH_SESSION_TIMEOUT_MS": "6000"}
 _PROFILES: dict[str, str] = {}  # bootstrap address -> profile of the broker there
 
 

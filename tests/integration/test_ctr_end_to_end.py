@@ -17,6 +17,7 @@ from pipeline.codecs.ctr import CtrCodec
 from pipeline.loadgen.ctr import CtrRequestFactory
 from tests.integration.conftest import BOTH_BROKERS
 from tests.integration.pipeline_helpers import (
+    QUICK_EVICTION_ENV,
     committed_offsets,
     produce_values,
     read_topic,
@@ -179,7 +180,8 @@ def test_sigkill_mid_stream_then_restart_loses_nothing(
     factory = CtrRequestFactory(seed=77)
     requests = [factory.make(i) for i in range(n)]
     log = tmp_path / "worker.log"
-    first = start_worker_process(broker.bootstrap_servers, inp, out, unique_group_id, log, TIDEBATCH_CLIENT=client)
+    env = {"TIDEBATCH_CLIENT": client, **QUICK_EVICTION_ENV}
+    first = start_worker_process(broker.bootstrap_servers, inp, out, unique_group_id, log, **env)
     try:
         produce_values(broker.bootstrap_servers, inp, requests)
         # Kill it once some, but not all, results are out.
@@ -190,7 +192,7 @@ def test_sigkill_mid_stream_then_restart_loses_nothing(
     finally:
         if first.poll() is None:
             first.kill()
-    second = start_worker_process(broker.bootstrap_servers, inp, out, unique_group_id, log, TIDEBATCH_CLIENT=client)
+    second = start_worker_process(broker.bootstrap_servers, inp, out, unique_group_id, log, **env)
     try:
         wanted = _all_ids(requests)
         docs: list[dict] = []

@@ -18,6 +18,7 @@ import pytest
 from consumers.brokers.embedded import EmbeddedBroker
 from pipeline.loadgen.ctr import CtrRequestFactory
 from tests.integration.pipeline_helpers import (
+    QUICK_EVICTION_ENV,
     produce_values,
     read_topic,
     result_docs,
@@ -67,7 +68,8 @@ def test_sigkill_and_restart_leave_exactly_one_row_per_item(
     items = {orjson.loads(v)["request_id"]: len(orjson.loads(v)["items"]) for _, v in requests}
     root = tmp_path / "sink"
     log = tmp_path / "worker.log"
-    env = {**sink_env(root), **DELIVERY_ENV[delivery], "TIDEBATCH_TRANSACTIONAL_ID": unique_group_id}
+    env = {**sink_env(root), **DELIVERY_ENV[delivery], "TIDEBATCH_TRANSACTIONAL_ID": unique_group_id,
+           **QUICK_EVICTION_ENV}
     first = start_worker_process(broker.bootstrap_servers, inp, out, unique_group_id, log, **env)
     try:
         # The first half, then a kill once some files are finished. The worker may well

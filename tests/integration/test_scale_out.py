@@ -19,6 +19,7 @@ from tests.integration.opsutil import (
     start_worker_process,
     wait_for,
 )
+from tests.integration.pipeline_helpers import QUICK_EVICTION_ENV
 
 T = TypeVar("T")
 PARTITIONS = 6
@@ -48,7 +49,8 @@ def _wait(workers: list[WorkerProcess], check: Callable[[], T], timeout: float, 
 def test_workers_share_partitions_and_survive_a_sigkill(broker, topic_factory, unique_group_id, tmp_path):
     topics = make_topics(topic_factory, PARTITIONS)
     workers = [
-        start_worker_process(broker, topics, unique_group_id, tmp_path, f"worker-{i}") for i in range(3)
+        start_worker_process(broker, topics, unique_group_id, tmp_path, f"worker-{i}", **QUICK_EVICTION_ENV)
+        for i in range(3)
     ]
     collector = ResultCollector(broker.bootstrap_servers, topics.output)
     try:
@@ -64,7 +66,7 @@ def test_workers_share_partitions_and_survive_a_sigkill(broker, topic_factory, u
         victim.proc.wait(timeout=10)
         ids += produce_ctr(broker.bootstrap_servers, topics.input, 600, seed=31, start=600)
 
-        # The victim's session times out (6 s on the embedded profile), then a rebalance.
+        # The victim's session times out (6 s: QUICK_EVICTION_ENV), then a rebalance.
         shares = _wait(survivors, lambda: _sharing(survivors), 90, "the survivors to take all six partitions")
         assert victim_parts <= {tp for s in shares for tp in s}
         _wait(survivors, lambda: not collector.missing(ids), 120, f"a result for each of {len(ids)} requests")

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import orjson
@@ -20,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from models.registry import load_spec
+from pipeline.cli import main as cli_main
 from pipeline.codecs.ctr import CtrCodec
 from pipeline.errors import UserError
 from pipeline.etl.checkpoint import Checkpoint
@@ -30,7 +29,6 @@ from pipeline.loadgen.ctr import CtrRequestFactory
 from pipeline.loadgen.ctr_files import flat_rows_table
 from pipeline.runtime.session import InferenceSession
 
-REPO = Path(__file__).resolve().parents[2]
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 CHUNK = 700
 
@@ -222,19 +220,22 @@ def test_jsonl_flat_rows_and_request_lines(tmp_path: Path, flat: pa.Table) -> No
 
 
 # ----------------------------------------------------------------------------- failures
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    """`tidebatch etl ...` in a subprocess, through the real CLI error handling."""
-    boot = (
-        "import sys\nfrom pipeline.cli import main\n"
-        "sys.exit(main(sys.argv[1:]))\n"
-    )
-    return subprocess.run(
-        [sys.executable, "-c", boot, "etl", *args], capture_output=True, text=True, cwd=REPO, timeout=120,
-        env=dict(os.environ, PYTHONPATH=str(REPO)),
-    )
+class Ran(NamedTuple):
+    returncode: int
+    stdout: str
+    stderr: str
 
 
-def test_failures_are_one_line_naming_the_problem(tmp_path: Path, flat: pa.Table) -> None:
+def cli(capsys: pytest.CaptureFixture[str], *args: str) -> Ran:
+    """`tidebatch etl ...` through the real CLI error handling (pipeline/cli.py main), in
+    this process: a subprocess per call cost seconds of imports."""
+    capsys.readouterr()
+    code = cli_main(["etl", *args])
+    out, err = capsys.readouterr()
+    return Ran(code, out, err)
+
+
+def test_failures_are_one_line_naming_the_problem(tmp_path: Path, flat: pa.Table, capsys) -> None:
     out = str(tmp_path / "out")
     garbage = tmp_path / "garbage.parquet"
     garbage.write_bytes(b"not parquet at all")
@@ -249,17 +250,17 @@ def test_failures_are_one_line_naming_the_problem(tmp_path: Path, flat: pa.Table
         str(wrong_type): "column 'C3' has type int64, expected hex strings",
     }
     for path, words in cases.items():
-        proc = cli(path, "-o", out, "--no-progress")
+        proc = cli(capsys, path, "-o", out, "--no-progress")
         assert proc.returncode == 2, proc.stderr
         errors = [line for line in proc.stderr.splitlines() if line.startswith("tidebatch: error:")]
         assert len(errors) == 1 and words in errors[0], proc.stderr
         assert "Traceback" not in proc.stderr
 
 
-def test_cli_success_prints_a_summary_and_progress(tmp_path: Path, flat: pa.Table) -> None:
+def test_cli_success_prints_a_summary_and_progress(tmp_path: Path, flat: pa.Table, capsys) -> None:
     src = tmp_path / "requests.parquet"
     pq.write_table(flat, src)
-    proc = cli(str(src), "-o", str(tmp_path / "out"), "--chunk-rows", "1000", "--columns", "I1,C14", "--providers", "cpu")
+    proc = cli(capsys, str(src), "-o", str(tmp_path / "out"), "--chunk-rows", "1000", "--columns", "I1,C14", "--providers", "cpu")
     assert proc.returncode == 0, proc.stderr
     assert f"{flat.num_rows:,} input rows read, 0 rejected" in proc.stdout
     assert "rows/s" in proc.stderr and "ETA" in proc.stderr

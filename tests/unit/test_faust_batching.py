@@ -371,11 +371,12 @@ def test_the_driver_reads_each_events_tenant_and_exports_the_per_class_series() 
         metrics = BatchMetrics("test", "greedy")
         seen: list[dict] = []
         routed: list[str | None] = []
-        # A fake clock: on the real one a slow machine spread the 33 events over the
-        # tenant gate's rate window and fewer were over bronze's ceiling.
+        # Fake clocks: on real ones the ceiling's bucket refilled while the events went
+        # through (200 rows/s: 2 more admitted after 10 ms on a loaded machine), and
+        # gold's 20 ms SLA could pass before its acks.
         clock = FakeClock(5.0)
         async for batch in adaptive_batches(stream, policy="greedy", max_batch_rows=64, tenants=TENANTS,
-                                            metrics=metrics, clock=clock):
+                                            metrics=metrics, clock=clock, wall_clock_ms=lambda: wall(clock)):
             seen.extend(batch.values)
             routed.extend(p.tenant_class for p in batch.routed_late)
             if len(seen) + len(routed) == 33:
