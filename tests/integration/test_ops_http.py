@@ -21,8 +21,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from consumers.admin import delete_topics, ensure_topics
+from pipeline.commands import status
 from pipeline.ops import stats as S
-from pipeline.ops import status_report as status
 from tests.integration.opsutil import (
     LiveWorker,
     ResultCollector,

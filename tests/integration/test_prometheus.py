@@ -21,7 +21,7 @@ import yaml
 
 from consumers.brokers.embedded import free_port
 from pipeline.app.produce import produce
-from pipeline.ops import status_report as status
+from pipeline.commands import status
 from tests.integration.opsutil import (
     get_json,
     http_get,
