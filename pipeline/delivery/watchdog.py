@@ -146,9 +146,14 @@ class Watchdog:
             self._stop_began = now
         elif now - self._stop_began > self.exit_after_s:
             why = f" ({overdue})" if overdue else ""
+            # The process's last line: when a failure stopped it, say which (a worker
+            # whose credentials were refused cannot deliver what it has in flight, so
+            # its drain runs out here and this line, not the failure's, ends the log).
+            failure = getattr(self.worker, "failure", None)
+            cause = f"; it stopped on error: {failure}" if failure else ""
             log.error(
-                "still running %.0f s after the stop began%s: exiting now with nothing more committed",
-                now - self._stop_began, why,
+                "still running %.0f s after the stop began%s: exiting now with nothing more committed%s",
+                now - self._stop_began, why, cause,
             )
             for handler in logging.getLogger().handlers:
                 with contextlib.suppress(Exception):  # a closed stream must not keep us alive

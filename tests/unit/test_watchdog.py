@@ -117,3 +117,23 @@ def test_a_signal_reaches_the_watchdog_through_the_wakeup_fd() -> None:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGTERM, previous)
     assert worker.reasons == ["signal SIGTERM"]
+
+
+def test_the_exit_line_names_the_failure_that_stopped_the_worker(caplog: pytest.LogCaptureFixture) -> None:
+    """Regression: a worker whose new credentials were refused could not deliver its
+    in-flight results, its drain ran out, and the watchdog's line ended the log without
+    the reason (tests/integration/test_kafka_rotation.py read the last line)."""
+    clock = Clock()
+    worker = FakeWorker(clock)
+    worker.failure = "Kafka authentication failed at h:1 after the credentials changed on the broker"
+    exits: list[int] = []
+    dog = Watchdog(worker, exit_after_s=34.0, exit=exits.append, clock=clock)
+    worker.stop("failed")
+    with caplog.at_level(logging.ERROR):
+        for _ in range(8):
+            clock.t += 5.0
+            dog.check()
+    assert exits == [1]
+    last = [r.getMessage() for r in caplog.records if r.name == "pipeline.delivery.watchdog"][-1]
+    assert last.endswith("; it stopped on error: Kafka authentication failed at h:1 after the credentials "
+                         "changed on the broker")
