@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -107,10 +108,16 @@ def build_parts(
     sinks: list[ResultSink] | None = None,
     hooks: list[WorkerHook] | None = None,
     redis: bool = False,
+    host_address: str | None = None,
 ) -> WorkerParts:
     """Build every part of a worker for `cfg`. redis: also the `redis` section's hooks,
     sinks and codec (docs/REDIS.md; nothing connects when every Redis feature is off).
+    host_address: the shared model host to connect to (pipeline/runtime/shared_host.py),
+    for this session and every later version's; the worker then runs as with
+    runtime.model_process (batches in flight, their executors), as it is one.
     The model session (a model process, maybe) is closed again if a later step fails."""
+    if host_address is not None and not cfg.runtime.model_process:
+        cfg = replace(cfg, runtime=replace(cfg.runtime, model_process=True))
     pipeline = pipeline_for(cfg)
     input_topic = cfg.input_topic or pipeline.input_topic
     topics = Topics.for_input(input_topic, cfg.output_topic or pipeline.output_topic, cfg.dlq_topic, cfg.late_topic)
@@ -119,7 +126,9 @@ def build_parts(
     policy = make_policy(cfg.batching.policy, **params)
     metrics = WorkerMetrics(cfg.pipeline, cfg.batching.policy)
     rt = cfg.runtime
-    session = open_session(model.onnx_path, rt, on_restart=metrics.model_restarts.labels(cfg.pipeline).inc)
+    session = open_session(
+        model.onnx_path, rt, on_restart=metrics.model_restarts.labels(cfg.pipeline).inc, host_address=host_address
+    )
     redis_parts: RedisParts | None = None
     try:
         metrics.provider.info({"model": model.name, "version": model.version, "provider": session.provider})
@@ -147,7 +156,7 @@ def build_parts(
         credentials = credential_refresh(cfg)
         producer = make_producer(cfg, group_id, credentials)
         slot = ModelSlot(step)
-        versions = _versions(cfg, pipeline, slot, VersionLoader(cfg, pipeline, codec, hooks, metrics, session.input_names), queue, metrics)
+        versions = _versions(cfg, pipeline, slot, VersionLoader(cfg, pipeline, codec, hooks, metrics, session.input_names, host_address), queue, metrics)
         # What the rooms share, and the delivery mode's transactions, which share it too.
         lifecycle, tracker, stats = Lifecycle(), OffsetTracker(), WorkerStats()
         progress, calls = KafkaProgress(time.monotonic(), cfg.outage_after_s), CallWatch()

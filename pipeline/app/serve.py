@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -13,6 +14,7 @@ if TYPE_CHECKING:
     from pipeline.worker import Worker
 
 log = logging.getLogger(__name__)
+MODEL_HOST_ENV = "TIDEBATCH_MODEL_HOST"  # the shared model host's socket, set by the supervisor
 
 
 def serve(cfg: WorkerConfig) -> int:
@@ -45,7 +47,10 @@ def serve(cfg: WorkerConfig) -> int:
         prepare_topics(cfg)
     # Offline sinks: the `sinks` section (docs/ETL.md); Redis: the `redis` section
     # (docs/REDIS.md), nothing connects when all of it is off.
-    parts = build_parts(cfg, sinks=build_sinks(cfg), redis=True)
+    # A worker started by `tidebatch run --processes N` uses its supervisor's shared
+    # model host (pipeline/runtime/shared_host.py) instead of a model of its own.
+    host_address = os.environ.get(MODEL_HOST_ENV) or None
+    parts = build_parts(cfg, sinks=build_sinks(cfg), redis=True, host_address=host_address)
     worker = Worker(cfg, parts=parts)
     from pipeline.delivery.watchdog import EXIT_MARGIN_S
 

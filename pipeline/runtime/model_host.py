@@ -3,15 +3,23 @@ at a time, in order (model_process.py is the worker's side; wire.py the frames).
 
     python -m pipeline.runtime.model_host --fd N --model PATH [--providers auto] [--intra-op-threads 1]
 
+Or the shared model host, one per device, serving every worker process that connects
+to its Unix socket and joining their waiting batches into one call (host_server.py,
+host_runner.py, coalesce.py; shared_host.py starts it):
+
+    python -m pipeline.runtime.model_host --listen PATH [--providers P] [--intra-op-threads T] [--max-rows R]
+
 It has no Python work besides ONNX Runtime, so nothing competes with the model for
 the GIL. It ignores SIGINT and SIGTERM (a Ctrl-C or a signal to the worker's process
 group must not kill batches the worker is still finishing on shutdown) and exits when
-the worker closes the socket or dies.
+the worker closes the socket or dies. The shared host exits on SIGTERM (its supervisor
+stops it after its workers), and with --parent PID when that process dies.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import mmap
 import os
 import signal
@@ -77,14 +85,56 @@ def _replace_slot(slots: dict[int, mmap.mmap], index: int, fd: int, size: int) -
         os.close(fd)
 
 
+def listen(address: str, providers: str, intra_op_threads: int, max_rows: int) -> int:
+    from pipeline.runtime.host_models import Models
+    from pipeline.runtime.host_runner import Runner
+    from pipeline.runtime.host_server import Host
+    from pipeline.runtime.session import InferenceSession
+
+    host = Host(Models(InferenceSession), Runner(max_rows), providers, intra_op_threads)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(address)  # a host that was killed leaves its socket file behind
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(address)
+    listener.listen(256)
+    try:
+        host.serve_forever(listener)
+    finally:
+        listener.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(address)
+    return 0
+
+
+def die_with(parent: int) -> None:
+    """SIGKILL this process when its parent dies (Linux), so that a supervisor killed
+    with SIGKILL leaves no host behind; exits now if the parent is already gone."""
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:
+        sys.exit(0)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="tidebatch-model-host")
-    ap.add_argument("--fd", type=int, required=True)
-    ap.add_argument("--model", required=True)
+    ap.add_argument("--fd", type=int)
+    ap.add_argument("--model")
+    ap.add_argument("--listen", metavar="ADDRESS", help="serve every worker that connects to this Unix socket")
     ap.add_argument("--providers", default="auto")
     ap.add_argument("--intra-op-threads", type=int, default=1)
+    ap.add_argument("--max-rows", type=int, default=4096, help="rows in one joined call at most (--listen)")
+    ap.add_argument("--parent", type=int, help="exit when this process (the supervisor) dies")
     args = ap.parse_args(argv)
+    if args.parent is not None:
+        die_with(args.parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if args.listen:
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        return listen(args.listen, args.providers, args.intra_op_threads, max(1, args.max_rows))
+    if args.fd is None or args.model is None:
+        ap.error("--fd and --model, or --listen")
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     sock = socket.socket(fileno=args.fd)
     try:

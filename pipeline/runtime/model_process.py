@@ -19,6 +19,12 @@ behind another is not the model's cost.
 If the process dies (a crash in a native kernel, the OOM killer), the batches in flight
 fail with ModelProcessError (the worker then retries their requests one by one, so a
 request that kills the model goes to the DLQ alone) and the next call starts a new one.
+
+With an address, the worker does not start a model process but connects to the shared
+model host there (one per device, serving several worker processes and joining their
+waiting batches into one call: model_host.py --listen, host_runner.py). The protocol is
+the same plus an OPEN per model; its death is handled the same way, except that the
+next call connects again instead of starting a process.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -44,6 +51,8 @@ log = logging.getLogger(__name__)
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 _START_TIMEOUT = 120.0  # s; loading a large model (or building TensorRT engines) is slow
 _STOP_TIMEOUT = 10.0
+_CONNECT_TIMEOUT = 30.0  # s; a shared host's supervisor restarts it within this
+_CONNECT_RETRY = 0.1
 
 
 class ModelProcessError(RuntimeError):
@@ -55,9 +64,54 @@ class ModelError(RuntimeError):
 
 
 class _Channel:
-    """One model process and its socket; replaced as a whole when the process dies."""
+    """One model process and its socket; replaced as a whole when the process dies.
+    address: a connection to the shared model host there instead (no process of its own)."""
 
-    def __init__(self, onnx_path: Path, providers: str, intra_op_threads: int) -> None:
+    def __init__(self, onnx_path: Path, providers: str, intra_op_threads: int, address: str | None = None) -> None:
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.sock = self._connect(address) if address else self._spawn(onnx_path, providers, intra_op_threads)
+        self.reader = wire.FrameReader(self.sock)
+        self.slots: dict[int, wire.Slot] = {}
+        self.sent = 0
+        self._next_to_read = 0
+        self._dead: str | None = None
+        self._cond = threading.Condition()
+        self._run: dict[str, object] = {}
+        self.sock.settimeout(_START_TIMEOUT)
+        try:
+            if address:
+                wire.send_frame(self.sock, wire.OPEN, {
+                    "model": str(onnx_path.resolve()), "providers": providers, "threads": intra_op_threads})
+            kind, hello, _ = self.reader.read()
+        except (OSError, EOFError) as exc:
+            self.close()
+            where = f"model host at {address}" if address else "model process"
+            raise UserError(f"{where} for {onnx_path.name} did not start: {self._why(exc)}") from None
+        self.sock.settimeout(None)
+        if kind == wire.ERROR:
+            self.close()
+            raise UserError(hello["error"])
+        self.hello = hello
+        if address:
+            self._run = {"handle": hello["handle"]}
+        self.pid: int = self.proc.pid if self.proc is not None else int(hello["pid"])
+
+    @staticmethod
+    def _connect(address: str) -> socket.socket:
+        """Connected to the shared model host; retried while its supervisor (re)starts it."""
+        deadline = time.monotonic() + _CONNECT_TIMEOUT
+        while True:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.connect(address)
+                return sock
+            except (FileNotFoundError, ConnectionRefusedError) as exc:
+                sock.close()
+                if time.monotonic() >= deadline:
+                    raise UserError(f"model host at {address} does not answer: {type(exc).__name__}") from None
+                time.sleep(_CONNECT_RETRY)
+
+    def _spawn(self, onnx_path: Path, providers: str, intra_op_threads: int) -> socket.socket:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO_ROOT), env.get("PYTHONPATH")) if p)
@@ -70,27 +124,10 @@ class _Channel:
             self.proc = subprocess.Popen(cmd, pass_fds=[theirs.fileno()], env=env, start_new_session=True)
         finally:
             theirs.close()
-        self.sock = ours
-        self.reader = wire.FrameReader(ours)
-        self.slots: dict[int, wire.Slot] = {}
-        self.sent = 0
-        self._next_to_read = 0
-        self._dead: str | None = None
-        self._cond = threading.Condition()
-        self.sock.settimeout(_START_TIMEOUT)
-        try:
-            kind, hello, _ = self.reader.read()
-        except (OSError, EOFError) as exc:
-            self.close()
-            raise UserError(f"model process for {onnx_path.name} did not start: {self._why(exc)}") from None
-        self.sock.settimeout(None)
-        if kind == wire.ERROR:
-            self.close()
-            raise UserError(hello["error"])
-        self.hello = hello
+        return ours
 
     def _why(self, exc: BaseException) -> str:
-        code = self.proc.poll()
+        code = self.proc.poll() if self.proc is not None else None
         if code is not None:
             return f"it exited with status {code}"
         return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
@@ -110,9 +147,9 @@ class _Channel:
             if wire.SHARED_MEMORY:
                 place = self.slots.setdefault(slot, wire.Slot(slot))
                 specs = place.place(self.sock, arrays)
-                wire.send_frame(self.sock, wire.RUN, {"slot": slot, "arrays": specs, "packed": packed})
+                wire.send_frame(self.sock, wire.RUN, {**self._run, "slot": slot, "arrays": specs, "packed": packed})
             else:
-                wire.send_frame(self.sock, wire.RUN, {"slot": None, "packed": packed}, arrays)
+                wire.send_frame(self.sock, wire.RUN, {**self._run, "slot": None, "packed": packed}, arrays)
         except OSError as exc:
             self._fail(f"model process channel broke: {self._why(exc)}")
             raise ModelProcessError(self._dead) from None
@@ -139,6 +176,8 @@ class _Channel:
         return wire_values.unpack(outputs, header.get("packed")), float(header["seconds"])
 
     def _why_after_eof(self, exc: BaseException) -> str:
+        if self.proc is None:
+            return f"the shared model host (pid {self.pid}) closed the connection"
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(1.0)  # an EOF usually means it is exiting right now
         code = self.proc.poll()
@@ -162,6 +201,8 @@ class _Channel:
             slot.close()
         self.reader.close()
         self.sock.close()  # EOF: the process exits after the batch it is running
+        if self.proc is None:
+            return  # the shared host serves others; it releases this connection's model
         try:
             self.proc.wait(_STOP_TIMEOUT)
         except subprocess.TimeoutExpired:
@@ -170,7 +211,10 @@ class _Channel:
 
 
 class ProcessSession(ProfiledSession):
-    """The InferenceSession interface, served by a model process (see module doc)."""
+    """The InferenceSession interface, served by a model process (see module doc), or
+    with `address` by the shared model host listening there (model_host.py --listen):
+    connected to instead of started, and connected to again (for up to 30 s, while its
+    supervisor starts it again) after it died."""
 
     def __init__(
         self,
@@ -178,10 +222,12 @@ class ProcessSession(ProfiledSession):
         providers: str | Sequence[str] = "auto",
         intra_op_threads: int = 1,
         on_restart: Callable[[], None] | None = None,
+        address: str | None = None,
     ) -> None:
         self.path = path = model_file(onnx_path)
         self._providers = providers if isinstance(providers, str) else ",".join(providers)
         self._threads = intra_op_threads
+        self.address = address
         self._send_lock = threading.Lock()
         self._closed = False
         self._cores: set[int] | None = None
@@ -194,16 +240,20 @@ class ProcessSession(ProfiledSession):
         self.output_names: list[str] = hello["output_names"]
         self.restarts = 0
         self._on_restart = on_restart
+        where = f"the shared model host at {address}, pid" if address else "process"
         log.info(
-            "model %s runs in process %d on provider %s (intra-op threads %d)",
-            path.name, self._channel.proc.pid, self.provider, intra_op_threads,
+            "model %s runs in %s %d on provider %s (intra-op threads %d)",
+            path.name, where, self.pid, self.provider, intra_op_threads,
         )
 
     @property
     def pid(self) -> int:
-        return self._channel.proc.pid
+        channel = self._channel
+        return channel.proc.pid if channel.proc is not None else channel.pid
 
     def _start(self) -> _Channel:
+        if self.address is not None:
+            return _Channel(self.path, self._providers, self._threads, self.address)
         channel = _Channel(self.path, self._providers, self._threads)
         if self._cores is not None:
             os.sched_setaffinity(channel.proc.pid, self._cores)
@@ -211,7 +261,11 @@ class ProcessSession(ProfiledSession):
 
     def pin(self, cores: set[int]) -> None:
         """Run the model process on these cores only (runtime.pin_executors), also
-        after a restart."""
+        after a restart. Not a shared host: it serves other workers too, and where it
+        runs is its supervisor's choice."""
+        if self.address is not None:
+            log.info("runtime.pin_executors: the shared model host is not pinned by a worker")
+            return
         with self._send_lock:
             self._cores = set(cores)
             os.sched_setaffinity(self._channel.proc.pid, self._cores)

@@ -1,5 +1,6 @@
 """The one place a model session is opened from the `runtime` section: ONNX Runtime on
-the calling threads (session.py) or in a model process of its own (model_process.py).
+the calling threads (session.py), in a model process of its own (model_process.py) or
+in the shared model host of several workers (model_host.py --listen).
 The worker (pipeline/app/compose.py) and `tidebatch profile` (pipeline/profiling/)
 both open theirs here, so what the profile measures is what the worker runs."""
 
@@ -14,10 +15,14 @@ from pipeline.runtime.session import InferenceSession
 
 
 def open_session(
-    onnx_path: str | Path, rt: Any, on_restart: Callable[[], None] | None = None
+    onnx_path: str | Path, rt: Any, on_restart: Callable[[], None] | None = None, host_address: str | None = None
 ) -> InferenceSession | ProcessSession:
     """A session for `rt` (a RuntimeConfig: providers, intra_op_threads, model_process).
-    on_restart: called before a dead model process is started again."""
+    on_restart: called before a dead model process is started (or connected to) again.
+    host_address: the shared model host's socket (pipeline/runtime/model_host.py
+    --listen) to connect to, whatever rt.model_process says."""
+    if host_address is not None:
+        return ProcessSession(onnx_path, rt.providers, rt.intra_op_threads, on_restart=on_restart, address=host_address)
     if rt.model_process:
         return ProcessSession(onnx_path, rt.providers, rt.intra_op_threads, on_restart=on_restart)
     return InferenceSession(onnx_path, rt.providers, rt.intra_op_threads)

@@ -1,4 +1,5 @@
-"""Frames between the worker and its model process (model_process.py, model_host.py).
+"""Frames between the worker and its model process (model_process.py, model_host.py),
+or the shared model host that several workers connect to (host_server.py).
 
 A frame is a 5-byte prefix (kind, header length), a small JSON header, then the bytes
 of any inline arrays in header order. Batches go the other way through shared memory:
@@ -37,6 +38,10 @@ SLOT = 2  # worker -> model process: {"slot", "size"} + the memfd as SCM_RIGHTS
 RUN = 3  # worker -> model process: {"slot": int | None, "arrays": [...]}
 RESULT = 4  # model process -> worker: {"seconds"} + inline arrays
 ERROR = 5  # model process -> worker: {"error": one line}
+# The shared model host only: RUN frames then also name their model ("handle"), and a
+# RESULT says how many requests and rows its call held ("requests", "rows").
+OPEN = 6  # worker -> host: {"model", "providers", "threads"}; answered HELLO (+ "handle", "pid") or ERROR
+STATS = 7  # either way: {} asks, the host answers its counters (host_server.py)
 
 _PREFIX = struct.Struct("<BI")
 _MAX_HEADER = 1 << 20
