@@ -117,7 +117,8 @@ class Runner:
         feeds = [r.feeds for r in requests]
         why = model.no_join or coalesce.joinable(feeds)
         if why is not None:
-            self._note(model, f"its requests run one by one where they cannot be joined: {why}")
+            if model.no_join is None:
+                self._note(model, f"its requests run one by one where they cannot be joined: {why}")
             for r in requests:
                 self._alone(r)
             return

@@ -25,9 +25,12 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 
 from pipeline.runtime import wire, wire_values
+
+_PARENT_POLL_S = 0.5
 
 
 def serve(sock: socket.socket, model: str, providers: str, intra_op_threads: int) -> int:
@@ -106,15 +109,27 @@ def listen(address: str, providers: str, intra_op_threads: int, max_rows: int) -
     return 0
 
 
-def die_with(parent: int) -> None:
-    """SIGKILL this process when its parent dies (Linux), so that a supervisor killed
-    with SIGKILL leaves no host behind; exits now if the parent is already gone."""
-    with contextlib.suppress(OSError, AttributeError):
-        import ctypes
+def die_with(parent: int, deathsig: bool) -> None:
+    """End this process when its parent dies, so that a supervisor killed with SIGKILL
+    leaves no host behind; exits now if the parent is already gone. deathsig: also ask
+    the kernel for SIGKILL at once (prctl PR_SET_PDEATHSIG, Linux) - only for a parent
+    that started us from its main thread: the signal comes when the *thread* that
+    started the child ends, and a supervisor restarting its host from a watch thread
+    would see it killed when that thread ended. The watch thread here covers the rest."""
+    if deathsig:
+        with contextlib.suppress(OSError, AttributeError):
+            import ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     if os.getppid() != parent:
         sys.exit(0)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(_PARENT_POLL_S)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -126,9 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--intra-op-threads", type=int, default=1)
     ap.add_argument("--max-rows", type=int, default=4096, help="rows in one joined call at most (--listen)")
     ap.add_argument("--parent", type=int, help="exit when this process (the supervisor) dies")
+    ap.add_argument("--deathsig", action="store_true", help="with --parent: SIGKILL by the kernel when it dies")
     args = ap.parse_args(argv)
     if args.parent is not None:
-        die_with(args.parent)
+        die_with(args.parent, args.deathsig)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if args.listen:
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))

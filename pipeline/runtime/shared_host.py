@@ -6,9 +6,9 @@ model_process.py's ProcessSession with an address).
     host.alive(); host.stats(); host.restart(); host.stop()
 
 The host runs in a session of its own (a terminal's Ctrl-C goes to the supervisor,
-which stops it after its workers) and is SIGKILLed by the kernel when the process that
-started it dies (--parent: prctl PR_SET_PDEATHSIG), so no host outlives a killed
-supervisor. Nothing is loaded at start: each model is loaded when a worker opens it.
+which stops it after its workers) and ends when the process that started it dies
+(--parent: prctl PR_SET_PDEATHSIG when started from the main thread, and a watch on
+its parent pid), so no host outlives a killed supervisor. Nothing is loaded at start: each model is loaded when a worker opens it.
 """
 
 from __future__ import annotations
@@ -61,6 +61,8 @@ class SharedModelHost:
             "--providers", self.providers, "--intra-op-threads", str(self.intra_op_threads),
             "--max-rows", str(self.max_rows), "--parent", str(os.getpid()),
         ]
+        if threading.current_thread() is threading.main_thread():
+            cmd.append("--deathsig")  # model_host.py die_with: why only from the main thread
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.address)  # a socket file left by a killed host looks like a listening one
         self._proc = subprocess.Popen(cmd, env=env, start_new_session=True)

@@ -126,15 +126,21 @@ def test_the_model_process_exits_when_its_worker_is_killed(tmp_path: Path) -> No
         time.sleep(120)
         """
     )
-    worker = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2])
+    child_ends_with_its_parent(script, "the model process to exit after its worker was killed")
+
+
+def child_ends_with_its_parent(script: str, what: str) -> None:
+    """Run `script` (it prints the pid of a process it started, then waits), SIGKILL
+    it, and wait for that process to be gone."""
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2])
     try:
-        child = int(worker.stdout.readline())
-        worker.send_signal(signal.SIGKILL)
-        worker.wait(30)
-        wait_for(lambda: gone(child), 30, "the model process to exit after its worker was killed")
+        child = int(parent.stdout.readline())
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(30)
+        wait_for(lambda: gone(child), 30, what)
     finally:
-        if worker.poll() is None:
-            worker.kill()
+        if parent.poll() is None:
+            parent.kill()
 
 
 def test_a_file_that_is_not_a_model_is_a_one_line_user_error(tmp_path: Path) -> None:
