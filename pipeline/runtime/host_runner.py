@@ -1,5 +1,6 @@
-"""The shared model host's runner (model_host.py --listen): one thread per host, i.e.
-per device, that runs the RUN requests of every connected worker, oldest first.
+"""The shared model host's runner (model_host.py --listen): one per host, i.e. per
+device, run by the host's loop (host_server.py), that runs the RUN requests of every
+connected worker, oldest first.
 
 Whenever the model frees, it takes the requests queued at that moment that can share
 one call (coalesce.py: the oldest and those right behind it for the same model, up to
@@ -99,10 +100,6 @@ class Runner:
                 self._cond.wait()
             n = coalesce.take((r.queued for r in self._queue), self.max_rows)
             return [self._queue.popleft() for _ in range(n)]
-
-    def loop(self) -> None:
-        while True:
-            self.run_call(self.next_call())
 
     def run_call(self, requests: list[Request]) -> None:
         live = [r for r in requests if not r.conn.closed]  # nobody would read the answer

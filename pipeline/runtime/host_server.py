@@ -1,14 +1,21 @@
 """The shared model host's listening side (model_host.py --listen): a Unix socket that
-worker processes connect to, a thread per connection that reads its frames, and the
-one runner (host_runner.py) that runs every connection's batches.
+worker processes connect to, and one loop, on one thread, that reads every
+connection's frames and runs their batches through the runner (host_runner.py).
+
+One thread for both, not a reader thread per connection: handing each request from a
+reader thread to the runner thread cost a thread wake-up and a GIL hand-over per
+request (the round trip of a lone 64-row CTR batch grew by ~200 us over a model
+process of its own, on 2 loaded cores). Here, whenever the model frees, the loop reads
+every frame that arrived meanwhile (in socket order), then plans the next call.
 
 Per connection (wire.py frames): OPEN {"model", "providers", "threads"} -> HELLO
 {"handle", "provider", "input_names", "output_names", "pid"} or ERROR (one line),
-answered at once, so a client opens before it sends batches; SLOT frames hand over its
+answered from a thread of its own (a model loads for seconds; the others' batches run
+meanwhile), so a client opens before it sends batches; SLOT frames hand over its
 shared-memory slots (SCM_RIGHTS works on an accepted connection as on a socket pair);
-RUN {"handle", "slot", "arrays"} is queued and answered by the runner in that
-connection's order (with every other connection's, oldest first); STATS -> STATS
-{counters}. When a connection closes, the sessions it opened lose a user.
+RUN {"handle", "slot", "arrays"} is queued and answered in that connection's order
+(with every other connection's, oldest first); STATS -> STATS {counters}. When a
+connection closes, the sessions it opened lose a user.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+import selectors
 import socket
 import threading
 from collections.abc import Mapping
@@ -52,19 +60,29 @@ class Connection:
             except OSError:
                 self.closed = True  # the worker is gone; its reader thread cleans up
 
-    def serve(self) -> None:
-        try:
-            while True:
-                try:
-                    kind, header, feeds, fds = wire.recv_frame(self.sock)
-                except (wire.ChannelClosed, OSError, ValueError):
-                    return
-                self._frame(kind, header, feeds, fds)
-        finally:
+    def read_ready(self) -> bool:
+        """Read the frames waiting on this connection (one at least: the loop saw it
+        readable); False when it closed."""
+        while True:
+            try:
+                kind, header, feeds, fds = wire.recv_frame(self.sock)
+            except (wire.ChannelClosed, OSError, ValueError):
+                return False
+            self._frame(kind, header, feeds, fds)
+            try:
+                if not self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT):
+                    return False  # closed right after this frame
+            except BlockingIOError:
+                return True  # nothing more for now
+            except OSError:
+                return False
+
+    def close(self) -> None:
+        with self._send_lock:
             self.closed = True
-            for model in self._opened:
-                self.host.models.release(model)
-            self.sock.close()
+        for model in self._opened:
+            self.host.models.release(model)
+        self.sock.close()
 
     def _frame(self, kind: int, header: dict[str, Any], feeds: dict[str, np.ndarray], fds: list[int]) -> None:
         if kind == wire.SLOT:
@@ -80,7 +98,7 @@ class Connection:
         elif kind == wire.RUN:
             self.host.runner.submit(self._request(header, feeds))
         elif kind == wire.OPEN:
-            self._open(header)
+            threading.Thread(target=self._open, args=(header,), name="model-open", daemon=True).start()
         elif kind == wire.STATS:
             self.send(wire.STATS, self.host.stats())
         else:
@@ -127,21 +145,27 @@ class Host:
         self._live: set[Connection] = set()
 
     def serve_forever(self, listener: socket.socket) -> None:
-        threading.Thread(target=self.runner.loop, name="model-runner", daemon=True).start()
+        """Accept, read and run, for ever: select (without waiting while requests are
+        queued), read what arrived, run one call."""
+        selector = selectors.DefaultSelector()
+        selector.register(listener, selectors.EVENT_READ)
         while True:
-            sock, _ = listener.accept()
-            conn = Connection(sock, self)
-            threading.Thread(target=self._serve, args=(conn,), name="model-conn", daemon=True).start()
-
-    def _serve(self, conn: Connection) -> None:
-        with self._lock:
-            self.connections += 1
-            self._live.add(conn)
-        try:
-            conn.serve()
-        finally:
-            with self._lock:
-                self._live.discard(conn)
+            for key, _ in selector.select(0 if self.runner.waiting() else None):
+                if key.fileobj is listener:
+                    sock, _ = listener.accept()
+                    conn = Connection(sock, self)
+                    selector.register(sock, selectors.EVENT_READ, conn)
+                    with self._lock:
+                        self.connections += 1
+                        self._live.add(conn)
+                elif not key.data.read_ready():
+                    selector.unregister(key.fileobj)
+                    key.data.close()
+                    with self._lock:
+                        self._live.discard(key.data)
+            call = self.runner.next_call(block=False)
+            if call:
+                self.runner.run_call(call)
 
     def stats(self) -> dict[str, Any]:
         """What the supervisor's ops page shows: the runner's counters, whole and per
