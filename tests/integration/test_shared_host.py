@@ -239,3 +239,62 @@ def test_a_model_that_does_not_load_is_a_one_line_user_error(host, tmp_path) -> 
         ProcessSession(broken, "cpu", 1, address=host.address)
     assert "broken.onnx" in str(info.value) and "\n" not in str(info.value)
     assert host.stats()["models"] == {}
+
+
+def test_workers_on_a_shared_model_host_swap_to_the_new_version_there(tmp_path):
+    """Hot swap (pipeline/versions/): each worker (here two harnesses, as
+    tests/unit/test_model_versions.py builds them) opens the new version's file on the shared host
+    (pipeline/runtime/model_host.py --listen): the host shares it, and closes the old
+    version's session once neither uses it."""
+    from tests.unit.test_model_versions import Harness, _prob, _version
+
+    repo = tmp_path / "repo"
+    v1 = _version(repo, "1", seed=7)
+    with SharedModelHost(str(tmp_path / "host.sock"), "cpu", 1).start() as host:
+        workers = [Harness(repo, host_address=host.address) for _ in range(2)]
+        try:
+            assert all(isinstance(w.slot.current.session, ProcessSession) for w in workers)  # model_process is off
+            assert [m["users"] for m in host.stats()["models"].values()] == [2]
+            v2 = _version(repo, "2", seed=8)
+            for w in workers:
+                w.versions.poll()
+                assert w.versions.poll().loaded == "2"
+                assert w.score() == ("2", pytest.approx(_prob(v2), rel=1e-6))
+            wait_for(lambda: len(host.stats()["models"]) == 1, 30, "the first version's session to close")
+            (model,) = host.stats()["models"].values()
+            assert (model["model"], model["users"]) == (str(v2.resolve()), 2) != (str(v1.resolve()), 2)
+        finally:
+            for w in workers:
+                w.close()
+
+
+def test_a_fixed_batch_model_is_served_one_request_at_a_time(host, tmp_path) -> None:
+    """x float[1, 4] (tests/own_models.py fixed_batch): joined calls would not fit its
+    batch of 1; every request still gets its own answer."""
+    pytest.importorskip("onnx")
+    from tests.own_models import fixed_batch
+
+    path = fixed_batch(tmp_path / "fixed.onnx")
+    sessions = [ProcessSession(path, "cpu", 1, address=host.address) for _ in range(2)]
+    errors: list[str] = []
+
+    def caller(s: ProcessSession, k: int) -> None:
+        for i in range(40):
+            x = np.full((1, 4), k * 100 + i, np.float32)
+            if s.run({"x": x})["y"].tolist() != [[4.0 * (k * 100 + i)]]:
+                errors.append(f"{k}/{i}")
+
+    threads = [threading.Thread(target=caller, args=(s, k)) for k, s in enumerate(sessions * 2)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not errors
+        (model,) = host.stats()["models"].values()
+        assert model["requests"] == 160
+        assert model["joins"] is (model.get("one_by_one_reruns", 0) == 0)  # one failed try stops joining
+        assert model.get("one_by_one_reruns", 0) <= 1
+    finally:
+        for s in sessions:
+            s.close()

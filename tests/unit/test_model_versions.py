@@ -127,7 +127,9 @@ REQUEST = b'{"request_id": "r", "features": [0.1, -0.2, 0.3, 0.5], "tokens": [1,
 class Harness:
     """A worker's model parts as pipeline/app/compose.py builds them, without Kafka."""
 
-    def __init__(self, model: Path, *, base_version: str = "1", model_process: bool = False) -> None:
+    def __init__(
+        self, model: Path, *, base_version: str = "1", model_process: bool = False, host_address: str | None = None
+    ) -> None:
         cfg = load_config(overrides={
             "pipeline": "mine",
             "pipelines": [{"name": "mine", "model": str(model), "version": base_version,
@@ -138,13 +140,13 @@ class Harness:
         spec = pipeline.load_model()
         self.codec = pipeline.make_codec(cfg)
         metrics = WorkerMetrics("mine", "adaptive")
-        session = open_session(spec.onnx_path, cfg.runtime)
+        session = open_session(spec.onnx_path, cfg.runtime, host_address=host_address)
         self.slot = ModelSlot(ScoringStep(spec, self.codec, session))
         self.swaps: list[str] = []
         self.refusals: list[str] = []
         self.versions = ModelVersions(
             "mine", self.slot, spec.source or spec.onnx_path, spec.version,
-            VersionLoader(cfg, pipeline, self.codec, [], metrics, session.input_names), 0.0,
+            VersionLoader(cfg, pipeline, self.codec, [], metrics, session.input_names, host_address), 0.0,
             lambda step, cost: self.swaps.append(step.model.version), self.refusals.append,
         )
 
