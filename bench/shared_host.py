@@ -8,11 +8,12 @@ Cases run side by side, alternating (shared with each --host-threads, own, ...),
 that a machine shared with other jobs loads them alike. A model process per client
 runs 1 intra-op thread; the shared host runs --host-threads (one host per device: on
 a CPU the device is all its cores, so a host of 1 thread uses one where N model
-processes use N). Per case: rows/s over all clients, the model's
-calls per second (the host's own count when shared; one call per batch otherwise),
-requests and rows per call. Prints one JSON object: the cases, the median of each
-figure per (clients, mode), and shared/own ratios; CPU provider. Every client walks a pool of distinct batches, so no
-batch is served from a warm cache (bench/model_peak.py says why that matters).
+processes use N). Per case: rows/s over all clients, the model's calls per second
+(the host's own count when shared; one call per batch otherwise), requests and rows
+per call. Prints one JSON object: the cases, the median of each figure per (clients,
+in flight, mode), and the ratios of shared to own; CPU provider. Every client walks a
+pool of distinct batches, so no batch is served from a warm cache (bench/model_peak.py
+says why that matters).
 """
 
 from __future__ import annotations
