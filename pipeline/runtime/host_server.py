@@ -25,6 +25,7 @@ import mmap
 import os
 import selectors
 import socket
+import struct
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -36,6 +37,7 @@ from pipeline.runtime.host_models import Models, SharedModel
 from pipeline.runtime.host_runner import Request, Runner
 
 log = logging.getLogger(__name__)
+_STALL_S = 10.0
 
 
 class Connection:
@@ -153,6 +155,13 @@ class Host:
             for key, _ in selector.select(0 if self.runner.waiting() else None):
                 if key.fileobj is listener:
                     sock, _ = listener.accept()
+                    # A client that stalls mid-frame, or stops reading its answers,
+                    # would stall every other: after this long it is dropped instead.
+                    # Kernel timeouts, not settimeout(): that one would make the
+                    # MSG_DONTWAIT peek in read_ready wait too.
+                    stall = struct.pack("ll", int(_STALL_S), 0)
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, stall)
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, stall)
                     conn = Connection(sock, self)
                     selector.register(sock, selectors.EVENT_READ, conn)
                     with self._lock:
