@@ -56,24 +56,39 @@ class Models:
         self._open = open_session
         self._lock = threading.Lock()
         self._by_key: dict[Key, SharedModel] = {}
+        self._loading: dict[Key, threading.Lock] = {}
         self._next_handle = 1
         self.opened = 0  # sessions made, over the host's life
 
     def open(self, path: str, providers: str, threads: int) -> SharedModel:
         """The session for this file and settings, made if no connection has it open;
-        one more user either way. Loads under the lock: two workers asking for the same
-        new model at once load it once."""
+        one more user either way. Two workers asking for the same new model at once
+        load it once; a load holds only its own key's lock, so the host's loop
+        (releases, stats) never waits for a model to load."""
         key = model_key(path, providers, threads)
         with self._lock:
-            model = self._by_key.get(key)
-            if model is None:
-                session = self._open(key[0], providers, threads)
+            if (model := self._use(key)) is not None:
+                return model
+            loading = self._loading.setdefault(key, threading.Lock())
+        with loading:
+            with self._lock:
+                if (model := self._use(key)) is not None:
+                    return model
+            session = self._open(key[0], providers, threads)
+            with self._lock:
+                self._loading.pop(key, None)
                 model = SharedModel(self._next_handle, key, session)
                 self._next_handle += 1
                 self.opened += 1
                 self._by_key[key] = model
+                model.users += 1
+                return model
+
+    def _use(self, key: Key) -> SharedModel | None:
+        model = self._by_key.get(key)
+        if model is not None:
             model.users += 1
-            return model
+        return model
 
     def release(self, model: SharedModel) -> None:
         """One user fewer; the last one closes the session (requests still queued for
