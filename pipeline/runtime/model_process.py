@@ -69,7 +69,11 @@ class _Channel:
 
     def __init__(self, onnx_path: Path, providers: str, intra_op_threads: int, address: str | None = None) -> None:
         self.proc: subprocess.Popen[bytes] | None = None
-        self.sock = self._connect(address) if address else self._spawn(onnx_path, providers, intra_op_threads)
+        if address:
+            opening = {"model": str(onnx_path.resolve()), "providers": providers, "threads": intra_op_threads}
+            self.sock = self._connect(address, opening)
+        else:
+            self.sock = self._spawn(onnx_path, providers, intra_op_threads)
         self.reader = wire.FrameReader(self.sock)
         self.slots: dict[int, wire.Slot] = {}
         self.sent = 0
@@ -79,9 +83,6 @@ class _Channel:
         self._run: dict[str, object] = {}
         self.sock.settimeout(_START_TIMEOUT)
         try:
-            if address:
-                wire.send_frame(self.sock, wire.OPEN, {
-                    "model": str(onnx_path.resolve()), "providers": providers, "threads": intra_op_threads})
             kind, hello, _ = self.reader.read()
         except (OSError, EOFError) as exc:
             self.close()
@@ -97,19 +98,29 @@ class _Channel:
         self.pid: int = self.proc.pid if self.proc is not None else int(hello["pid"])
 
     @staticmethod
-    def _connect(address: str) -> socket.socket:
-        """Connected to the shared model host; retried while its supervisor (re)starts it."""
+    def _connect(address: str, opening: dict[str, object]) -> socket.socket:
+        """Connected to the shared model host, the model's OPEN sent and its answer
+        begun; retried while its supervisor (re)starts it: a host that is not there
+        yet, or one that went away before answering (a connection made as it died)."""
         deadline = time.monotonic() + _CONNECT_TIMEOUT
         while True:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 sock.connect(address)
-                return sock
-            except (FileNotFoundError, ConnectionRefusedError) as exc:
+                sock.settimeout(_START_TIMEOUT)  # a large model loads for a while
+                wire.send_frame(sock, wire.OPEN, opening)
+                if sock.recv(1, socket.MSG_PEEK):  # HELLO or ERROR, read by the caller
+                    return sock
+                why = "it closed the connection"
+            except (FileNotFoundError, ConnectionRefusedError, ConnectionResetError, BrokenPipeError) as exc:
+                why = type(exc).__name__
+            except TimeoutError:
                 sock.close()
-                if time.monotonic() >= deadline:
-                    raise UserError(f"model host at {address} does not answer: {type(exc).__name__}") from None
-                time.sleep(_CONNECT_RETRY)
+                raise UserError(f"model host at {address} did not answer within {_START_TIMEOUT:.0f} s") from None
+            sock.close()
+            if time.monotonic() >= deadline:
+                raise UserError(f"model host at {address} does not answer: {why}")
+            time.sleep(_CONNECT_RETRY)
 
     def _spawn(self, onnx_path: Path, providers: str, intra_op_threads: int) -> socket.socket:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -33,17 +33,16 @@ def test_two_workers_share_one_host_and_score_every_request(broker, topic_factor
             assert workers[0].cfg.runtime.model_process  # batches in flight, as with a model process
             (model,) = host.stats()["models"].values()
             assert model["users"] == 2
-            produce_ctr(broker.bootstrap_servers, topics.input, 600, seed=43)
-            wait_for(lambda: sum(w.stats.scored for w in workers) >= 600, 120, "600 requests scored")
-            os.kill(host.pid, signal.SIGKILL)  # the supervisor starts it again
+            produce_ctr(broker.bootstrap_servers, topics.input, 3000, seed=43)
+            wait_for(lambda: sum(w.stats.scored for w in workers) >= 300, 120, "300 requests scored")
+            os.kill(host.pid, signal.SIGKILL)  # mid-stream; the supervisor starts it again
             wait_for(lambda: not host.alive(), 30, "the host to die")
             host.restart()
-            produce_ctr(broker.bootstrap_servers, topics.input, 600, seed=43, start=600)
-            wait_for(lambda: sum(w.stats.scored for w in workers) >= 1200, 180, "all 1200 requests scored")
+            wait_for(lambda: sum(w.stats.scored for w in workers) >= 3000, 180, "all 3000 requests scored")
             assert sum(w.stats.dlq for w in workers) == 0
         finally:
             for w in workers:
                 w.stop("test done")
             for t in threads:
                 t.join(60)
-    assert sum(w.stats.scored for w in workers) == 1200
+    assert sum(w.stats.scored for w in workers) == 3000
