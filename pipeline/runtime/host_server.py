@@ -114,7 +114,10 @@ class Connection:
         if slot is not None:
             if slot not in self._slots:
                 return Request(self, model, error=f"no shared-memory slot {slot}")
-            feeds = wire.slot_arrays(self._slots[slot], header["arrays"])
+            try:
+                feeds = wire.slot_arrays(self._slots[slot], header["arrays"])
+            except (KeyError, TypeError, ValueError) as exc:  # a spec past the slot's end, a bad dtype
+                return Request(self, model, error=f"bad RUN frame: {type(exc).__name__}: {exc}".splitlines()[0])
         return Request(self, model, feeds, header.get("packed"))
 
     def _open(self, header: dict[str, Any]) -> None:
@@ -167,7 +170,7 @@ class Host:
                     with self._lock:
                         self.connections += 1
                         self._live.add(conn)
-                elif not key.data.read_ready():
+                elif not self._read(key.data):
                     selector.unregister(key.fileobj)
                     key.data.close()
                     with self._lock:
@@ -175,6 +178,17 @@ class Host:
             call = self.runner.next_call(block=False)
             if call:
                 self.runner.run_call(call)
+
+    @staticmethod
+    def _read(conn: Connection) -> bool:
+        """The connection's waiting frames; False when it is to be closed. A frame
+        this host cannot make sense of drops its connection (that worker's batches
+        fail and it connects again), never the host and every other worker."""
+        try:
+            return conn.read_ready()
+        except Exception as exc:  # noqa: BLE001 - one client's bad frame, whatever it raised
+            log.error("dropping a connection after a frame it sent: %s", f"{type(exc).__name__}: {exc}".splitlines()[0])
+            return False
 
     def stats(self) -> dict[str, Any]:
         """What the supervisor's ops page shows: the runner's counters, whole and per

@@ -298,3 +298,33 @@ def test_a_fixed_batch_model_is_served_one_request_at_a_time(host, tmp_path) -> 
     finally:
         for s in sessions:
             s.close()
+
+
+def test_a_frame_the_host_cannot_use_fails_that_request_and_nothing_else(host, direct) -> None:
+    """A RUN whose arrays reach past its shared-memory slot, or name no slot the host
+    has: an ERROR answer in its turn; the connection and every other one go on."""
+    from pipeline.runtime import wire
+
+    s = ProcessSession(MODEL, "cpu", 1, address=host.address)
+    other = ProcessSession(MODEL, "cpu", 1, address=host.address)
+    try:
+        s.run(feeds(4, 1))  # slot 0 exists now (64 KiB)
+        channel = s._channel
+        handle = channel.hello["handle"]
+        for header in ({"handle": handle, "slot": 0, "arrays": [["dense", "<f4", [100_000, 13], 0]]},
+                       {"handle": handle, "slot": 9, "arrays": []},
+                       {"handle": 999, "slot": None}):
+            with s._send_lock:
+                wire.send_frame(channel.sock, wire.RUN, header)
+                ticket = channel.sent
+                channel.sent += 1
+            with pytest.raises(ModelError) as info:
+                channel.receive(ticket)
+            assert "\n" not in str(info.value)
+        f = feeds(16, 2)
+        np.testing.assert_array_equal(s.run(f)["prob"], direct.run(f)["prob"])
+        np.testing.assert_array_equal(other.run(f)["prob"], direct.run(f)["prob"])
+        assert s.restarts == other.restarts == 0
+    finally:
+        s.close()
+        other.close()
