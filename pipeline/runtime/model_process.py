@@ -209,7 +209,8 @@ class ProcessSession(ProfiledSession):
         return self._channel.proc.pid
 
     def _start(self) -> _Channel:
-        channel = _Channel(self.path, self._providers, self._threads, self._options)
+        extra = (self._options,) if self._options else ()  # the device keys, when given
+        channel = _Channel(self.path, self._providers, self._threads, *extra)
         if self._cores is not None:
             os.sched_setaffinity(channel.proc.pid, self._cores)
         return channel

@@ -259,3 +259,43 @@ def test_two_batches_of_one_size_use_two_staging_buffers() -> None:
     second = runner._acquire((("x", (4, 3), "<f4"),))
     assert first is not None and second is not None and first is not second
     assert runner._made[(("x", (4, 3), "<f4"),)] == 2
+
+
+# -- where the options travel: the model process, a new model version ---------------------
+
+
+def test_the_model_process_gets_the_device_options(tiny_model: Path) -> None:
+    from pipeline.runtime.model_process import ProcessSession
+
+    feeds = {"x": np.random.default_rng(2).normal(size=(3, 16)).astype(np.float32)}
+    want = InferenceSession(tiny_model, "cpu", device=DeviceOptions(io_binding=True, batch_sizes=(4,))).run(feeds)
+    with ProcessSession(tiny_model, "cpu", device=DeviceOptions(io_binding=True, batch_sizes=(4,))) as session:
+        assert "--session-options" in session._channel.proc.args
+        got = session.run(feeds)
+    assert all(np.array_equal(got[k], want[k]) for k in want)
+
+
+def test_a_new_model_version_is_opened_with_the_first_ones_batch_sizes(tmp_path: Path) -> None:
+    """A hot swap opens a new session (pipeline/versions/loader.py): its buffers (and on a
+    GPU its graphs) are made for the same sizes as the first version's, at its warm-up."""
+    from pipeline.config import load_config
+    from pipeline.observe.metrics import WorkerMetrics
+    from pipeline.registry.pipelines import pipeline_for
+    from pipeline.versions.loader import VersionLoader
+    from tests.own_models import ranker
+
+    (tmp_path / "1").mkdir()
+    model = ranker(tmp_path / "1" / "model.onnx", 7)
+    cfg = load_config(overrides={
+        "pipeline": "mine", "runtime": {"io_binding": True},
+        "pipelines": [{"name": "mine", "model": str(model), "inputs": {"features": "dense", "tokens": "tokens"},
+                       "outputs": {"score": "prob"}}],
+    }, environ={})
+    pipeline = pipeline_for(cfg)
+    loader = VersionLoader(cfg, pipeline, pipeline.make_codec(cfg), [], WorkerMetrics("mine", "adaptive"),
+                           ["dense", "tokens"], (2, 4))
+    step, _cost = loader(pipeline.load_model())
+    try:
+        assert step.session._bound is not None and step.session._bound.sizes == (2, 4)
+    finally:
+        step.session.close()
