@@ -23,6 +23,7 @@ captured and replayed on one thread, under one process-wide lock.
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -77,11 +78,37 @@ def take_rows(outputs: Mapping[str, np.ndarray], rows: int, padded: int) -> dict
     }
 
 
-def _pinned_view(value: Any, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """A numpy array over an OrtValue's host memory (pinned: ORT gives no view of it)."""
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    raw = (ctypes.c_uint8 * max(nbytes, 1)).from_address(value.data_ptr())
-    return np.frombuffer(raw, dtype=dtype, count=int(np.prod(shape, dtype=np.int64))).reshape(shape)
+@functools.cache
+def _cudart() -> Any:
+    """The CUDA runtime the CUDA provider loaded (ORT's Python API makes no pinned host
+    memory: its OrtValue knows "cpu" and "cuda" only)."""
+    for name in ("libcudart.so.13", "libcudart.so.12", "libcudart.so"):
+        try:
+            return ctypes.CDLL(name)
+        except OSError:
+            continue
+    raise OSError("no libcudart")
+
+
+class _PinnedBlock:
+    """Page-locked host memory (cudaHostAlloc), freed with its last reference."""
+
+    def __init__(self, nbytes: int) -> None:
+        self.ptr = ctypes.c_void_p()  # before anything can raise: __del__ reads it
+        self._lib = _cudart()
+        status = self._lib.cudaHostAlloc(ctypes.byref(self.ptr), ctypes.c_size_t(max(nbytes, 1)), 0)
+        if status != 0 or not self.ptr.value:
+            raise OSError(f"cudaHostAlloc returned {status}")
+
+    def array(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        count = int(np.prod(shape, dtype=np.int64))
+        raw = (ctypes.c_uint8 * max(count * dtype.itemsize, 1)).from_address(self.ptr.value)
+        return np.frombuffer(raw, dtype=dtype, count=count).reshape(shape)
+
+    def __del__(self) -> None:
+        if self.ptr.value:
+            self._lib.cudaFreeHost(self.ptr)
+            self.ptr = ctypes.c_void_p()
 
 
 class _Buffers:
@@ -92,7 +119,7 @@ class _Buffers:
         self.binding = binding
         self.inputs: dict[str, np.ndarray] = {}
         self.outputs: dict[str, np.ndarray] | None = None
-        self.keep: list[Any] = []  # the OrtValues behind the arrays
+        self.keep: list[Any] = []  # the OrtValues (and pinned blocks) behind the arrays
 
 
 class _Graph:
@@ -226,10 +253,10 @@ class BoundRunner:
                 buffers.outputs = {}
                 buffers.binding.clear_binding_outputs()
                 for name, array in produced.items():
-                    host, value = self._host(array.shape, array.dtype)
+                    host, keep = self._host(array.shape, array.dtype)
                     buffers.outputs[name] = host
-                    buffers.keep.append(value)
-                    buffers.binding.bind_ortvalue_output(name, value)
+                    buffers.keep.append(keep)
+                    buffers.binding.bind_ortvalue_output(name, keep[0])
                 return produced
             self._session.run_with_iobinding(buffers.binding, self._plain_options)
             return buffers.outputs
@@ -269,25 +296,27 @@ class BoundRunner:
     def _new_buffers(self, key: Key) -> _Buffers:
         buffers = _Buffers(self._session.io_binding())
         for name, shape, dtype in key:
-            host, value = self._host(shape, np.dtype(dtype))
+            host, keep = self._host(shape, np.dtype(dtype))
             buffers.inputs[name] = host
-            buffers.keep.append(value)
-            buffers.binding.bind_ortvalue_input(name, value)
+            buffers.keep.append(keep)
+            buffers.binding.bind_ortvalue_input(name, keep[0])
         return buffers
 
     def _host(self, shape: tuple[int, ...], dtype: np.dtype) -> tuple[np.ndarray, Any]:
-        """A host buffer and the OrtValue over it: pinned on CUDA (pageable if ORT
-        cannot pin), ORT's view of a numpy array on CPU."""
-        ort = self._ort
+        """A host buffer and what keeps it (the OrtValue over it, its pinned block):
+        page-locked on CUDA, so the copies to and from the device are one DMA each
+        (pageable, with one log line, where it cannot be had)."""
+        ort, dtype = self._ort, np.dtype(dtype)
         if self._pinned:
             try:
-                value = ort.OrtValue.ortvalue_from_shape_and_type(list(shape), dtype, "cuda_pinned", self._device_id)
-                return _pinned_view(value, tuple(shape), np.dtype(dtype)), value
-            except Exception as exc:  # an ORT build without pinned memory
+                block = _PinnedBlock(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
+                array = block.array(tuple(shape), dtype)
+                return array, (ort.OrtValue.ortvalue_from_numpy(array), block)
+            except OSError as exc:
                 self._pinned = False
                 log.info("pinned host buffers not available (%s); pageable ones", str(exc).splitlines()[0])
         array = np.zeros(shape, dtype)
-        return array, ort.OrtValue.ortvalue_from_numpy(array)
+        return array, (ort.OrtValue.ortvalue_from_numpy(array), None)
 
 
 class _Both:

@@ -5,6 +5,8 @@ where a capture fails) against a fake ONNX Runtime, since no GPU is here."""
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import logging
 import threading
 from pathlib import Path
@@ -259,6 +261,54 @@ def test_two_batches_of_one_size_use_two_staging_buffers() -> None:
     second = runner._acquire((("x", (4, 3), "<f4"),))
     assert first is not None and second is not None and first is not second
     assert runner._made[(("x", (4, 3), "<f4"),)] == 2
+
+
+class FakeCudart:
+    """cudaHostAlloc / cudaFreeHost over ctypes buffers: which blocks were made and freed."""
+
+    def __init__(self) -> None:
+        self.blocks: dict[int, ctypes.Array] = {}
+        self.freed: list[int] = []
+
+    def cudaHostAlloc(self, ref, size, flags):  # noqa: ANN001, ANN201, N802
+        buffer = ctypes.create_string_buffer(size.value)
+        ref._obj.value = ctypes.addressof(buffer)
+        self.blocks[ctypes.addressof(buffer)] = buffer
+        return 0
+
+    def cudaFreeHost(self, ptr):  # noqa: ANN001, ANN201, N802
+        self.freed.append(ptr.value)
+        return 0
+
+
+def test_cuda_buffers_are_pinned_and_freed_with_the_runner(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipeline.runtime import io_binding
+
+    cudart = FakeCudart()
+    monkeypatch.setattr(io_binding, "_cudart", lambda: cudart)
+    runner = BoundRunner(FakeOrt(), FakeSession(), ["score"], device="cuda", sizes=(4,))
+    x = np.arange(9, dtype=np.float32).reshape(3, 3)
+    for _ in range(2):  # the second run reads its outputs from the bound (pinned) buffers
+        assert runner.run({"x": x})["score"].tolist() == [6.0, 24.0, 42.0]
+    assert len(cudart.blocks) == 2  # the input and the output of the 4-row set
+    del runner
+    gc.collect()
+    assert sorted(cudart.freed) == sorted(cudart.blocks)
+
+
+def test_without_pinned_memory_the_buffers_are_pageable(monkeypatch: pytest.MonkeyPatch,
+                                                        caplog: pytest.LogCaptureFixture) -> None:
+    from pipeline.runtime import io_binding
+
+    def missing() -> None:
+        raise OSError("no libcudart")
+
+    monkeypatch.setattr(io_binding, "_cudart", missing)
+    runner = BoundRunner(FakeOrt(), FakeSession(), ["score"], device="cuda", sizes=(4,))
+    with caplog.at_level(logging.INFO, logger="pipeline.runtime.io_binding"):
+        for _ in range(2):
+            assert runner.run({"x": np.ones((2, 3), np.float32)})["score"].tolist() == [6.0, 6.0]
+    assert [r.getMessage() for r in caplog.records] == ["pinned host buffers not available (no libcudart); pageable ones"]
 
 
 # -- where the options travel: the model process, a new model version ---------------------
