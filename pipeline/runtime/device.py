@@ -83,7 +83,9 @@ def provider_options(requested: Sequence[str], dev: DeviceOptions) -> list[dict[
             out.append(opts)
         elif name == "TensorrtExecutionProvider":
             # FP16 stays off (TensorRT's default): scores as close to the CPU's as it builds them.
-            opts = {"device_id": str(dev.device_id), "trt_cuda_graph_enable": "1" if dev.cuda_graphs else "0"}
+            # No graphs: TensorRT's own (trt_cuda_graph_enable) want device-resident
+            # inputs, which io_binding.py does not give it; untried without a GPU.
+            opts = {"device_id": str(dev.device_id)}
             if dev.gpu_mem_limit_mb is not None:
                 opts["trt_max_workspace_size"] = str(dev.gpu_mem_limit_mb << 20)
             out.append(opts)

@@ -170,20 +170,21 @@ def _open(ort: Any, path: Path, opts: Any, requested: list[str], dev: DeviceOpti
     try:
         return make(dev)
     except Exception as exc:
-        log.warning("CUDA graphs off for %s: %s; it runs without them", path.name, str(exc).splitlines()[0])
-        return make(replace(dev, cuda_graphs=False))
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    session = make(replace(dev, cuda_graphs=False))  # a model that fails for another reason raises here
+    log.warning("CUDA graphs off for %s: %s; it runs without them", path.name, why)
+    return session
 
 
 def _bound_runner(ort: Any, session: Any, provider: str, dev: DeviceOptions, name: str) -> BoundRunner | None:
     """IO binding where runtime.io_binding asks for it; CUDA graphs where the session
     got a GPU (on CPU one line says they are off: the same config serves both)."""
-    graphs = dev.cuda_graphs and provider != "cpu"
-    if dev.cuda_graphs and provider == "cpu":
-        log.warning("runtime.cuda_graphs: %s runs on CPU here (no usable CUDA provider); plain runs", name)
-    if provider == "tensorrt":
-        graphs = False  # TensorRT captures its own (trt_cuda_graph_enable, device.py)
+    graphs = dev.cuda_graphs and provider == "cuda"
+    if dev.cuda_graphs and provider != "cuda":
+        why = "no usable CUDA provider" if provider == "cpu" else "graphs are the CUDA provider's only (device.py)"
+        log.warning("runtime.cuda_graphs: %s runs on %s here (%s); plain runs", name, provider.upper(), why)
     cuda = session.get_provider_options().get("CUDAExecutionProvider", {})
-    graphs = graphs and cuda.get("enable_cuda_graph") == "1"  # not if _open fell back
+    graphs = graphs and str(cuda.get("enable_cuda_graph", "0")).lower() in ("1", "true")  # not if _open fell back
     if not dev.binds(provider):
         return None
     runner = BoundRunner(

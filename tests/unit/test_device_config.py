@@ -55,7 +55,7 @@ def test_cuda_provider_options() -> None:
     dev = DeviceOptions(device_id=1, tf32=False, gpu_mem_limit_mb=512, cuda_graphs=True)
     cuda, trt, cpu = provider_options(["CUDAExecutionProvider", "TensorrtExecutionProvider", "CPUExecutionProvider"], dev)
     assert cuda == {"device_id": "1", "use_tf32": "0", "enable_cuda_graph": "1", "gpu_mem_limit": str(512 << 20)}
-    assert trt["device_id"] == "1" and trt["trt_cuda_graph_enable"] == "1"
+    assert trt == {"device_id": "1", "trt_max_workspace_size": str(512 << 20)}
     assert cpu == {}
     assert provider_options(["CUDAExecutionProvider"], DeviceOptions(tf32=True))[0]["use_tf32"] == "1"
     assert "gpu_mem_limit" not in provider_options(["CUDAExecutionProvider"], DeviceOptions())[0]

@@ -111,7 +111,7 @@ def test_auto_does_not_bind_on_cpu_and_graphs_on_cpu_say_so(tiny_model: Path, ca
         session = InferenceSession(tiny_model, "auto", device=DeviceOptions(cuda_graphs=True, batch_sizes=(8,)))
     assert session.provider == "cpu" and not session.graphs
     lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
-    assert len(lines) == 1 and lines[0].startswith("runtime.cuda_graphs: tiny.onnx runs on CPU here")
+    assert len(lines) == 1 and lines[0].startswith("runtime.cuda_graphs: tiny.onnx runs on CPU here (no usable CUDA provider)")
 
 
 # -- CUDA graphs against a fake ONNX Runtime ---------------------------------------------
@@ -349,3 +349,31 @@ def test_a_new_model_version_is_opened_with_the_first_ones_batch_sizes(tmp_path:
         assert step.session._bound is not None and step.session._bound.sizes == (2, 4)
     finally:
         step.session.close()
+
+
+def test_a_session_ort_refuses_with_graphs_is_opened_without_them(tmp_path: Path,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    """ORT refuses enable_cuda_graph when the session is made if a node would run on the
+    CPU: the session is opened again without graphs, and one line says why."""
+    from pipeline.runtime.session import _open
+
+    made: list[str] = []
+
+    class Ort:
+        @staticmethod
+        def InferenceSession(path, sess_options, providers, provider_options):  # noqa: ANN001, ANN205, N802
+            graphs = provider_options[0].get("enable_cuda_graph")
+            made.append(graphs)
+            if graphs == "1":
+                raise RuntimeError("This session cannot use the graph capture feature as all compute graph nodes "
+                                   "have not been partitioned to the CUDAExecutionProvider.\nmore")
+            return "session"
+
+    with caplog.at_level(logging.WARNING, logger="pipeline.runtime.session"):
+        session = _open(Ort(), tmp_path / "m.onnx", None, ["CUDAExecutionProvider", "CPUExecutionProvider"],
+                        DeviceOptions(cuda_graphs=True))
+    assert session == "session" and made == ["1", "0"]
+    assert [r.getMessage() for r in caplog.records] == [
+        "CUDA graphs off for m.onnx: This session cannot use the graph capture feature as all compute graph nodes "
+        "have not been partitioned to the CUDAExecutionProvider.; it runs without them"
+    ]
