@@ -9,6 +9,9 @@
   Per batch size: median wall ms, the calling thread's and the whole process's CPU ms
   per call (time.thread_time / time.process_time: a CUDA call that spins while it waits
   shows CPU = wall), rows/s; t(n) = a + b*n fitted over the sizes <= 512 and over all.
+- the CUDA IO-binding and graph rows again with CUDA's waits sleeping instead of spinning
+  (cudaDeviceScheduleBlockingSync, a process of its own): by default a thread waiting
+  for the GPU spins, so a call's CPU time equals its wall time whatever the GPU does;
 - CPU against CUDA outputs (max |diff| per output) with TF32 off and on, CTR and CenterFace;
 - CenterFace at 480x640: frames/s at batch 1 and 16, per mode;
 - the pipeline: bench/pipeline_capacity.py on the embedded broker, its worker on CUDA
@@ -144,12 +147,14 @@ def model_mode(spec: ModelSpec, providers: str, threads: int, device: DeviceOpti
 
 
 def model_rows(spec: ModelSpec, sizes: list[int], threads: list[int], seconds: float, no_cuda: str | None,
-               no_trt: str | None) -> dict[str, Any]:
+               no_trt: str | None, modes: list[str] | None = None) -> dict[str, Any]:
     """Every provider and mode of one model: name -> its table, or why it was skipped."""
     out: dict[str, Any] = {}
     for t in threads:
         out[f"cpu-{t}-threads"] = model_mode(spec, "cpu", t, DeviceOptions(), sizes, seconds)
     for mode, (providers, opts) in CUDA_MODES.items():
+        if modes is not None and mode not in modes:
+            continue
         if no_cuda:
             out[mode] = NO_CUDA
             continue
@@ -202,6 +207,34 @@ def pipeline_runs(no_cuda: str | None, requests: int) -> dict[str, Any]:
     return out
 
 
+def blocking_sync() -> str:
+    """Make this process's CUDA waits sleep instead of spin (cudaDeviceScheduleBlockingSync),
+    before any session makes the CUDA context: what a call's CPU time is then."""
+    from pipeline.runtime.io_binding import _cudart
+
+    try:
+        status = _cudart().cudaSetDeviceFlags(0x04)
+    except OSError as exc:
+        return f"not set: {exc}"
+    return "set" if status == 0 else f"not set: cudaSetDeviceFlags returned {status}"
+
+
+def blocking_sync_rows(args: argparse.Namespace, no_cuda: str | None) -> dict[str, Any] | str:
+    """The CUDA IO-binding and graph rows again in a process whose CUDA waits sleep
+    (the flag holds for a whole process: a run of this script of its own)."""
+    if no_cuda:
+        return NO_CUDA
+    out = Path(args.out).with_name("gpu-blocking-sync.json")
+    cmd = [sys.executable, __file__, "--blocking-sync", "--models", "ctr", "--threads", "", "--no-pipeline",
+           "--modes", "cuda-io-binding,cuda-graphs", "--sizes", args.sizes, "--seconds", str(args.seconds),
+           "--out", str(out)]
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        return f"failed: {(done.stderr or done.stdout).strip().splitlines()[-1:]}"
+    report = json.loads(out.read_text())
+    return {"blocking_sync": report["host"].get("blocking_sync"), **report["ctr"]}
+
+
 def parse_ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
 
@@ -218,21 +251,30 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-pipeline", action="store_true", help="skip bench/pipeline_capacity.py")
     ap.add_argument("--pipeline-requests", type=int, default=20_000)
     ap.add_argument("--out", default=str(REPO / "out" / "bench" / "gpu.json"))
+    ap.add_argument("--modes", default=",".join(CUDA_MODES), help="CUDA modes to measure")
+    ap.add_argument("--blocking-sync", action="store_true", help="CUDA waits sleep (a run of its own)")
     args = ap.parse_args(argv)
     import onnxruntime as ort
+
+    synced = blocking_sync() if args.blocking_sync else None
 
     no_cuda, no_trt = cuda_device(), tensorrt_missing()
     report: dict[str, Any] = {
         "host": {"machine": platform.node(), "cores": cores, "onnxruntime": ort.__version__,
                  "providers": ort.get_available_providers(), "cuda": no_cuda or "usable",
-                 "tensorrt": no_trt or "usable", "load_before": os.getloadavg()},
+                 "tensorrt": no_trt or "usable", "load_before": os.getloadavg(), "blocking_sync": synced},
         "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
     }
     models = args.models.split(",")
     if "ctr" in models:
         ctr = load_spec("ctr")
-        report["ctr"] = model_rows(ctr, parse_ints(args.sizes), parse_ints(args.threads), args.seconds, no_cuda, no_trt)
-        report["ctr_accuracy"] = accuracy(ctr, 512, no_cuda)
+        modes = args.modes.split(",")
+        trt = "not in this run" if args.blocking_sync else no_trt
+        report["ctr"] = model_rows(ctr, parse_ints(args.sizes), parse_ints(args.threads), args.seconds, no_cuda, trt,
+                                   modes)
+        if not args.blocking_sync:
+            report["ctr_accuracy"] = accuracy(ctr, 512, no_cuda)
+            report["ctr_blocking_sync"] = blocking_sync_rows(args, no_cuda)
     if "camera" in models:
         cam = load_spec("camera")
         sizes = parse_ints(args.camera_sizes)
@@ -258,6 +300,12 @@ def summary(report: dict[str, Any]) -> dict[str, Any]:
     for mode, row in report.get("ctr", {}).items():
         out[f"ctr {mode}"] = row if isinstance(row, str) else {
             k: row[k] for k in ("provider", "graphs", "fit_le_512", "process_cpu_over_wall_le_512") if k in row}
+    sync = report.get("ctr_blocking_sync")
+    if isinstance(sync, dict):
+        for mode, row in sync.items():
+            if isinstance(row, dict):
+                out[f"ctr {mode} blocking-sync"] = {
+                    k: row[k] for k in ("fit_le_512", "process_cpu_over_wall_le_512") if k in row}
     for key in ("ctr_accuracy", "camera_frames_per_s", "camera_accuracy"):
         if key in report:
             out[key] = report[key]

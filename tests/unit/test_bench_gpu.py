@@ -25,6 +25,7 @@ def test_cpu_rows_and_skipped_cuda_rows(tmp_path: Path, monkeypatch: pytest.Monk
         assert report["ctr"][mode] == gpu.NO_CUDA
     assert report["ctr"]["tensorrt"] == "skipped: no GPU in this test"
     assert report["ctr_accuracy"] == {"tf32-off": gpu.NO_CUDA, "tf32-on": gpu.NO_CUDA}
+    assert report["ctr_blocking_sync"] == gpu.NO_CUDA
     assert report["host"]["cuda"] == "no GPU in this test"
 
 
