@@ -152,6 +152,9 @@ def model_rows(spec: ModelSpec, sizes: list[int], threads: list[int], seconds: f
     out: dict[str, Any] = {}
     for t in threads:
         out[f"cpu-{t}-threads"] = model_mode(spec, "cpu", t, DeviceOptions(), sizes, seconds)
+    if threads:  # what the buffers cost or save where no copy to a device is saved
+        dev = DeviceOptions(io_binding=True, batch_sizes=tuple(sizes))
+        out[f"cpu-{threads[0]}-threads-io-binding"] = model_mode(spec, "cpu", threads[0], dev, sizes, seconds)
     for mode, (providers, opts) in CUDA_MODES.items():
         if modes is not None and mode not in modes:
             continue
