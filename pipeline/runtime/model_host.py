@@ -2,6 +2,7 @@
 at a time, in order (model_process.py is the worker's side; wire.py the frames).
 
     python -m pipeline.runtime.model_host --fd N --model PATH [--providers auto] [--intra-op-threads 1]
+        [--session-options JSON]  (device.py DeviceOptions: the runtime section's GPU keys)
 
 It has no Python work besides ONNX Runtime, so nothing competes with the model for
 the GIL. It ignores SIGINT and SIGTERM (a Ctrl-C or a signal to the worker's process
@@ -22,12 +23,14 @@ import time
 from pipeline.runtime import wire, wire_values
 
 
-def serve(sock: socket.socket, model: str, providers: str, intra_op_threads: int) -> int:
+def serve(sock: socket.socket, model: str, providers: str, intra_op_threads: int, options: str | None = None) -> int:
     from pipeline.errors import UserError
+    from pipeline.runtime.device import DeviceOptions
     from pipeline.runtime.session import InferenceSession
 
     try:
-        session = InferenceSession(model, providers, intra_op_threads)
+        device = DeviceOptions.from_json(options) if options else None
+        session = InferenceSession(model, providers, intra_op_threads, device=device)
     except UserError as exc:
         wire.send_frame(sock, wire.ERROR, {"error": str(exc)})
         return 2
@@ -83,12 +86,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", required=True)
     ap.add_argument("--providers", default="auto")
     ap.add_argument("--intra-op-threads", type=int, default=1)
+    ap.add_argument("--session-options", default=None)
     args = ap.parse_args(argv)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     sock = socket.socket(fileno=args.fd)
     try:
-        return serve(sock, args.model, args.providers, args.intra_op_threads)
+        return serve(sock, args.model, args.providers, args.intra_op_threads, args.session_options)
     finally:
         sock.close()
 

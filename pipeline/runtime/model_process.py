@@ -31,12 +31,14 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from pipeline.errors import UserError
 from pipeline.runtime import wire, wire_values
+from pipeline.runtime.device import DeviceOptions
 from pipeline.runtime.session import ProfiledSession, model_file
 
 log = logging.getLogger(__name__)
@@ -57,14 +59,14 @@ class ModelError(RuntimeError):
 class _Channel:
     """One model process and its socket; replaced as a whole when the process dies."""
 
-    def __init__(self, onnx_path: Path, providers: str, intra_op_threads: int) -> None:
+    def __init__(self, onnx_path: Path, providers: str, intra_op_threads: int, options: str | None = None) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO_ROOT), env.get("PYTHONPATH")) if p)
         cmd = [
             sys.executable, "-m", "pipeline.runtime.model_host", "--fd", str(theirs.fileno()),
             "--model", str(onnx_path), "--providers", providers, "--intra-op-threads", str(intra_op_threads),
-        ]
+        ] + (["--session-options", options] if options else [])
         try:
             # own session: a terminal's Ctrl-C goes to the worker, which shuts down in order
             self.proc = subprocess.Popen(cmd, pass_fds=[theirs.fileno()], env=env, start_new_session=True)
@@ -178,8 +180,11 @@ class ProcessSession(ProfiledSession):
         providers: str | Sequence[str] = "auto",
         intra_op_threads: int = 1,
         on_restart: Callable[[], None] | None = None,
+        device: DeviceOptions | None = None,
     ) -> None:
         self.path = path = model_file(onnx_path)
+        # the model process's one thread captures and replays graphs (device.py)
+        self._options = None if device is None else replace(device, graphs_on_caller_thread=True).to_json()
         self._providers = providers if isinstance(providers, str) else ",".join(providers)
         self._threads = intra_op_threads
         self._send_lock = threading.Lock()
@@ -204,7 +209,8 @@ class ProcessSession(ProfiledSession):
         return self._channel.proc.pid
 
     def _start(self) -> _Channel:
-        channel = _Channel(self.path, self._providers, self._threads)
+        extra = (self._options,) if self._options else ()  # the device keys, when given
+        channel = _Channel(self.path, self._providers, self._threads, *extra)
         if self._cores is not None:
             os.sched_setaffinity(channel.proc.pid, self._cores)
         return channel

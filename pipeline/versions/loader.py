@@ -41,6 +41,7 @@ class VersionLoader:
         hooks: Sequence[WorkerHook],
         metrics: WorkerMetrics,
         input_names: Sequence[str],
+        batch_sizes: Sequence[int] = (),
     ) -> None:
         self.cfg = cfg
         self.pipeline = pipeline
@@ -48,10 +49,11 @@ class VersionLoader:
         self.hooks = list(hooks)
         self.metrics = metrics
         self.input_names = list(input_names)
+        self.batch_sizes = tuple(batch_sizes)  # the first version's: its graphs are captured again
 
     def __call__(self, spec: ModelSpec) -> tuple[ScoringStep, AffineCost]:
         restarts = self.metrics.model_restarts.labels(self.cfg.pipeline)
-        session = open_session(spec.onnx_path, self.cfg.runtime, on_restart=restarts.inc)
+        session = open_session(spec.onnx_path, self.cfg.runtime, restarts.inc, self.batch_sizes)
         try:
             if list(session.input_names) != self.input_names:
                 raise UserError(f"its inputs are {session.input_names}, the serving version's {self.input_names}")
