@@ -37,7 +37,12 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         if value is None and type(None) in args:
             return None
         inner = [a for a in args if a is not type(None)]
-        return _coerce(value, inner[0], key)
+        for tp_ in inner[:-1]:  # int | str (runtime.processes: 2 or "auto"): the first that takes it
+            try:
+                return _coerce(value, tp_, key)
+            except UserError:
+                pass
+        return _coerce(value, inner[-1], key)
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, Mapping):
             raise UserError(f"config key '{key}': expected a mapping, got {type(value).__name__}")
