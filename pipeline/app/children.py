@@ -52,7 +52,7 @@ KILL_WAIT_S = 5.0  # after SIGKILL, for the kernel to reap
 
 
 class ModelHost(Protocol):
-    """One model process serving every child (pipeline/runtime/shared_host.py when it
+    """One model process serving every child (the runtime's SharedModelHost, once it
     is wired in); the children find it through TIDEBATCH_MODEL_HOST."""
 
     address: str

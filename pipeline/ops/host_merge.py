@@ -54,7 +54,8 @@ def merge_metrics(children: Sequence[tuple[int, str]]) -> str:
         for fam in text_string_to_metric_families(text):
             families.setdefault(fam.name, (fam.type, fam.documentation))
             target = series.setdefault(fam.name, {})
-            per_process = fam.type in ("gauge", "unknown") and fam.name not in SHARED_GAUGES
+            created = fam.name.endswith("_created")  # a counter's start time, its own family in text 0.0.4
+            per_process = fam.type in ("gauge", "unknown") and fam.name not in SHARED_GAUGES and not created
             for s in fam.samples:
                 labels = dict(s.labels)
                 if per_process:
@@ -71,7 +72,7 @@ def merge_metrics(children: Sequence[tuple[int, str]]) -> str:
     lines: list[str] = []
     for name, (kind, doc) in families.items():
         lines.append(f"# HELP {name} {_escape_help(doc)}")
-        lines.append(f"# TYPE {name} {kind}")
+        lines.append(f"# TYPE {name} {'untyped' if kind == 'unknown' else kind}")
         for (sample, labels), value in series[name].items():
             lines.append(f"{sample}{_labels(labels)} {_value(value)}")
     return "\n".join(lines) + "\n"
