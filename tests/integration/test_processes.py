@@ -1,0 +1,234 @@
+"""`tidebatch run --processes 2` (pipeline/app/children.py) through faults, on real
+brokers: every request gets an outcome and nothing is lost when
+
+- (basic, both brokers) the two children share the partitions behind the parent's one
+  ops port, and one SIGTERM to the parent drains both (exit 0, offsets committed);
+- (a) a child is SIGKILLed mid-backlog: the restart policy starts it again and the
+  requests its partitions had not committed are redelivered (at_least_once: one or
+  more outcomes each);
+- (b) the parent is SIGKILLed: its children die with it (PR_SET_PDEATHSIG) and a new
+  `run --processes 2` finishes the backlog;
+- (c) SIGTERM mid-backlog drains all: exit 0, and a restart repeats nothing;
+- (d) exactly_once with children killed (chaos): exactly one read_committed outcome
+  per request (each child's own transactional.id fences its dead predecessor).
+
+Timings are never asserted. Each fault test prints one `PROCESSES {...}` line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import time
+
+import pytest
+
+from tests.integration import opsutil
+from tests.integration.conftest import BOTH_BROKERS
+from tests.integration.pipeline_helpers import QUICK_EVICTION_ENV, committed_offsets
+from tests.integration.test_exactly_once import Readers, report
+from tests.integration.traffic import PacedProducer
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 4
+BACKLOG = 3000
+
+
+def start_host(broker, topics, group: str, tmp_path, name: str, *args: str, **env: str) -> opsutil.WorkerProcess:
+    return opsutil.start_worker_process(broker, topics, group, tmp_path, name,
+                                        args=("--processes", "2", *args), **{**QUICK_EVICTION_ENV, **env})
+
+
+def processes(host: opsutil.WorkerProcess) -> list[dict]:
+    """The host's children as its /api/stats lists them ([] while it does not answer)."""
+    try:
+        _, stats = opsutil.get_json(host.url + "/api/stats")
+    except (OSError, ValueError):
+        return []
+    return stats["worker"].get("processes", [])
+
+
+def alive(host: opsutil.WorkerProcess) -> None:
+    code = host.proc.poll()
+    assert code is None, f"{host.name} exited ({code}):\n{host.log_tail(60)}"
+
+
+def wait(host: opsutil.WorkerProcess, check, timeout: float, what: str):
+    try:
+        return opsutil.wait_for(lambda: alive(host) or check(), timeout, what, interval=0.25)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n--- {host.name}:\n{host.log_tail(60)}") from None
+
+
+def shared(host: opsutil.WorkerProcess) -> bool:
+    """Both children ready, owning every partition between them."""
+    ps = processes(host)
+    return len(ps) == 2 and all(p["ready"] for p in ps) and sum(len(p["assigned"] or []) for p in ps) == PARTITIONS
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    # A zombie (not reaped yet: its parent died too, init reaps it) is gone as well.
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def note(record: dict) -> None:
+    print(f"\nPROCESSES {json.dumps(record)}")
+
+
+# ----------------------------------------------------------------------------- basic
+@pytest.mark.parametrize("broker", BOTH_BROKERS, indirect=True)
+def test_two_processes_behind_one_port_drain_on_sigterm(broker, topic_factory, unique_group_id, tmp_path) -> None:
+    topics = opsutil.make_topics(topic_factory, PARTITIONS)
+    host = start_host(broker, topics, unique_group_id, tmp_path, "host")
+    collector = opsutil.ResultCollector(broker.bootstrap_servers, topics.output)
+    try:
+        wait(host, lambda: shared(host), 120, "two processes sharing every partition")
+        ready = opsutil.wait_ready(host.url)
+        assert ready["processes"] == 2
+        ids = opsutil.produce_ctr(broker.bootstrap_servers, topics.input, 400, seed=46)
+        wait(host, lambda: not collector.missing(ids), 120, "a result for each request")
+        status, _, text = opsutil.http_get(host.url + "/metrics")
+        assert status == 200
+        assert 'tidebatch_assigned_partitions{pipeline="ctr",process="1"}' in text
+        assert "tidebatch_host_processes" in text
+        code = host.stop()
+        assert code == 0, host.log_tail(60)
+    finally:
+        collector.close()
+        host.kill()
+    assert "[p0]" in host.log_path.read_text() and "[p1]" in host.log_path.read_text()
+    offsets = committed_offsets(broker.bootstrap_servers, unique_group_id, topics.input, PARTITIONS)
+    assert sum(offsets.values()) == len(ids), offsets
+    assert collector.duplicates() == 0
+
+
+# ----------------------------------------------------------------------------- (a)
+def test_a_child_sigkilled_mid_backlog_is_restarted(kafka_broker, kafka_topic_factory, unique_group_id,
+                                                    tmp_path) -> None:
+    topics = opsutil.make_topics(kafka_topic_factory, PARTITIONS)
+    host = start_host(kafka_broker, topics, unique_group_id, tmp_path, "host")
+    collector = opsutil.ResultCollector(kafka_broker.bootstrap_servers, topics.output)
+    try:
+        wait(host, lambda: shared(host), 120, "two processes sharing every partition")
+        ids = opsutil.produce_ctr(kafka_broker.bootstrap_servers, topics.input, BACKLOG, seed=47)
+        wait(host, lambda: len(ids) - len(collector.missing(ids)) >= BACKLOG // 10, 60, "the first results")
+        victim = processes(host)[0]
+        os.kill(victim["pid"], signal.SIGKILL)
+        wait(host, lambda: (p := processes(host)) and p[0]["restarts"] == 1 and p[0]["pid"] != victim["pid"],
+             30, "the child restarted")
+        wait(host, lambda: not collector.missing(ids), 180, "a result for each request")
+        wait(host, lambda: shared(host), 120, "both processes ready again")
+        code = host.stop()
+        assert code == 0, host.log_tail(60)
+    finally:
+        collector.close()
+        host.kill()
+    assert "process 0 (pid" in host.log_path.read_text()
+    note({"test": "child_sigkill", "requests": len(ids), "missing": 0, "duplicates": collector.duplicates()})
+
+
+# ----------------------------------------------------------------------------- (b)
+def test_parent_sigkilled_takes_its_children_and_a_new_host_finishes(kafka_broker, kafka_topic_factory,
+                                                                     unique_group_id, tmp_path) -> None:
+    topics = opsutil.make_topics(kafka_topic_factory, PARTITIONS)
+    first = start_host(kafka_broker, topics, unique_group_id, tmp_path, "first")
+    second = None
+    collector = opsutil.ResultCollector(kafka_broker.bootstrap_servers, topics.output)
+    try:
+        wait(first, lambda: shared(first), 120, "two processes sharing every partition")
+        pids = [p["pid"] for p in processes(first)]
+        ids = opsutil.produce_ctr(kafka_broker.bootstrap_servers, topics.input, BACKLOG, seed=48)
+        wait(first, lambda: len(ids) - len(collector.missing(ids)) >= BACKLOG // 10, 60, "the first results")
+        first.kill(signal.SIGKILL)
+        first.proc.wait(timeout=10)
+        opsutil.wait_for(lambda: all(gone(pid) for pid in pids), 10, f"children {pids} to die with their parent")
+        second = start_host(kafka_broker, topics, unique_group_id, tmp_path, "second")
+        wait(second, lambda: not collector.missing(ids), 180, "a result for each request")
+        code = second.stop()
+        assert code == 0, second.log_tail(60)
+    finally:
+        collector.close()
+        for h in (first, second):
+            if h is not None:
+                h.kill()
+    note({"test": "parent_sigkill", "requests": len(ids), "missing": 0, "duplicates": collector.duplicates()})
+
+
+# ----------------------------------------------------------------------------- (c)
+def test_sigterm_mid_backlog_drains_and_a_restart_repeats_nothing(kafka_broker, kafka_topic_factory,
+                                                                  unique_group_id, tmp_path) -> None:
+    topics = opsutil.make_topics(kafka_topic_factory, PARTITIONS)
+    first = start_host(kafka_broker, topics, unique_group_id, tmp_path, "first")
+    second = None
+    collector = opsutil.ResultCollector(kafka_broker.bootstrap_servers, topics.output)
+    try:
+        wait(first, lambda: shared(first), 120, "two processes sharing every partition")
+        ids = opsutil.produce_ctr(kafka_broker.bootstrap_servers, topics.input, BACKLOG, seed=49)
+        wait(first, lambda: len(ids) - len(collector.missing(ids)) >= BACKLOG // 10, 60, "the first results")
+        code = first.stop()
+        assert code == 0, first.log_tail(60)
+        time.sleep(2.0)  # what the drain wrote is read before the restart
+        second = start_host(kafka_broker, topics, unique_group_id, tmp_path, "second")
+        wait(second, lambda: not collector.missing(ids), 180, "a result for each request")
+        wait(second, lambda: shared(second), 60, "the second host ready")
+        time.sleep(2.0)  # a repeated result would show by now
+        code = second.stop()
+        assert code == 0, second.log_tail(60)
+    finally:
+        collector.close()
+        for h in (first, second):
+            if h is not None:
+                h.kill()
+    note({"test": "sigterm_drain", "requests": len(ids), "missing": 0, "duplicates": collector.duplicates()})
+    assert collector.duplicates() == 0, collector.duplicated()
+
+
+# ----------------------------------------------------------------------------- (d)
+def test_exactly_once_with_children_killed(kafka_broker, kafka_topic_factory, unique_group_id, tmp_path) -> None:
+    """Requests at 300/s for 20 s; a child SIGKILLed twice at seeded moments (the
+    policy restarts it with the same transactional.id); one read_committed outcome each."""
+    from tests.integration.test_exactly_once import PARTITIONS as EOS_PARTITIONS
+    from tests.integration.test_exactly_once import await_outcomes, scenario
+
+    rng = random.Random(46)
+    with scenario(kafka_broker, kafka_topic_factory) as (topics, readers):
+        assert isinstance(readers, Readers)
+        host = opsutil.start_worker_process(
+            kafka_broker, topics, unique_group_id, tmp_path, "host",
+            args=("--processes", "2", "--delivery", "exactly_once"), **QUICK_EVICTION_ENV)
+        kills = []
+        try:
+            def both_ready() -> bool:
+                ps = processes(host)
+                return len(ps) == 2 and all(p["ready"] for p in ps) and \
+                    sum(len(p["assigned"] or []) for p in ps) == EOS_PARTITIONS
+
+            wait(host, both_ready, 120, "two processes sharing every partition")
+            producer = PacedProducer(kafka_broker.bootstrap_servers, topics.input, 20.0, seed=46, rate=300).start()
+            for _ in range(2):
+                time.sleep(rng.uniform(3.0, 6.0))
+                alive(host)
+                ps = processes(host)
+                victim = ps[rng.randrange(len(ps))]
+                with contextlib.suppress(ProcessLookupError, TypeError):  # restarting just now
+                    os.kill(victim["pid"], signal.SIGKILL)
+                    kills.append(victim["index"])
+            ids = await_outcomes(producer, readers, lambda: alive(host))
+            code = host.stop()
+            assert code == 0, host.log_tail(60)
+        finally:
+            host.kill()
+        committed, uncommitted = readers.close(linger=1.5)
+    report("processes_exactly_once_chaos", ids, committed, uncommitted, kills=kills, host_log=str(host.log_path))
