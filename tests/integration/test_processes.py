@@ -232,3 +232,97 @@ def test_exactly_once_with_children_killed(kafka_broker, kafka_topic_factory, un
             host.kill()
         committed, uncommitted = readers.close(linger=1.5)
     report("processes_exactly_once_chaos", ids, committed, uncommitted, kills=kills, host_log=str(host.log_path))
+
+
+# ----------------------------------------------------------------------------- policy
+# The supervisor itself, with stand-in children (no broker): what it does when they die.
+def _supervisor(script: str, restarts: int = 3, drain_s: float = 10.0):
+    import sys
+
+    from pipeline.app.children import Supervisor
+    from pipeline.app.processes import RestartPolicy
+
+    return Supervisor(2, [sys.executable, "-c", script], RestartPolicy(restarts, 600.0), drain_s=drain_s)
+
+
+def test_a_child_exiting_2_stops_the_host_with_2() -> None:
+    sup = _supervisor("import os, sys, time; sys.exit(2) if os.environ['TIDEBATCH_CHILD_INDEX'] == '1' else time.sleep(60)")
+    try:
+        assert sup.start().run() == 2
+    finally:
+        sup.close()
+    assert sup.failed is not None and "process 1" in sup.failed[1] and "exit 2" in sup.failed[1]
+    assert sup.children[1].restarts == 0
+
+
+def test_restarts_beyond_the_policy_stop_the_host_with_1() -> None:
+    sup = _supervisor("import sys; sys.exit(1)", restarts=2)
+    try:
+        assert sup.start().run() == 1
+    finally:
+        sup.close()
+    assert sum(c.restarts for c in sup.children) == 2 and "runtime.child_restarts" in sup.failed[1]
+
+
+def test_sigterm_is_forwarded_and_the_worst_exit_wins() -> None:
+    script = ("import os, signal, sys, time\n"
+              "code = int(os.environ['TIDEBATCH_CHILD_INDEX'])\n"
+              "signal.signal(signal.SIGTERM, lambda *_: sys.exit(code))\n"
+              "time.sleep(60)")
+    sup = _supervisor(script)
+    try:
+        sup.start()
+        opsutil.wait_for(lambda: all(v.alive for v in sup.views()), 10, "children running")
+        time.sleep(0.5)  # their handlers installed
+        sup.stop("test")
+        assert sup.run() == 1  # child 0 exits 0, child 1 exits 1
+    finally:
+        sup.close()
+    assert all(c.restarts == 0 for c in sup.children)
+
+
+class FakeModelHost:
+    """The model host's shape (pipeline/app/children.py ModelHost): dies once."""
+
+    address = "/tmp/tidebatch-model-host.sock"
+    pid = 4242
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def start(self) -> None:
+        self.calls.append("start")
+
+    def alive(self) -> bool:
+        return self.calls.count("restart") > 0
+
+    def restart(self) -> None:
+        self.calls.append("restart")
+
+    def stop(self) -> None:
+        self.calls.append("stop")
+
+    def stats(self) -> dict:
+        return {}
+
+
+def test_children_find_the_model_host_which_is_restarted_when_it_dies(tmp_path) -> None:
+    import sys
+
+    from pipeline.app.children import Supervisor
+    from pipeline.app.processes import RestartPolicy
+
+    host = FakeModelHost()
+    script = (f"import os, time; open(r'{tmp_path}/' + os.environ['TIDEBATCH_CHILD_INDEX'], 'w')"
+              ".write(os.environ['TIDEBATCH_MODEL_HOST']); time.sleep(60)")
+    sup = Supervisor(2, [sys.executable, "-c", script], RestartPolicy(3, 600.0), drain_s=10.0, model_host=host)
+    try:
+        sup.start()
+        opsutil.wait_for(lambda: (tmp_path / "0").is_file() and (tmp_path / "1").is_file(), 10, "children")
+        sup.check()
+        sup.stop("test")
+        assert sup.run() == 1  # SIGTERM without a handler: -15, a failure
+    finally:
+        sup.close()
+    assert (tmp_path / "1").read_text() == host.address
+    assert host.calls == ["start", "restart", "stop"]
