@@ -57,6 +57,14 @@ def auto_processes(setting: int | str, cores: int, providers: str, intra_op_thre
     return n, f"auto: {cores} usable cores, {device}: {per} cores a process, at most {AUTO_MAX}"
 
 
+def cap_by_partitions(processes: int, why: str, partitions: int | None) -> tuple[int, str]:
+    """auto: never more processes than the input topic has partitions (a child without
+    one would never be ready, and the host with it)."""
+    if partitions is None or processes <= partitions:
+        return processes, why
+    return max(partitions, 1), f"{why}; {partitions} input partitions"
+
+
 def child_config(cfg: WorkerConfig, index: int, host_id: str) -> WorkerConfig:
     """The host's config as child `index` runs it: one process; its ops endpoints on a
     free loopback port behind the parent's token (the parent's own port has the

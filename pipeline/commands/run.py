@@ -125,10 +125,10 @@ def run(args: argparse.Namespace) -> int:
         return serve(child_config(cfg, seat.index, os.environ.get(CHILD_HOST_ID_ENV, "host")), seat)
     rt = cfg.runtime
     processes, why = auto_processes(rt.processes, len(os.sched_getaffinity(0)), rt.providers, rt.intra_op_threads)
-    if rt.processes == "auto":
-        log.info("runtime.processes: %d (%s)", processes, why)
     if processes == 1:
+        if rt.processes == "auto":
+            log.info("runtime.processes auto: 1 (%s)", why)
         return serve(cfg)  # one process, no supervisor: the worker and its ops port here
     from pipeline.app.host import serve_host
 
-    return serve_host(cfg, processes, args.argv)
+    return serve_host(cfg, processes, why, args.argv)

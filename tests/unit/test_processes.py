@@ -12,6 +12,7 @@ from pipeline.app.processes import (
     AUTO_MAX,
     RestartPolicy,
     auto_processes,
+    cap_by_partitions,
     child_config,
     describe_exit,
     host_exit_code,
@@ -37,6 +38,12 @@ def test_auto_on_a_gpu_needs_two_cores_a_process() -> None:
     n, why = auto_processes("auto", 16, "cuda", intra_op_threads=4)
     assert n == 8 and "GPU" in why
     assert auto_processes("auto", 6, "CUDAExecutionProvider")[0] == 3
+
+
+def test_auto_never_runs_more_processes_than_input_partitions() -> None:
+    assert cap_by_partitions(8, "auto", 3) == (3, "auto; 3 input partitions")
+    assert cap_by_partitions(2, "auto", 3) == (2, "auto")
+    assert cap_by_partitions(4, "auto", None) == (4, "auto")
 
 
 def test_a_number_is_taken_as_it_is() -> None:
