@@ -16,14 +16,17 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def serve(cfg: WorkerConfig, seat: ChildSeat | None = None) -> int:
+def serve(cfg: WorkerConfig, seat: ChildSeat | None = None, note: str | None = None) -> int:
     """`seat`: this worker is one process of `run --processes N` (pipeline/app/children.py):
-    its ops port goes to the parent through the seat's file, its index into its metrics."""
+    its ops port goes to the parent through the seat's file, its index into its metrics.
+    `note`: a line logged once the checks passed (a failed check stays one line)."""
     from pipeline.app.compose import build_parts
     from pipeline.sinks.build import build_sinks
     from pipeline.worker import Worker
 
     preflight(cfg)
+    if note:
+        log.info("%s", note)
     # Offline sinks: the `sinks` section (docs/ETL.md); Redis: the `redis` section
     # (docs/REDIS.md), nothing connects when all of it is off.
     parts = build_parts(cfg, sinks=build_sinks(cfg), redis=True)

@@ -125,10 +125,8 @@ def run(args: argparse.Namespace) -> int:
         return serve(child_config(cfg, seat.index, os.environ.get(CHILD_HOST_ID_ENV, "host")), seat)
     rt = cfg.runtime
     processes, why = auto_processes(rt.processes, len(os.sched_getaffinity(0)), rt.providers, rt.intra_op_threads)
-    if processes == 1:
-        if rt.processes == "auto":
-            log.info("runtime.processes auto: 1 (%s)", why)
-        return serve(cfg)  # one process, no supervisor: the worker and its ops port here
+    if processes == 1:  # one process, no supervisor: the worker and its ops port here
+        return serve(cfg, note=f"runtime.processes auto: 1 ({why})" if rt.processes == "auto" else None)
     from pipeline.app.host import serve_host
 
     return serve_host(cfg, processes, why, args.argv)
