@@ -66,7 +66,9 @@ class ModelHost(Protocol):
 
 
 def _die_with_parent() -> None:
-    """In the child between fork and exec: SIGKILL when the parent dies."""
+    """In the child between fork and exec: SIGKILL when the parent dies. The kernel
+    sends it when the *thread* that forked the child ends, so every child is started
+    from the main thread (start(), and check() called by run())."""
     _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
@@ -241,6 +243,10 @@ class Supervisor:
                           self.drain_s)
                 proc.kill()
                 code = proc.wait(timeout=KILL_WAIT_S)
+            if code == -signal.SIGTERM:
+                # Ended by the SIGTERM it was sent before its worker had set its handler
+                # (a stop during start-up): nothing consumed, nothing lost.
+                code = 0
             if code != 0:
                 log.warning("process %d (pid %d) ended: %s", index, proc.pid, describe_exit(code))
             codes.append(code)

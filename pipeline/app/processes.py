@@ -75,10 +75,11 @@ def child_config(cfg: WorkerConfig, index: int, host_id: str) -> WorkerConfig:
 
     runtime = dataclasses.replace(cfg.runtime, processes=1)
     metrics = MetricsConfig(
-        enabled=True, host="127.0.0.1", port=0, tls=HttpTlsConfig(),
+        enabled=cfg.metrics.enabled, host="127.0.0.1", port=0, tls=HttpTlsConfig(),
         auth=HttpAuthConfig(bearer_token="${" + CHILD_TOKEN_ENV + "}", protect_metrics=True),
     )
-    changes: dict = {"runtime": runtime, "metrics": metrics, "create_topics": cfg.create_topics and index == 0}
+    # The parent created the topics (pipeline/app/serve.py preflight) before it started any child.
+    changes: dict = {"runtime": runtime, "metrics": metrics, "create_topics": False}
     instance = cfg.instance_id()
     if instance:
         changes.update(group_instance_id=f"{instance}-p{index}", group_instance_id_env=None)

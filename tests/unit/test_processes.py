@@ -115,6 +115,7 @@ def test_child_config_is_one_process_on_a_guarded_loopback_port() -> None:
     assert child.metrics.auth.bearer_token == "${TIDEBATCH_CHILD_OPS_TOKEN}" and child.metrics.auth.protect_metrics
     assert not child.metrics.tls.enabled
     assert child.create_topics is False and child.transactional_id is None  # at_least_once: no id
+    assert child_config(_cfg(metrics={"enabled": False}), 0, "h").metrics.enabled is False
 
 
 @pytest.mark.parametrize("value, expected", [("2", 2), ("auto", "auto"), ("1", 1)])
