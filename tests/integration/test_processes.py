@@ -99,6 +99,11 @@ def test_two_processes_behind_one_port_drain_on_sigterm(broker, topic_factory, u
         assert ready["processes"] == 2
         ids = opsutil.produce_ctr(broker.bootstrap_servers, topics.input, 400, seed=46)
         wait(host, lambda: not collector.missing(ids), 120, "a result for each request")
+        # `tidebatch status` reads the whole host from its one port.
+        from pipeline.ops.status_report import from_workers, metrics_url
+
+        stats = from_workers([metrics_url(host.url)], 0.5).pipelines[0].stats
+        assert stats is not None and (stats.assigned, stats.ready) == (PARTITIONS, 2)
         status, _, text = opsutil.http_get(host.url + "/metrics")
         assert status == 200
         assert 'tidebatch_assigned_partitions{pipeline="ctr",process="1"}' in text
@@ -126,6 +131,12 @@ def test_a_child_sigkilled_mid_backlog_is_restarted(kafka_broker, kafka_topic_fa
         wait(host, lambda: len(ids) - len(collector.missing(ids)) >= BACKLOG // 10, 60, "the first results")
         victim = processes(host)[0]
         os.kill(victim["pid"], signal.SIGKILL)
+
+        def names_child_0() -> bool:  # /readyz: 503 naming the child until it is back
+            status, body = opsutil.get_json(host.url + "/readyz")
+            return status == 503 and "0" in body.get("not_ready", {})
+
+        wait(host, names_child_0, 10, "/readyz to name process 0 as not ready")
         wait(host, lambda: (p := processes(host)) and p[0]["restarts"] == 1 and p[0]["pid"] != victim["pid"],
              30, "the child restarted")
         wait(host, lambda: not collector.missing(ids), 180, "a result for each request")
@@ -327,3 +338,21 @@ def test_children_find_the_model_host_which_is_restarted_when_it_dies(tmp_path) 
         sup.close()
     assert (tmp_path / "1").read_text() == host.address
     assert host.calls == ["start", "restart", "stop"]
+
+
+def test_the_host_port_keeps_the_configured_auth() -> None:
+    """metrics.auth applies to the parent's port as to a worker's (probes open)."""
+    from pipeline.ops.host_http import HostOpsServer
+    from pipeline.ops.http_config import HttpAuthConfig, MetricsConfig
+
+    metrics = MetricsConfig(port=0, auth=HttpAuthConfig(bearer_token="s3cret", protect_metrics=True))
+    server = HostOpsServer(metrics, "ctr", lambda: [], "child-token").start()
+    try:
+        assert opsutil.http_get(server.url + "/metrics")[0] == 401
+        assert opsutil.http_get(server.url + "/api/stats")[0] == 401
+        status, _, body = opsutil.http_get(server.url + "/readyz")
+        assert status == 503 and "s3cret" not in body
+        ok = opsutil.http_get(server.url + "/metrics", headers={"Authorization": "Bearer s3cret"})
+        assert ok[0] == 200 and "tidebatch_host_processes" in ok[2]
+    finally:
+        server.stop()
