@@ -21,6 +21,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import signal
 import time
 
@@ -244,6 +245,14 @@ def test_exactly_once_with_children_killed(kafka_broker, kafka_topic_factory, un
             host.kill()
         committed, uncommitted = readers.close(linger=1.5)
     report("processes_exactly_once_chaos", ids, committed, uncommitted, kills=kills, host_log=str(host.log_path))
+    # One transactional.id per child index, the same in each of its restarts.
+    starts = re.findall(r"\[p(\d+)\] \S+: transactional\.id (\S+) \(delivery", host.log_path.read_text())
+    by_index: dict[str, list[str]] = {}
+    for index, tid in starts:
+        by_index.setdefault(index, []).append(tid)
+    assert sorted(by_index) == ["0", "1"] and all(len(set(t)) == 1 for t in by_index.values()), by_index
+    assert by_index["0"][0] != by_index["1"][0]
+    assert all(len(by_index[str(i)]) >= 1 + kills.count(i) for i in (0, 1)), (by_index, kills)
 
 
 # ----------------------------------------------------------------------------- policy
