@@ -152,3 +152,8 @@ def test_child_environment_variables_are_not_warned_about() -> None:
 
     env_overrides({"TIDEBATCH_CHILD_INDEX": "1", "TIDEBATCH_MODEL_HOST": "/x"}, WorkerConfig, warnings.append)
     assert warnings == []
+
+
+def test_processes_of_another_type_names_both_it_may_be() -> None:
+    with pytest.raises(UserError, match=r"runtime.processes': expected int or str, got a value of type float"):
+        load_config(overrides={"runtime": {"processes": 2.5}}, environ={})
