@@ -60,6 +60,7 @@ def validate(cfg: WorkerConfig) -> None:
     if cfg.runtime.model_poll_s < 0:
         raise bad("runtime.model_poll_s", "must be >= 0 (0: only POST /model/reload loads a new version)")
     validate_device(cfg.runtime, bad)
+    validate_processes(cfg.runtime, bad)
     if cfg.client not in ("confluent", "kafka-python"):
         raise bad("client", f"{cfg.client!r} is not one of confluent, kafka-python")
     if cfg.client == "kafka-python":  # refuse what it cannot honour before connecting anywhere
@@ -114,3 +115,14 @@ def validate_device(rt: RuntimeConfig, bad: Callable[[str, str], Exception]) -> 
         raise bad("runtime.cuda_graphs", "needs runtime.io_binding (auto or true): a graph reads and writes fixed buffers")
     if rt.cuda_graphs and str(rt.providers).lower() == "cpu":
         raise bad("runtime.cuda_graphs", "needs a GPU provider (runtime.providers is cpu)")
+
+
+def validate_processes(rt: RuntimeConfig, bad: Callable[[str, str], Exception]) -> None:
+    """runtime.processes and the child restart policy (pipeline/app/processes.py)."""
+    p = rt.processes
+    if isinstance(p, bool) or not (p == "auto" or isinstance(p, int) and p >= 1):
+        raise bad("runtime.processes", f"{p!r} is neither an integer >= 1 nor auto")
+    if rt.child_restarts < 0:
+        raise bad("runtime.child_restarts", "must be >= 0 (0: a dead child stops the host)")
+    if rt.child_restart_window_s <= 0:
+        raise bad("runtime.child_restart_window_s", "must be > 0")

@@ -37,17 +37,15 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         if value is None and type(None) in args:
             return None
         inner = [a for a in args if a is not type(None)]
-        for tp_ in inner[:-1]:  # `bool | str` (runtime.io_binding: true, false or "auto")
+        if len(inner) == 1:
+            return _coerce(value, inner[0], key)
+        for tp_ in inner:  # int | str (runtime.processes: 2 or "auto"): the first that takes it
             try:
                 return _coerce(value, tp_, key)
             except UserError:
-                continue
-        try:
-            return _coerce(value, inner[-1], key)
-        except UserError:
-            if len(inner) == 1:
-                raise
-        raise UserError(f"config key '{key}': expected {' or '.join(map(_type_name, inner))}, got {value!r}")
+                pass
+        names = " or ".join(_type_name(t) for t in inner)
+        raise UserError(f"config key '{key}': expected {names}, got a value of type {type(value).__name__}")
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, Mapping):
             raise UserError(f"config key '{key}': expected a mapping, got {type(value).__name__}")

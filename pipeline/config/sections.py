@@ -90,6 +90,15 @@ class RuntimeConfig:
     # Inputs and outputs through ONNX Runtime's IO binding, in preallocated (pinned on
     # CUDA) buffers per batch size. "auto": on a GPU provider, off on CPU.
     io_binding: bool | str = "auto"
+    # Worker processes on this host (`tidebatch run --processes`, docs/OPERATIONS.md,
+    # "Many processes on one host"): N children in one group behind one ops port
+    # (pipeline/app/children.py). "auto": pipeline/app/processes.py's rule from the
+    # usable cores and the model's device, logged at start; 1: one process, no supervisor.
+    processes: int | str = "auto"
+    # A child that died unexpectedly is restarted up to child_restarts times within
+    # child_restart_window_s; one more death in the window stops the host (exit 1).
+    child_restarts: int = 3
+    child_restart_window_s: float = 600.0
 
 
 UNDELIVERABLE_ACTIONS = ("skip", "stop")

@@ -33,7 +33,7 @@ def test_io_binding_from_the_environment() -> None:
         ({"device_id": -1}, "config key 'runtime.device_id': must be >= 0"),
         ({"gpu_mem_limit_mb": 0}, "config key 'runtime.gpu_mem_limit_mb': must be >= 1"),
         ({"io_binding": "sometimes"}, "config key 'runtime.io_binding': 'sometimes' is not one of auto, true, false"),
-        ({"io_binding": 3}, "config key 'runtime.io_binding': expected bool or str, got 3"),
+        ({"io_binding": 3}, "config key 'runtime.io_binding': expected bool or str, got a value of type int"),
         ({"tf32": "yes"}, "config key 'runtime.tf32': expected true or false"),
         ({"cuda_graphs": True, "io_binding": False}, "config key 'runtime.cuda_graphs': needs runtime.io_binding"),
         ({"cuda_graphs": True, "providers": "cpu"}, "config key 'runtime.cuda_graphs': needs a GPU provider"),
