@@ -102,6 +102,7 @@ class BatchingMetrics:
             "tidebatch_records_total", "Consumed records by final outcome",
             ["pipeline", "topic", "outcome"], registry=r,
         )
+        self._outcomes: dict[tuple[str, str], Any] = {}  # outcome(): (topic, outcome) -> records' child
         self.batches = Counter(
             "tidebatch_batches_total", "Batches run, by why the batch closed",
             ["pipeline", "policy", "reason"], registry=r,
@@ -138,7 +139,13 @@ class BatchingMetrics:
         )
 
     def outcome(self, topic: str, outcome: str, n: int = 1) -> None:
-        self.records.labels(self.pipeline, topic, outcome).inc(n)
+        # The child looked up once per (topic, outcome): labels() takes a lock and checks
+        # its arguments, and the publisher counts outcomes for every batch. Any thread:
+        # two racing lookups get the same child from prometheus_client.
+        child = self._outcomes.get((topic, outcome))
+        if child is None:
+            child = self._outcomes[(topic, outcome)] = self.records.labels(self.pipeline, topic, outcome)
+        child.inc(n)
 
 
 class WorkerMetrics(BatchingMetrics):
