@@ -32,7 +32,7 @@ from consumers.profiles import consumer_config, producer_config
 from consumers.records import H_PRODUCED_MS
 from pipeline.app.produce import warm_up_producer
 from pipeline.loadgen.pacing import poisson_schedule, run_open_loop
-from pipeline.profiling.calibration import machine_cpu_seconds
+from pipeline.profiling.calibration import ProcessTree, machine_cpu_seconds
 from pipeline.profiling.calibration import process_cpu_seconds as cpu_seconds
 
 REPO = Path(__file__).resolve().parents[1]
@@ -83,7 +83,8 @@ def cpu_shares(
     brokers = _BROKER_PIDS.get(bootstrap, [])
     extra = extra or {}
     wall0, gen0 = time.monotonic(), time.process_time()
-    worker0 = cpu_seconds(worker_pid)
+    worker = ProcessTree(worker_pid)  # its children (--processes N, a model process) too
+    worker0 = worker.cpu_seconds()
     broker0 = sum(cpu_seconds(p) for p in brokers)
     extra0 = {name: cpu_seconds(pid) for name, pid in extra.items()}
     machine0 = machine_cpu_seconds() if machine else (0.0, 0.0)
@@ -91,7 +92,7 @@ def cpu_shares(
     yield shares
     wall = max(time.monotonic() - wall0, 1e-9)
     shares["generator"] = (time.process_time() - gen0) / wall
-    shares["worker"] = (cpu_seconds(worker_pid) - worker0) / wall
+    shares["worker"] = (worker.cpu_seconds() - worker0) / wall
     shares["broker"] = (sum(cpu_seconds(p) for p in brokers) - broker0) / wall if brokers else float("nan")
     for name, pid in extra.items():
         shares[name] = (cpu_seconds(pid) - extra0[name]) / wall
@@ -329,11 +330,7 @@ def worker_process(
         **(extra_env or {}),
     )
     log = OUT / f"{log_name}.log"
-    cmd = [
-        sys.executable, "-m", "pipeline.cli", "run", "--pipeline", pipeline, *(["-c", str(config)] if config else []),
-        "--bootstrap-servers", bootstrap, "--broker-profile", profile_of(bootstrap),
-        "--policy", policy, "--group-id", group, "--input-topic", inp, "--output-topic", out,
-    ]
+    cmd = worker_command(bootstrap, inp, out, policy, group, pipeline, config)
     with open(log, "wb") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=REPO)
     try:
@@ -346,6 +343,16 @@ def worker_process(
         yield proc
     finally:
         stop_process(proc)
+
+
+def worker_command(bootstrap: str, inp: str, out: str, policy: str, group: str, pipeline: str = "ctr",
+                   config: Path | None = None) -> list[str]:
+    """The `tidebatch run` command line of a bench worker."""
+    return [
+        sys.executable, "-m", "pipeline.cli", "run", "--pipeline", pipeline, *(["-c", str(config)] if config else []),
+        "--bootstrap-servers", bootstrap, "--broker-profile", profile_of(bootstrap),
+        "--policy", policy, "--group-id", group, "--input-topic", inp, "--output-topic", out,
+    ]
 
 
 def stop_process(proc: subprocess.Popen, timeout: float = 60.0) -> None:

@@ -17,6 +17,8 @@ __all__ = ["COMMAND_MODULES", "build_parser", "main"]
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # What `run --processes N` starts each of its children with (pipeline/app/children.py).
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     logs.configure(getattr(args, "log_level", "INFO"), getattr(args, "log_format", "text"))
     try:
         return int(args.func(args) or 0)

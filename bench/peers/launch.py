@@ -66,6 +66,8 @@ PEERS: dict[str, Peer] = {p.name: p for p in (
          encodings=("json", "binary")),
     Peer("tidebatch-adaptive-route", "tidebatch run --policy adaptive, batching.expiry_action route_late",
          "tidebatch", "adaptive", env={"TIDEBATCH_BATCHING__EXPIRY_ACTION": "route_late"}),
+    Peer("tidebatch-p2", "tidebatch run --policy adaptive --processes 2", "tidebatch", "adaptive",
+         encodings=("json", "binary"), env={"TIDEBATCH_RUNTIME__PROCESSES": "2"}),
     Peer("tidebatch-kafka-python", "tidebatch run --policy adaptive, client kafka-python", "tidebatch", "adaptive",
          env={"TIDEBATCH_CLIENT": "kafka-python"}),
 )}
@@ -73,7 +75,10 @@ PEERS: dict[str, Peer] = {p.name: p for p in (
 # request (--only), as the Faust-against-worker script compared them before it was folded in,
 # and so is adaptive shedding what it cannot answer in time (bench/policies.py runs
 # adaptive so): every other row scores every request, the job of bench/peers.py.
-DEFAULT = [n for n in PEERS if n not in ("tidebatch-faust", "tidebatch-kafka-python", "tidebatch-adaptive-route")]
+# tidebatch-p2 (issue 46, docs/OPERATIONS.md "Many processes on one host") too, until
+# its figures are in docs/PEERS.md; every other tidebatch row is one process.
+DEFAULT = [n for n in PEERS if n not in ("tidebatch-faust", "tidebatch-kafka-python", "tidebatch-adaptive-route",
+                                         "tidebatch-p2")]
 
 
 @contextmanager
@@ -84,7 +89,8 @@ def peer_process(peer: Peer, bootstrap: str, inp: str, out: str, *, drain: bool,
     drain=True: tidebatch's SLO is lifted (NO_SLO). on_spawn: called with the process as
     soon as it exists (tidebatch's rows are yielded only once they have partitions)."""
     if peer.kind == "tidebatch":
-        env = {**(NO_SLO if drain else {}), "TIDEBATCH_RUNTIME__INTRA_OP_THREADS": str(threads), **peer.env}
+        env = {**(NO_SLO if drain else {}), "TIDEBATCH_RUNTIME__INTRA_OP_THREADS": str(threads),
+               "TIDEBATCH_RUNTIME__PROCESSES": "1", **peer.env}  # not auto: each row is what it says
         with worker_process(bootstrap, inp, out, peer.target, extra_env=env, log_name=log_name,
                             on_spawn=on_spawn) as proc:
             yield proc

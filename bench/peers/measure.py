@@ -44,6 +44,7 @@ from bench.harness import (
 from bench.peers.launch import Peer, peer_process
 from consumers.profiles import consumer_config
 from pipeline.loadgen.pacing import poisson_schedule, run_open_loop
+from pipeline.profiling.calibration import ProcessTree
 
 PARTITIONS = 4
 SLO_MS = 100.0
@@ -74,11 +75,12 @@ class CpuTrace:
     def __init__(self, out: list[tuple[float, float, float]], pid: int, broker_pids: list[int],
                  every: float = 0.02) -> None:
         self.out, self.pid, self.broker_pids, self.every = out, pid, broker_pids, every
+        self._tree = ProcessTree(pid)  # a --processes N row's children are the peer too
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cpu-trace", daemon=True)
 
     def _sample(self) -> None:
-        self.out.append((time.time() * 1000.0, cpu_seconds(self.pid), sum(cpu_seconds(p) for p in self.broker_pids)))
+        self.out.append((time.time() * 1000.0, self._tree.cpu_seconds(), sum(cpu_seconds(p) for p in self.broker_pids)))
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -55,6 +55,7 @@ from pipeline.observe.tenant_metrics import watch_tenants
 from pipeline.observe.tracing import make_tracer
 from pipeline.registry.pipelines import PipelineSpec, pipeline_for
 from pipeline.registry.schema_settings import register_results
+from pipeline.runtime.device import batch_sizes_for
 from pipeline.runtime.sessions import open_session
 from pipeline.scoring import ScoringStep
 from pipeline.sinks import ResultSink
@@ -126,9 +127,9 @@ def build_parts(
     policy = make_policy(cfg.batching.policy, **params)
     metrics = WorkerMetrics(cfg.pipeline, cfg.batching.policy)
     rt = cfg.runtime
-    session = open_session(
-        model.onnx_path, rt, on_restart=metrics.model_restarts.labels(cfg.pipeline).inc, host_address=host_address
-    )
+    # what IO binding and CUDA graphs pad batches to (docs/MODELS.md, "On a GPU host")
+    sizes = batch_sizes_for(cfg.batching.allowed_batch_sizes, cfg.batching.max_batch_rows or pipeline.max_batch_rows)
+    session = open_session(model.onnx_path, rt, metrics.model_restarts.labels(cfg.pipeline).inc, sizes, host_address)
     redis_parts: RedisParts | None = None
     try:
         metrics.provider.info({"model": model.name, "version": model.version, "provider": session.provider})
@@ -156,7 +157,8 @@ def build_parts(
         credentials = credential_refresh(cfg)
         producer = make_producer(cfg, group_id, credentials)
         slot = ModelSlot(step)
-        versions = _versions(cfg, pipeline, slot, VersionLoader(cfg, pipeline, codec, hooks, metrics, session.input_names, host_address), queue, metrics)
+        loader = VersionLoader(cfg, pipeline, codec, hooks, metrics, session.input_names, sizes, host_address)
+        versions = _versions(cfg, pipeline, slot, loader, queue, metrics)
         # What the rooms share, and the delivery mode's transactions, which share it too.
         lifecycle, tracker, stats = Lifecycle(), OffsetTracker(), WorkerStats()
         progress, calls = KafkaProgress(time.monotonic(), cfg.outage_after_s), CallWatch()

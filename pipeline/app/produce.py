@@ -164,15 +164,9 @@ def _binary_ctr(pipeline: str, make: Callable[[int], Sample]) -> Callable[[int],
     """The same requests in the binary form (pipeline/codecs/ctr_binary.py)."""
     if pipeline != "ctr":
         raise UserError(f"--encoding binary applies to the ctr pipeline, not {pipeline!r}")
-    import orjson
+    from pipeline.codecs.ctr_binary import binary_samples
 
-    from pipeline.codecs.ctr_binary import encode
-
-    def make_binary(i: int) -> Sample:
-        key, value, headers = make(i)
-        return key, encode(orjson.loads(value)), headers
-
-    return make_binary
+    return binary_samples(make)
 
 
 @dataclass(frozen=True)

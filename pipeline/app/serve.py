@@ -11,17 +11,58 @@ from typing import TYPE_CHECKING
 from pipeline.config import WorkerConfig
 
 if TYPE_CHECKING:
+    from pipeline.app.children import ChildSeat
     from pipeline.worker import Worker
 
 log = logging.getLogger(__name__)
-MODEL_HOST_ENV = "TIDEBATCH_MODEL_HOST"  # the shared model host's socket, set by the supervisor
 
 
-def serve(cfg: WorkerConfig) -> int:
+def serve(cfg: WorkerConfig, seat: ChildSeat | None = None, note: str | None = None) -> int:
+    """`seat`: this worker is one process of `run --processes N` (pipeline/app/children.py):
+    its ops port goes to the parent through the seat's file, its index into its metrics.
+    `note`: a line logged once the checks passed (a failed check stays one line)."""
     from pipeline.app.compose import build_parts
     from pipeline.sinks.build import build_sinks
     from pipeline.worker import Worker
 
+    preflight(cfg)
+    if note:
+        log.info("%s", note)
+    # Offline sinks: the `sinks` section (docs/ETL.md); Redis: the `redis` section
+    # (docs/REDIS.md), nothing connects when all of it is off.
+    # A worker started by `tidebatch run --processes N` may be given its supervisor's
+    # shared model host (pipeline/runtime/shared_host.py) instead of a model of its own.
+    from pipeline.app.processes import MODEL_HOST_ENV
+
+    host_address = os.environ.get(MODEL_HOST_ENV) or None
+    parts = build_parts(cfg, sinks=build_sinks(cfg), redis=True, host_address=host_address)
+    worker = Worker(cfg, parts=parts)
+    from pipeline.delivery.watchdog import EXIT_MARGIN_S
+
+    install_signal_handlers(worker, exit_after_s=cfg.drain_timeout_s + EXIT_MARGIN_S)
+    server = None
+    if cfg.metrics.enabled:
+        from pipeline.ops.http import OpsServer
+
+        # Up before run(): /healthz answers while the group is joined, and /readyz
+        # says why the worker is not ready yet.
+        server = OpsServer(worker, cfg.metrics.host, cfg.metrics.port).start()
+        if seat is None:
+            print(f"tidebatch worker metrics: {server.url}/metrics", flush=True)
+            print(f"tidebatch worker dashboard: {server.url}/", flush=True)
+        else:
+            seat.report(server.port, parts.metrics.registry)
+    try:
+        return worker.run()
+    finally:
+        if server is not None:
+            server.stop()
+        parts.close()
+
+
+def preflight(cfg: WorkerConfig) -> None:
+    """What a worker, or the parent of `run --processes N`, checks and prepares before
+    anything is built: the extras, the ops credentials, Kafka, the topics."""
     require_extras(cfg)
     if cfg.metrics.enabled:
         from pipeline.ops.http_auth import HttpAuth
@@ -45,31 +86,6 @@ def serve(cfg: WorkerConfig) -> int:
     log_kafka_settings(cfg)
     if cfg.create_topics:
         prepare_topics(cfg)
-    # Offline sinks: the `sinks` section (docs/ETL.md); Redis: the `redis` section
-    # (docs/REDIS.md), nothing connects when all of it is off.
-    # A worker started by `tidebatch run --processes N` uses its supervisor's shared
-    # model host (pipeline/runtime/shared_host.py) instead of a model of its own.
-    host_address = os.environ.get(MODEL_HOST_ENV) or None
-    parts = build_parts(cfg, sinks=build_sinks(cfg), redis=True, host_address=host_address)
-    worker = Worker(cfg, parts=parts)
-    from pipeline.delivery.watchdog import EXIT_MARGIN_S
-
-    install_signal_handlers(worker, exit_after_s=cfg.drain_timeout_s + EXIT_MARGIN_S)
-    server = None
-    if cfg.metrics.enabled:
-        from pipeline.ops.http import OpsServer
-
-        # Up before run(): /healthz answers while the group is joined, and /readyz
-        # says why the worker is not ready yet.
-        server = OpsServer(worker, cfg.metrics.host, cfg.metrics.port).start()
-        print(f"tidebatch worker metrics: {server.url}/metrics", flush=True)
-        print(f"tidebatch worker dashboard: {server.url}/", flush=True)
-    try:
-        return worker.run()
-    finally:
-        if server is not None:
-            server.stop()
-        parts.close()
 
 
 def require_extras(cfg: WorkerConfig) -> None:

@@ -33,14 +33,14 @@ documents both forms.
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, TypeGuard
 
 import numpy as np
 import orjson
 
 from models.ctr import features as F
-from pipeline.codecs.base import DecodeError
+from pipeline.codecs.base import DecodeError, Sample
 
 MAGIC = b"TBC1"
 _PREFIX = struct.Struct("<4sI")
@@ -143,3 +143,14 @@ def _floats(values: list[Any]) -> np.ndarray:
         raise ValueError("counts must be numbers or null")
     x = np.array(values, dtype=np.float64)  # None -> NaN
     return np.clip(x, -F.DENSE_CLIP, F.DENSE_CLIP).astype("<f4")
+
+
+def binary_samples(make: Callable[[int], Sample]) -> Callable[[int], Sample]:
+    """The same sample requests in the binary form (`tidebatch produce --encoding
+    binary`, `tidebatch profile --encoding binary`)."""
+
+    def make_binary(i: int) -> Sample:
+        key, value, headers = make(i)
+        return key, encode(orjson.loads(value)), headers
+
+    return make_binary

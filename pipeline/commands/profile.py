@@ -61,6 +61,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--policy", default=None, help="batching policy to simulate and recommend (default: the config's)")
     p.add_argument("-o", "--out", default=None, help="folder for curve.json and worker.yaml (default: out/profile/PIPELINE)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    p.add_argument("--encoding", choices=("json", "binary"), default="json",
+                   help="ctr: the sample requests in the JSON form or the binary form (docs/schemas/ctr_request.md; "
+                        "default json)")
     p.add_argument("--bootstrap-servers", default=None,
                    help="a Kafka broker to calibrate on: a worker drains the sample requests through scratch topics "
                         "there, and each thread's CPU per request, Kafka work included, enters the prediction "
@@ -102,6 +105,15 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--{given[0].replace('_', '-')} is for `tidebatch profile generate` only")
     cfg = load_config(args.config, {"pipeline": args.pipeline}) if args.config else WorkerConfig(pipeline=args.pipeline)
     spec = get_pipeline(args.pipeline, cfg.pipelines)
+    if args.encoding == "binary":
+        if spec.name != "ctr":
+            raise UserError(f"--encoding binary applies to the ctr pipeline, not {spec.name!r}")
+        from dataclasses import replace
+
+        from pipeline.codecs.ctr_binary import binary_samples
+
+        make = spec.make_samples
+        spec = replace(spec, make_samples=lambda seed: binary_samples(make(seed)))
     executors = args.executors or list(EXECUTORS)
     unknown = [e for e in executors if e not in EXECUTORS]
     if unknown:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 
 from consumers.client_settings import parse_x
 from pipeline.batching.registry import POLICY_NAMES
@@ -63,8 +64,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--kafka-connect-timeout", type=float, dest="kafka_connect_timeout_s", metavar="SECONDS",
         help=connect_timeout_help("default: the config's kafka_connect_timeout_s, else 30", "at start: "),
     )
+    p.add_argument(
+        "--processes", type=processes_arg, metavar="N|auto",
+        help="worker processes on this host behind one ops port (docs/OPERATIONS.md, \"Many processes on one "
+        "host\"); auto: from the usable cores and the model's device (default: the config's runtime.processes, "
+        "else auto)",
+    )
     add_x_flag(p)
     p.set_defaults(func=run)
+
+
+def processes_arg(text: str) -> int | str:
+    """'auto' or an integer >= 1; argparse's one-line error otherwise."""
+    if text == "auto":
+        return text
+    if text.isdigit() and int(text) >= 1:
+        return int(text)
+    raise argparse.ArgumentTypeError(f"expected an integer >= 1 or auto, got {text!r}")
 
 
 def flag_overrides(args: argparse.Namespace) -> dict:
@@ -86,6 +102,8 @@ def flag_overrides(args: argparse.Namespace) -> dict:
     batching = {k: v for k, v in batching.items() if v is not None}
     if batching:
         out["batching"] = batching
+    if getattr(args, "processes", None) is not None:
+        out["runtime"] = {"processes": args.processes}
     if args.metrics_port is not None:
         out["metrics"] = {"port": args.metrics_port}
     if args.kafka_settings:
@@ -94,9 +112,21 @@ def flag_overrides(args: argparse.Namespace) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pipeline.app.children import ChildSeat
+    from pipeline.app.processes import CHILD_HOST_ID_ENV, auto_processes, child_config
     from pipeline.app.serve import serve
 
+    seat = ChildSeat.from_env(os.environ)  # one of the processes of a `run --processes N`
     cfg = load_config(args.config, flag_overrides(args))
     # The flags (pipeline/cli.py) win over the config's log_level / log_format.
-    logs.configure(getattr(args, "log_level", cfg.log_level), getattr(args, "log_format", cfg.log_format))
-    return serve(cfg)
+    logs.configure(getattr(args, "log_level", cfg.log_level), getattr(args, "log_format", cfg.log_format),
+                   None if seat is None else seat.index)
+    if seat is not None:
+        return serve(child_config(cfg, seat.index, os.environ.get(CHILD_HOST_ID_ENV, "host")), seat)
+    rt = cfg.runtime
+    processes, why = auto_processes(rt.processes, len(os.sched_getaffinity(0)), rt.providers, rt.intra_op_threads)
+    if processes == 1:  # one process, no supervisor: the worker and its ops port here
+        return serve(cfg, note=f"runtime.processes auto: 1 ({why})" if rt.processes == "auto" else None)
+    from pipeline.app.host import serve_host
+
+    return serve_host(cfg, processes, why, args.argv)

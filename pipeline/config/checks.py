@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from consumers.kafka_python_settings import kafka_python_settings
 from consumers.profiles import PROFILES
 from pipeline.config.kafka_keys import validate_delivery, validate_group
-from pipeline.config.sections import UNDELIVERABLE_ACTIONS, WorkerConfig
+from pipeline.config.sections import UNDELIVERABLE_ACTIONS, RuntimeConfig, WorkerConfig
 from pipeline.config.tenants import validate_tenants  # shares, SLAs per tenant class
 from pipeline.errors import config_key_error
 from pipeline.observe.logs import FORMATS, LEVELS
@@ -57,6 +59,8 @@ def validate(cfg: WorkerConfig) -> None:
         raise bad("runtime.intra_op_threads", "must be >= 1")
     if cfg.runtime.model_poll_s < 0:
         raise bad("runtime.model_poll_s", "must be >= 0 (0: only POST /model/reload loads a new version)")
+    validate_device(cfg.runtime, bad)
+    validate_processes(cfg.runtime, bad)
     if cfg.client not in ("confluent", "kafka-python"):
         raise bad("client", f"{cfg.client!r} is not one of confluent, kafka-python")
     if cfg.client == "kafka-python":  # refuse what it cannot honour before connecting anywhere
@@ -97,3 +101,28 @@ def validate(cfg: WorkerConfig) -> None:
 
     entry = next(e for e in (*shipped_entries(), *cfg.pipelines) if e["name"] == cfg.pipeline)
     validate_schema_registry(cfg.schema_registry, entry.get("codec", "tensor-json"), cfg.pipeline, bad)
+
+
+def validate_device(rt: RuntimeConfig, bad: Callable[[str, str], Exception]) -> None:
+    """The runtime section's GPU keys (pipeline/runtime/device.py)."""
+    if rt.device_id < 0:
+        raise bad("runtime.device_id", "must be >= 0")
+    if rt.gpu_mem_limit_mb is not None and rt.gpu_mem_limit_mb < 1:
+        raise bad("runtime.gpu_mem_limit_mb", "must be >= 1 (or unset: ONNX Runtime's default)")
+    if isinstance(rt.io_binding, str) and rt.io_binding != "auto":
+        raise bad("runtime.io_binding", f"{rt.io_binding!r} is not one of auto, true, false")
+    if rt.cuda_graphs and rt.io_binding is False:
+        raise bad("runtime.cuda_graphs", "needs runtime.io_binding (auto or true): a graph reads and writes fixed buffers")
+    if rt.cuda_graphs and str(rt.providers).lower() == "cpu":
+        raise bad("runtime.cuda_graphs", "needs a GPU provider (runtime.providers is cpu)")
+
+
+def validate_processes(rt: RuntimeConfig, bad: Callable[[str, str], Exception]) -> None:
+    """runtime.processes and the child restart policy (pipeline/app/processes.py)."""
+    p = rt.processes
+    if isinstance(p, bool) or not (p == "auto" or isinstance(p, int) and p >= 1):
+        raise bad("runtime.processes", f"{p!r} is neither an integer >= 1 nor auto")
+    if rt.child_restarts < 0:
+        raise bad("runtime.child_restarts", "must be >= 0 (0: a dead child stops the host)")
+    if rt.child_restart_window_s <= 0:
+        raise bad("runtime.child_restart_window_s", "must be > 0")

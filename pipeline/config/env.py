@@ -34,8 +34,8 @@ log = logging.getLogger(__name__)
 ENV_PREFIX = "TIDEBATCH_"
 # The Faust example app's own settings (examples/faust_ctr) and the test suite's
 # (TIDEBATCH_TEST_BROKER, tests/integration/conftest.py) share the prefix but are not
-# worker keys.
-NOT_WORKER_PREFIXES = ("TIDEBATCH_FAUST_", "TIDEBATCH_TEST_")
+# worker keys, nor what `run --processes` hands its children (pipeline/app/children.py).
+NOT_WORKER_PREFIXES = ("TIDEBATCH_FAUST_", "TIDEBATCH_TEST_", "TIDEBATCH_CHILD_", "TIDEBATCH_MODEL_HOST")
 _TRUE = frozenset({"true", "yes", "on", "1"})
 _FALSE = frozenset({"false", "no", "off", "0"})
 

@@ -37,7 +37,15 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         if value is None and type(None) in args:
             return None
         inner = [a for a in args if a is not type(None)]
-        return _coerce(value, inner[0], key)
+        if len(inner) == 1:
+            return _coerce(value, inner[0], key)
+        for tp_ in inner:  # int | str (runtime.processes: 2 or "auto"): the first that takes it
+            try:
+                return _coerce(value, tp_, key)
+            except UserError:
+                pass
+        names = " or ".join(_type_name(t) for t in inner)
+        raise UserError(f"config key '{key}': expected {names}, got a value of type {type(value).__name__}")
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, Mapping):
             raise UserError(f"config key '{key}': expected a mapping, got {type(value).__name__}")

@@ -74,6 +74,31 @@ class RuntimeConfig:
     # is loaded, warmed up and swapped in while consuming goes on. 0: only when told
     # to (POST /model/reload on the ops server).
     model_poll_s: float = 0.0
+    # The GPU (docs/MODELS.md, "On a GPU host"; pipeline/runtime/device.py). Ignored on CPU.
+    device_id: int = 0
+    # TF32 matrix products on the CUDA provider (its use_tf32 option). Off: CUDA scores
+    # then match the CPU's within float rounding (CTR within 1e-5, against 4.5e-4 with
+    # TF32), and the shipped models are launch-bound on a GPU (99 % of a CTR call is
+    # fixed cost), so TF32 buys them little (docs/MODELS.md has both measured).
+    tf32: bool = False
+    gpu_mem_limit_mb: int | None = None  # the CUDA arena's limit; None: ONNX Runtime's (no limit)
+    # A CUDA graph per allowed batch size (batching.allowed_batch_sizes, else powers of
+    # two up to max_items), captured at start and for each new model version; batches
+    # are padded to the next size and the pad rows never leave the session
+    # (pipeline/runtime/io_binding.py). A model that cannot be captured runs plain.
+    cuda_graphs: bool = False
+    # Inputs and outputs through ONNX Runtime's IO binding, in preallocated (pinned on
+    # CUDA) buffers per batch size. "auto": on a GPU provider, off on CPU.
+    io_binding: bool | str = "auto"
+    # Worker processes on this host (`tidebatch run --processes`, docs/OPERATIONS.md,
+    # "Many processes on one host"): N children in one group behind one ops port
+    # (pipeline/app/children.py). "auto": pipeline/app/processes.py's rule from the
+    # usable cores and the model's device, logged at start; 1: one process, no supervisor.
+    processes: int | str = "auto"
+    # A child that died unexpectedly is restarted up to child_restarts times within
+    # child_restart_window_s; one more death in the window stops the host (exit 1).
+    child_restarts: int = 3
+    child_restart_window_s: float = 600.0
 
 
 UNDELIVERABLE_ACTIONS = ("skip", "stop")

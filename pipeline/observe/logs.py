@@ -36,7 +36,12 @@ class ScrubbingFormatter(logging.Formatter):
 
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time (UTC, ISO 8601 with ms), level, logger, message,
-    and the exception's traceback as one string when there is one."""
+    and the exception's traceback as one string when there is one; `process` with a
+    child of `run --processes N`."""
+
+    def __init__(self, process: int | None = None) -> None:
+        super().__init__()
+        self.process = process
 
     def format(self, record: logging.LogRecord) -> str:
         doc: dict[str, object] = {
@@ -45,14 +50,18 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
+        if self.process is not None:
+            doc["process"] = self.process
         if record.exc_info:
             doc["exception"] = self.formatException(record.exc_info)
         return scrub(orjson.dumps(doc, default=str).decode())
 
 
-def configure(level: str = "INFO", fmt: str = "text") -> None:
-    """(Re)configure the root logger: one stderr handler with `fmt`, at `level`."""
+def configure(level: str = "INFO", fmt: str = "text", process: int | None = None) -> None:
+    """(Re)configure the root logger: one stderr handler with `fmt`, at `level`.
+    `process`: a child of `run --processes N`, whose lines say which (`[p1]`)."""
     scrub_log_records()
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else ScrubbingFormatter(TEXT_FORMAT))
+    text = TEXT_FORMAT if process is None else TEXT_FORMAT.replace(" %(name)s", f" [p{process}] %(name)s")
+    handler.setFormatter(JsonFormatter(process) if fmt == "json" else ScrubbingFormatter(text))
     logging.basicConfig(level=getattr(logging, level.upper()), handlers=[handler], force=True)

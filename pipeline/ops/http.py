@@ -134,6 +134,30 @@ class OpsServer:
     def stats_json(self) -> dict[str, Any]:
         return {"now": round(time.time(), 3), "worker": self.worker_info(), **self.window.as_json()}
 
+    def metrics_body(self, accept: str) -> tuple[bytes, str]:
+        """/metrics: the registry in the format the scraper accepts."""
+        encoder, content_type = choose_encoder(accept)
+        return encoder(self.registry), content_type
+
+    def model_answer(self, reload: bool) -> tuple[int, dict[str, Any]]:
+        """GET /model: the serving version; POST /model/reload: load the newest now,
+        answered when it serves (200) or was refused (409, with the one-line reason)."""
+        worker = self.worker
+        outcome = None
+        if reload:
+            versions = getattr(worker, "versions", None)
+            outcome = None if versions is None else versions.reload()
+        model = getattr(worker, "model", None)
+        body: dict[str, Any] = {
+            "pipeline": worker.cfg.pipeline,
+            "model": getattr(model, "name", None),
+            "version": getattr(model, "version", None),
+            "path": str(getattr(model, "onnx_path", "")),
+        }
+        if outcome is not None:
+            body["reload"] = outcome.as_dict()
+        return (409 if outcome is not None and outcome.refused else 200), body
+
     # ------------------------------------------------------------------ lifecycle
     @property
     def port(self) -> int:
@@ -278,8 +302,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _route(self, path: str) -> None:
         if path == "/metrics":
-            encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
-            self._send(200, encoder(self.ops.registry), content_type)
+            body, content_type = self.ops.metrics_body(self.headers.get("Accept", ""))
+            self._send(200, body, content_type)
         elif path == "/healthz":
             ok, body = self.ops.liveness()
             self._send(200 if ok else 503, _json(body), "application/json")
@@ -289,7 +313,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/api/stats":
             self._send(200, _json(self.ops.stats_json()), "application/json")
         elif path == "/model":
-            self._model(None)
+            self._model(reload=False)
         elif path in ("/", "/index.html"):
             self._static("index.html")
         elif path.startswith("/static/"):
@@ -299,24 +323,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _post(self, path: str) -> None:
         if path == "/model/reload":
-            versions = getattr(self.ops.worker, "versions", None)
-            self._model(None if versions is None else versions.reload())
+            self._model(reload=True)
         else:
             self._send(404, _json({"error": f"no such endpoint: POST {path}"}), "application/json")
 
-    def _model(self, outcome: Any) -> None:
-        """The serving version, and what a reload just did (409 when it was refused)."""
-        worker = self.ops.worker
-        model = getattr(worker, "model", None)
-        body: dict[str, Any] = {
-            "pipeline": worker.cfg.pipeline,
-            "model": getattr(model, "name", None),
-            "version": getattr(model, "version", None),
-            "path": str(getattr(model, "onnx_path", "")),
-        }
-        if outcome is not None:
-            body["reload"] = outcome.as_dict()
-        self._send(409 if outcome is not None and outcome.refused else 200, _json(body), "application/json")
+    def _model(self, reload: bool) -> None:
+        code, body = self.ops.model_answer(reload)
+        self._send(code, _json(body), "application/json")
 
     def _static(self, name: str) -> None:
         # Only plain file names that exist in static/: no path can escape the folder.

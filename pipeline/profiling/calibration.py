@@ -72,6 +72,50 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
 
+def descendants(pid: int) -> list[int]:
+    """pid and every live process below it (one scan of /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        found.append(p)
+        todo.extend(children.get(p, []))
+    return found
+
+
+class ProcessTree:
+    """CPU seconds of a process, its live descendants and the children it has reaped:
+    a `--processes N` worker's children and a model process are the worker's work too
+    (process_cpu_seconds alone counts one process). The descendants are found again at
+    most every `rescan_s` (a /proc scan costs milliseconds; CPU traces sample every 20 ms)."""
+
+    def __init__(self, pid: int, rescan_s: float = 0.5) -> None:
+        self.pid, self.rescan_s = pid, rescan_s
+        self._pids: list[int] = []
+        self._scanned = float("-inf")
+
+    def cpu_seconds(self) -> float:
+        now = time.monotonic()
+        if now - self._scanned >= self.rescan_s:
+            self._pids, self._scanned = descendants(self.pid), now
+        # A descendant that exited between scans reads 0 until the next one; once
+        # reaped by this process its time is in cutime below (one reaped by another
+        # descendant shows when that one is reaped: small, and only at exits).
+        total = sum(process_cpu_seconds(p) for p in self._pids)
+        try:
+            fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return total
+        return total + (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")  # reaped: cutime, cstime
+
+
 def machine_cpu_seconds() -> tuple[float, float]:
     """CPU seconds of the whole machine so far, every core (/proc/stat): busy (user,
     nice, system, irq, softirq; guest is inside user) and stolen by the hypervisor."""

@@ -5,7 +5,7 @@ device holds one copy, and a session no connection uses any more is closed.
 A session is the same when the file is: its resolved path, modification time and size
 (a new model version is a new file, pipeline/versions/, so after a hot swap each worker
 opens the new one and shares it with the others that swapped), with the same providers
-and intra-op threads. Sessions are made through InferenceSession (session.py) as the
+and intra-op threads and device keys. Sessions are made through InferenceSession (session.py) as the
 model process of one worker makes its own.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-Key = tuple[str, int, int, str, int]
+Key = tuple[str, int, int, str, int, str]
 
 
 class SharedModel:
@@ -41,18 +41,19 @@ class SharedModel:
         return {"handle": self.handle, "provider": s.provider, "input_names": s.input_names, "output_names": s.output_names}
 
 
-def model_key(path: str, providers: str, threads: int) -> Key:
+def model_key(path: str, providers: str, threads: int, options: str | None = None) -> Key:
     """Raises OSError when there is no such file."""
     resolved = Path(path).resolve()
     st = resolved.stat()
-    return (str(resolved), st.st_mtime_ns, st.st_size, providers, threads)
+    return (str(resolved), st.st_mtime_ns, st.st_size, providers, threads, options or "")
 
 
 class Models:
-    """The open sessions by key and by handle. `open_session(path, providers, threads)`
-    makes a session (raises UserError when the model does not load)."""
+    """The open sessions by key and by handle. `open_session(path, providers, threads,
+    options)` makes a session (raises UserError when the model does not load); options:
+    the worker's device keys as JSON (pipeline/runtime/device.py), or None."""
 
-    def __init__(self, open_session: Callable[[str, str, int], Any]) -> None:
+    def __init__(self, open_session: Callable[[str, str, int, str | None], Any]) -> None:
         self._open = open_session
         self._lock = threading.Lock()
         self._by_key: dict[Key, SharedModel] = {}
@@ -60,12 +61,12 @@ class Models:
         self._next_handle = 1
         self.opened = 0  # sessions made, over the host's life
 
-    def open(self, path: str, providers: str, threads: int) -> SharedModel:
+    def open(self, path: str, providers: str, threads: int, options: str | None = None) -> SharedModel:
         """The session for this file and settings, made if no connection has it open;
         one more user either way. Two workers asking for the same new model at once
         load it once; a load holds only its own key's lock, so the host's loop
         (releases, stats) never waits for a model to load."""
-        key = model_key(path, providers, threads)
+        key = model_key(path, providers, threads, options)
         with self._lock:
             if (model := self._use(key)) is not None:
                 return model
@@ -74,7 +75,7 @@ class Models:
             with self._lock:
                 if (model := self._use(key)) is not None:
                     return model
-            session = self._open(key[0], providers, threads)
+            session = self._open(key[0], providers, threads, options)
             with self._lock:
                 self._loading.pop(key, None)
                 model = SharedModel(self._next_handle, key, session)

@@ -126,7 +126,7 @@ class Connection:
         try:
             model = self.host.models.open(
                 str(header["model"]), str(header.get("providers") or self.host.providers),
-                int(header.get("threads") or self.host.threads),
+                int(header.get("threads") or self.host.threads), header.get("options"),
             )
         except (UserError, OSError, KeyError, ValueError) as exc:
             text = str(exc) if isinstance(exc, UserError) else f"cannot open model: {type(exc).__name__}: {exc}"

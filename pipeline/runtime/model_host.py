@@ -2,6 +2,7 @@
 at a time, in order (model_process.py is the worker's side; wire.py the frames).
 
     python -m pipeline.runtime.model_host --fd N --model PATH [--providers auto] [--intra-op-threads 1]
+        [--session-options JSON]  (device.py DeviceOptions: the runtime section's GPU keys)
 
 Or the shared model host, one per device, serving every worker process that connects
 to its Unix socket and joining their waiting batches into one call (host_server.py,
@@ -33,12 +34,14 @@ from pipeline.runtime import wire, wire_values
 _PARENT_POLL_S = 0.5
 
 
-def serve(sock: socket.socket, model: str, providers: str, intra_op_threads: int) -> int:
+def serve(sock: socket.socket, model: str, providers: str, intra_op_threads: int, options: str | None = None) -> int:
     from pipeline.errors import UserError
+    from pipeline.runtime.device import DeviceOptions
     from pipeline.runtime.session import InferenceSession
 
     try:
-        session = InferenceSession(model, providers, intra_op_threads)
+        device = DeviceOptions.from_json(options) if options else None
+        session = InferenceSession(model, providers, intra_op_threads, device=device)
     except UserError as exc:
         wire.send_frame(sock, wire.ERROR, {"error": str(exc)})
         return 2
@@ -89,12 +92,17 @@ def _replace_slot(slots: dict[int, mmap.mmap], index: int, fd: int, size: int) -
 
 
 def listen(address: str, providers: str, intra_op_threads: int, max_rows: int) -> int:
+    from pipeline.runtime.device import DeviceOptions
     from pipeline.runtime.host_models import Models
     from pipeline.runtime.host_runner import Runner
     from pipeline.runtime.host_server import Host
     from pipeline.runtime.session import InferenceSession
 
-    host = Host(Models(InferenceSession), Runner(max_rows), providers, intra_op_threads)
+    def open_model(path: str, providers: str, threads: int, options: str | None) -> InferenceSession:
+        # the worker's device keys (its OPEN's "options"), as its own model process gets them
+        return InferenceSession(path, providers, threads, device=DeviceOptions.from_json(options) if options else None)
+
+    host = Host(Models(open_model), Runner(max_rows), providers, intra_op_threads)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(address)  # a host that was killed leaves its socket file behind
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -139,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--listen", metavar="ADDRESS", help="serve every worker that connects to this Unix socket")
     ap.add_argument("--providers", default="auto")
     ap.add_argument("--intra-op-threads", type=int, default=1)
+    ap.add_argument("--session-options", default=None)
     ap.add_argument("--max-rows", type=int, default=4096, help="rows in one joined call at most (--listen)")
     ap.add_argument("--parent", type=int, help="exit when this process (the supervisor) dies")
     ap.add_argument("--deathsig", action="store_true", help="with --parent: SIGKILL by the kernel when it dies")
@@ -154,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     sock = socket.socket(fileno=args.fd)
     try:
-        return serve(sock, args.model, args.providers, args.intra_op_threads)
+        return serve(sock, args.model, args.providers, args.intra_op_threads, args.session_options)
     finally:
         sock.close()
 

@@ -38,12 +38,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from pipeline.errors import UserError
 from pipeline.runtime import wire, wire_values
+from pipeline.runtime.device import DeviceOptions
 from pipeline.runtime.session import ProfiledSession, model_file
 
 log = logging.getLogger(__name__)
@@ -67,13 +69,16 @@ class _Channel:
     """One model process and its socket; replaced as a whole when the process dies.
     address: a connection to the shared model host there instead (no process of its own)."""
 
-    def __init__(self, onnx_path: Path, providers: str, intra_op_threads: int, address: str | None = None) -> None:
+    def __init__(
+        self, onnx_path: Path, providers: str, intra_op_threads: int, options: str | None = None, address: str | None = None
+    ) -> None:
         self.proc: subprocess.Popen[bytes] | None = None
         if address:
-            opening = {"model": str(onnx_path.resolve()), "providers": providers, "threads": intra_op_threads}
+            opening = {"model": str(onnx_path.resolve()), "providers": providers, "threads": intra_op_threads,
+                       "options": options}
             self.sock = self._connect(address, opening)
         else:
-            self.sock = self._spawn(onnx_path, providers, intra_op_threads)
+            self.sock = self._spawn(onnx_path, providers, intra_op_threads, options)
         self.reader = wire.FrameReader(self.sock)
         self.slots: dict[int, wire.Slot] = {}
         self.sent = 0
@@ -122,14 +127,14 @@ class _Channel:
                 raise UserError(f"model host at {address} does not answer: {why}")
             time.sleep(_CONNECT_RETRY)
 
-    def _spawn(self, onnx_path: Path, providers: str, intra_op_threads: int) -> socket.socket:
+    def _spawn(self, onnx_path: Path, providers: str, intra_op_threads: int, options: str | None) -> socket.socket:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO_ROOT), env.get("PYTHONPATH")) if p)
         cmd = [
             sys.executable, "-m", "pipeline.runtime.model_host", "--fd", str(theirs.fileno()),
             "--model", str(onnx_path), "--providers", providers, "--intra-op-threads", str(intra_op_threads),
-        ]
+        ] + (["--session-options", options] if options else [])
         try:
             # own session: a terminal's Ctrl-C goes to the worker, which shuts down in order
             self.proc = subprocess.Popen(cmd, pass_fds=[theirs.fileno()], env=env, start_new_session=True)
@@ -233,9 +238,12 @@ class ProcessSession(ProfiledSession):
         providers: str | Sequence[str] = "auto",
         intra_op_threads: int = 1,
         on_restart: Callable[[], None] | None = None,
+        device: DeviceOptions | None = None,
         address: str | None = None,
     ) -> None:
         self.path = path = model_file(onnx_path)
+        # the model process's one thread captures and replays graphs (device.py)
+        self._options = None if device is None else replace(device, graphs_on_caller_thread=True).to_json()
         self._providers = providers if isinstance(providers, str) else ",".join(providers)
         self._threads = intra_op_threads
         self.address = address
@@ -264,8 +272,9 @@ class ProcessSession(ProfiledSession):
 
     def _start(self) -> _Channel:
         if self.address is not None:
-            return _Channel(self.path, self._providers, self._threads, self.address)
-        channel = _Channel(self.path, self._providers, self._threads)
+            return _Channel(self.path, self._providers, self._threads, self._options, self.address)
+        extra = (self._options,) if self._options else ()  # the device keys, when given
+        channel = _Channel(self.path, self._providers, self._threads, *extra)
         if self._cores is not None:
             os.sched_setaffinity(channel.proc.pid, self._cores)
         return channel

@@ -13,13 +13,17 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from pipeline.batching.cost import AffineCost
 from pipeline.errors import UserError
 from pipeline.extras import onnxruntime
+from pipeline.runtime.device import DeviceOptions, provider_options
+from pipeline.runtime.io_binding import BoundRunner
 
 log = logging.getLogger(__name__)
 
@@ -98,8 +102,12 @@ class InferenceSession(ProfiledSession):
         providers: str | Sequence[str] = "auto",
         intra_op_threads: int = 1,
         inter_op_threads: int = 1,
+        device: DeviceOptions | None = None,
     ) -> None:
+        """device: the `runtime` section's GPU keys (device.py); None: ORT's defaults,
+        plain runs."""
         path = model_file(onnx_path)
+        dev = device or DeviceOptions()
         ort = onnxruntime()
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = intra_op_threads
@@ -112,7 +120,7 @@ class InferenceSession(ProfiledSession):
         # load (no GPU, no CUDA libraries); the outcome is reported below instead.
         ort.set_default_logger_severity(3)
         try:
-            self._session = ort.InferenceSession(str(path), sess_options=opts, providers=requested)
+            self._session = _open(ort, path, opts, requested, dev)
         except Exception as exc:  # ORT raises its own exception types per failure
             raise UserError(f"cannot load model {path.name}: {exc}".splitlines()[0]) from None
         active = self._session.get_providers()
@@ -124,8 +132,16 @@ class InferenceSession(ProfiledSession):
             "model %s loaded on provider %s (asked for %s; intra-op threads %d)",
             path.name, self.provider, ",".join(_SHORT.get(p, p) for p in requested), intra_op_threads,
         )
+        self._bound = _bound_runner(ort, self._session, self.provider, dev, path.name)
+
+    @property
+    def graphs(self) -> bool:
+        """Whether batches replay CUDA graphs (runtime.cuda_graphs, and they captured)."""
+        return self._bound is not None and self._bound.graphs
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self._bound is not None:
+            return self._bound.run(feeds)
         outputs = self._session.run(self.output_names, dict(feeds))
         return dict(zip(self.output_names, outputs, strict=True))
 
@@ -136,7 +152,52 @@ class InferenceSession(ProfiledSession):
         return outputs, time.perf_counter() - t0
 
     def close(self) -> None:
-        """Nothing to release: the session lives as long as this object."""
+        """The graph thread, if any; the session itself lives as long as this object."""
+        if self._bound is not None:
+            self._bound.close()
+
+
+def _open(ort: Any, path: Path, opts: Any, requested: list[str], dev: DeviceOptions) -> Any:
+    """ORT's session with the device's provider options. With CUDA graphs asked for, ORT
+    refuses a model it cannot capture whole (a node on the CPU) when the session is
+    made: then it is opened without them, and one line says why."""
+    def make(d: DeviceOptions) -> Any:
+        return ort.InferenceSession(str(path), sess_options=opts, providers=requested,
+                                    provider_options=provider_options(requested, d))
+
+    if not dev.cuda_graphs or requested[:1] == ["CPUExecutionProvider"]:
+        return make(replace(dev, cuda_graphs=False))
+    try:
+        return make(dev)
+    except Exception as exc:
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    session = make(replace(dev, cuda_graphs=False))  # a model that fails for another reason raises here
+    log.warning("CUDA graphs off for %s: %s; it runs without them", path.name, why)
+    return session
+
+
+def _bound_runner(ort: Any, session: Any, provider: str, dev: DeviceOptions, name: str) -> BoundRunner | None:
+    """IO binding where runtime.io_binding asks for it; CUDA graphs where the session
+    got a GPU (on CPU one line says they are off: the same config serves both)."""
+    graphs = dev.cuda_graphs and provider == "cuda"
+    if dev.cuda_graphs and provider != "cuda":
+        why = "no usable CUDA provider" if provider == "cpu" else "graphs are the CUDA provider's only (device.py)"
+        log.warning("runtime.cuda_graphs: %s runs on %s here (%s); plain runs", name, provider.upper(), why)
+    cuda = session.get_provider_options().get("CUDAExecutionProvider", {})
+    graphs = graphs and str(cuda.get("enable_cuda_graph", "0")).lower() in ("1", "true")  # not if _open fell back
+    if not dev.binds(provider):
+        return None
+    runner = BoundRunner(
+        ort, session, [o.name for o in session.get_outputs()], device="cpu" if provider == "cpu" else "cuda",
+        device_id=dev.device_id, sizes=dev.batch_sizes, graphs=graphs,
+        graphs_on_caller_thread=dev.graphs_on_caller_thread, name=name,
+    )
+    if runner.graphs:
+        prepared = runner.prepare(session.get_inputs())
+        if runner.graphs:
+            log.info("CUDA graphs for %s: %s", name, f"{prepared} batch sizes captured" if prepared else
+                     "captured per shape on first use (a dynamic dimension besides the batch)")
+    return runner
 
 
 def profile_cost(

@@ -41,6 +41,7 @@ class VersionLoader:
         hooks: Sequence[WorkerHook],
         metrics: WorkerMetrics,
         input_names: Sequence[str],
+        batch_sizes: Sequence[int] = (),
         host_address: str | None = None,
     ) -> None:
         self.cfg = cfg
@@ -49,11 +50,12 @@ class VersionLoader:
         self.hooks = list(hooks)
         self.metrics = metrics
         self.input_names = list(input_names)
+        self.batch_sizes = tuple(batch_sizes)  # the first version's: its graphs are captured again
         self.host_address = host_address  # a shared model host's: each version opens there too
 
     def __call__(self, spec: ModelSpec) -> tuple[ScoringStep, AffineCost]:
         restarts = self.metrics.model_restarts.labels(self.cfg.pipeline)
-        session = open_session(spec.onnx_path, self.cfg.runtime, on_restart=restarts.inc, host_address=self.host_address)
+        session = open_session(spec.onnx_path, self.cfg.runtime, restarts.inc, self.batch_sizes, self.host_address)
         try:
             if list(session.input_names) != self.input_names:
                 raise UserError(f"its inputs are {session.input_names}, the serving version's {self.input_names}")

@@ -106,6 +106,7 @@ class Publisher:
         self._stage = {
             name: metrics.stage.labels(pipeline, name) for name in ("to_broker", "to_worker", "decode", "queue", "model")
         }
+        self._children: dict[tuple[Any, ...], Any] = {}  # (metric, labels...) -> its child, bound on first use
         self._finished: queue.Queue[Done | None] = queue.Queue(maxsize=PUBLISH_BACKLOG)
         self.thread: threading.Thread | None = None
 
@@ -162,10 +163,22 @@ class Publisher:
             self._count_batch(done.batch, done.seconds)
 
     def _count_batch(self, batch: Batch, seconds: float) -> None:
-        self.metrics.batches.labels(self.pipeline, self.policy, batch.reason).inc()
-        self.metrics.batch_rows.labels(self.pipeline, self.policy).observe(batch.rows)
-        self.metrics.inference.labels(self.pipeline).observe(seconds)
+        m = self.metrics
+        self._child(m.batches, self.pipeline, self.policy, batch.reason).inc()
+        self._child(m.batch_rows, self.pipeline, self.policy).observe(batch.rows)
+        self._child(m.inference, self.pipeline).observe(seconds)
         self.stats.count_many(batches=1, batch_rows=batch.rows)
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        """metric.labels(*labels), looked up once: labels() takes a lock and checks its
+        arguments, and a drain's batches hold ~13 CTR requests, so the publisher's
+        per-batch metrics cost about as much as its per-request work (docs/PEERS.md,
+        "Per-request Python, issue 46")."""
+        key = (id(metric), *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
     def _version_counter(self, version: str) -> Any:
         counter = self._by_version.get(version)
@@ -272,7 +285,7 @@ class Publisher:
             if n:
                 self.metrics.outcome(topic, outcome, n)
         if counts["late"]:
-            self.metrics.slo_misses.labels(self.pipeline).inc(counts["late"])
+            self._child(self.metrics.slo_misses, self.pipeline).inc(counts["late"])
         self.stats.count_many(
             scored=counts["ok"] + counts["late"], scored_late=counts["late"], duplicates=counts["duplicate"]
         )

@@ -30,3 +30,23 @@ def test_a_window_that_starts_before_the_trace_is_refused_not_read_as_free() -> 
         got.cpu_between(1000.0, 3000.0)
     with pytest.raises(ValueError, match="outside the trace"):
         got.cpu_between(2000.0, 3500.0)
+
+
+def test_a_workers_children_are_found_as_its_descendants() -> None:
+    # A `--processes N` row is a parent whose children do the work: the CPU trace must
+    # read the tree (pipeline/profiling/calibration.py ProcessTree), not the parent alone.
+    import subprocess
+    import sys
+
+    from pipeline.profiling.calibration import ProcessTree, descendants
+
+    code = "import subprocess, sys; c = subprocess.Popen(['sleep', '30']); print(c.pid, flush=True); sys.stdin.read()"
+    parent = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        grandchild = int(parent.stdout.readline())  # type: ignore[union-attr]
+        assert {parent.pid, grandchild} <= set(descendants(parent.pid))
+        assert ProcessTree(parent.pid).cpu_seconds() >= 0.0
+    finally:
+        subprocess.run(["kill", str(grandchild)], check=False)
+        parent.kill()
+        parent.wait()

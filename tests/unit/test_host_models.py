@@ -13,7 +13,7 @@ from pipeline.runtime.host_models import Models
 
 
 class Session:
-    def __init__(self, path: str, providers: str, threads: int) -> None:
+    def __init__(self, path: str, providers: str, threads: int, options: str | None) -> None:
         if Path(path).read_bytes() == b"broken":
             raise UserError(f"cannot load model {Path(path).name}: not a model")
         self.path, self.closed = path, False
@@ -37,6 +37,7 @@ def test_the_same_file_and_settings_share_one_session(model: Path, tmp_path: Pat
     assert a is b and a.users == 2 and models.opened == 1
     assert models.open(str(model), "cpu", 2) is not a  # other threads: another session
     assert models.open(str(model), "cuda", 1) is not a
+    assert models.open(str(model), "cpu", 1, '{"tf32":true}') is not a  # other device keys
     assert a.hello() == {"handle": a.handle, "provider": "cpu", "input_names": ["x"], "output_names": ["y"]}
 
 

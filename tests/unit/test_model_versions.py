@@ -146,7 +146,7 @@ class Harness:
         self.refusals: list[str] = []
         self.versions = ModelVersions(
             "mine", self.slot, spec.source or spec.onnx_path, spec.version,
-            VersionLoader(cfg, pipeline, self.codec, [], metrics, session.input_names, host_address), 0.0,
+            VersionLoader(cfg, pipeline, self.codec, [], metrics, session.input_names, host_address=host_address), 0.0,
             lambda step, cost: self.swaps.append(step.model.version), self.refusals.append,
         )
 

@@ -197,6 +197,36 @@ def test_histogram_observe_many_counts_like_observe_one_by_one() -> None:
     assert samples(many) == pytest.approx(samples(one))  # the sum's rounding may differ
 
 
+def test_a_few_values_count_in_the_same_buckets_as_many() -> None:
+    # observe_many counts up to FEW_VALUES values with bisect, more with numpy: the same
+    # buckets for values on and between the bounds, infinity, NaN (in the sum only) and 0.
+    import math
+    import random
+
+    from prometheus_client import CollectorRegistry, Histogram
+
+    from pipeline.observe import metrics as M
+
+    buckets = (0.001, 0.01, 0.1, 1.0)
+    rng = random.Random(5)
+    edge = [0.0, 0.001, 0.0011, 0.01, 0.1, 1.0, 1.0000001, 7.0, math.inf, math.nan, -1.0, 3]
+    for n in (1, 2, M.FEW_VALUES - 1, M.FEW_VALUES):
+        for _ in range(20):
+            values = [rng.choice(edge) if rng.random() < 0.5 else rng.random() * 2 for _ in range(n)]
+            few, many = (Histogram("h", "h", registry=CollectorRegistry(), buckets=buckets) for _ in range(2))
+            M.observe_many(few, values)  # the bisect path
+            M.observe_many(many, values * (M.FEW_VALUES // n + 1))  # the numpy path, each value k times
+            k = M.FEW_VALUES // n + 1
+
+            def counts(h: Histogram, times: int = 1) -> dict:
+                return {s.labels.get("le"): s.value * times for s in h.collect()[0].samples if s.name == "h_bucket"}
+
+            assert counts(few, k) == counts(many)
+            total = next(s.value for s in few.collect()[0].samples if s.name == "h_sum")
+            expected = math.fsum(values)
+            assert (math.isnan(total) and math.isnan(expected)) or total == pytest.approx(expected)
+
+
 def test_stage_breakdown_gives_each_stage_its_quantiles_and_mean() -> None:
     from pipeline.observe.metrics import WorkerMetrics
     from pipeline.ops.stats import from_registry, stage_breakdown

@@ -241,3 +241,30 @@ def test_a_configured_static_policy_is_simulated_at_the_workers_cap_and_linger()
     rows = profile.chosen.curve.max_batch_rows
     assert [r.policy for r in results] == [f"static:{rows}:5"]
     assert sim_label("adaptive", rows, 5.0) == "adaptive"
+
+
+def test_binary_samples_are_the_same_requests_in_the_binary_form() -> None:
+    # `tidebatch profile ctr --encoding binary` measures these (pipeline/commands/profile.py).
+    import numpy as np
+
+    from pipeline.codecs.ctr import CtrCodec
+    from pipeline.codecs.ctr_binary import binary_samples, is_binary
+
+    codec = CtrCodec()
+    json_form, binary_form = codec.samples(7), binary_samples(codec.samples(7))
+    for i in range(20):
+        key, value, headers = json_form(i)
+        bkey, bvalue, bheaders = binary_form(i)
+        assert (bkey, bheaders) == (key, headers) and is_binary(bvalue)
+        a, b = codec.decode(value), codec.decode(bvalue)
+        assert (a.request_id, a.rows, a.extra) == (b.request_id, b.rows, b.extra)
+        assert np.array_equal(a.payload.cat, b.payload.cat)
+        assert np.array_equal(a.payload.dense, b.payload.dense, equal_nan=True)
+
+
+def test_profile_encoding_binary_is_for_the_ctr_pipeline_only(capsys: pytest.CaptureFixture[str]) -> None:
+    from pipeline import cli
+
+    assert cli.main(["profile", "camera", "--encoding", "binary", "--quick"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--encoding binary applies to the ctr pipeline, not 'camera'" in err
