@@ -5,12 +5,14 @@ are pipeline/app/children.py's, the decisions pipeline/app/processes.py's."""
 from __future__ import annotations
 
 import logging
+import shutil
 import signal
 import sys
+import tempfile
 from collections.abc import Sequence
 
 from pipeline.app.children import ModelHost, Supervisor
-from pipeline.app.processes import RestartPolicy, cap_by_partitions
+from pipeline.app.processes import RestartPolicy, cap_by_partitions, shares_model_host
 from pipeline.app.serve import preflight, serve
 from pipeline.config import WorkerConfig
 
@@ -41,6 +43,19 @@ def serve_host(
         log.info("runtime.processes auto: %d (%s)", processes, why)
     if processes == 1:
         return serve(cfg)
+    socket_dir = None
+    if model_host is None:
+        share, share_why = shares_model_host(rt.shared_model_host, rt.providers)
+        log.info("model: %s", share_why)
+        if share:
+            from pipeline.runtime.shared_host import SharedModelHost
+
+            # A private directory: the socket is the host's only door, and only this
+            # user's processes may knock (mkdtemp makes it 0700).
+            socket_dir = tempfile.mkdtemp(prefix="tidebatch-host-")
+            model_host = SharedModelHost(
+                f"{socket_dir}/model.sock", rt.providers, rt.intra_op_threads, rt.shared_model_host_max_rows
+            )
     supervisor = Supervisor(
         processes, child_command(argv), RestartPolicy(rt.child_restarts, rt.child_restart_window_s),
         drain_s=cfg.drain_timeout_s + EXIT_MARGIN_S + PARENT_MARGIN_S, model_host=model_host,
@@ -56,7 +71,10 @@ def serve_host(
         if cfg.metrics.enabled:
             from pipeline.ops.host_http import HostOpsServer
 
-            server = HostOpsServer(cfg.metrics, cfg.pipeline, supervisor.views, supervisor.token, supervisor.ok).start()
+            server = HostOpsServer(
+                cfg.metrics, cfg.pipeline, supervisor.views, supervisor.token, supervisor.ok,
+                model_host_stats=model_host.stats if model_host is not None else None,
+            ).start()
             print(f"tidebatch worker metrics: {server.url}/metrics", flush=True)
             print(f"tidebatch worker dashboard: {server.url}/", flush=True)
         supervisor.start()
@@ -69,6 +87,8 @@ def serve_host(
         if server is not None:
             server.stop()
         supervisor.close()
+        if socket_dir is not None:
+            shutil.rmtree(socket_dir, ignore_errors=True)
 
 
 def input_partitions(cfg: WorkerConfig) -> int | None:

@@ -57,6 +57,16 @@ def auto_processes(setting: int | str, cores: int, providers: str, intra_op_thre
     return n, f"auto: {cores} usable cores, {device}: {per} cores a process, at most {AUTO_MAX}"
 
 
+def shares_model_host(setting: bool | str, providers: str) -> tuple[bool, str]:
+    """(whether the children share one model host, why): runtime.shared_model_host,
+    "auto" = on a GPU provider only (RuntimeConfig says why)."""
+    if setting != "auto":
+        return bool(setting), f"runtime.shared_model_host {str(setting).lower()}"
+    if any(g in providers.lower() for g in GPU_PROVIDERS):
+        return True, f"auto: providers {providers} (a GPU): one model host for every process"
+    return False, f"auto: providers {providers} (not a GPU provider): each process its own model"
+
+
 def cap_by_partitions(processes: int, why: str, partitions: int | None) -> tuple[int, str]:
     """auto: never more processes than the input topic has partitions (a child without
     one would never be ready, and the host with it)."""

@@ -122,6 +122,10 @@ def validate_processes(rt: RuntimeConfig, bad: Callable[[str, str], Exception]) 
     p = rt.processes
     if isinstance(p, bool) or not (p == "auto" or isinstance(p, int) and p >= 1):
         raise bad("runtime.processes", f"{p!r} is neither an integer >= 1 nor auto")
+    if isinstance(rt.shared_model_host, str) and rt.shared_model_host != "auto":
+        raise bad("runtime.shared_model_host", f"{rt.shared_model_host!r} is not one of auto, true, false")
+    if rt.shared_model_host_max_rows < 1:
+        raise bad("runtime.shared_model_host_max_rows", "must be >= 1")
     if rt.child_restarts < 0:
         raise bad("runtime.child_restarts", "must be >= 0 (0: a dead child stops the host)")
     if rt.child_restart_window_s <= 0:

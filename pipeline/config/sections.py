@@ -97,6 +97,15 @@ class RuntimeConfig:
     processes: int | str = "auto"
     # A child that died unexpectedly is restarted up to child_restarts times within
     # child_restart_window_s; one more death in the window stops the host (exit 1).
+    # One model process per host that every child sends its batches to and that joins
+    # the batches waiting when the model frees into one call (pipeline/runtime/
+    # shared_host.py). "auto": on when runtime.providers names a GPU (one CUDA context
+    # and few large calls instead of N contexts with small ones); on the CPU each child
+    # keeps its own model, as configured: one host runs one call at a time, and on 2
+    # cores it gave 0.73-0.97x the rows/s of a model process per worker (docs/OPERATIONS.md).
+    shared_model_host: bool | str = "auto"
+    # Rows of one joined call at most (the host's --max-rows).
+    shared_model_host_max_rows: int = 4096
     child_restarts: int = 3
     child_restart_window_s: float = 600.0
 

@@ -50,6 +50,7 @@ class HostOpsServer(OpsServer):
         token: str,
         supervisor_ok: Callable[[], bool] = lambda: True,
         *,
+        model_host_stats: Callable[[], dict[str, Any]] | None = None,
         interval_s: float = 1.0,
         window_s: float = 300.0,
         smooth_s: float = 5.0,
@@ -64,6 +65,7 @@ class HostOpsServer(OpsServer):
         self.pipeline = pipeline
         self.children = children
         self.supervisor_ok = supervisor_ok
+        self.model_host_stats = model_host_stats
         self._authorization = f"Bearer {token}"
         self.auth = HttpAuth.from_config(metrics.auth, client_certs=metrics.tls.client_ca_file is not None)
         self.tls = server_context(metrics.tls, config_key_error) if metrics.tls.enabled else None
@@ -124,7 +126,7 @@ class HostOpsServer(OpsServer):
             f'tidebatch_host_child_restarts_total{{pipeline="{self.pipeline}"}} {float(sum(v.restarts for v in views))}\n'
         )
         merged = merge_metrics(self._metrics_texts())
-        return (merged + own).encode(), TEXT_FORMAT
+        return (merged + own + model_host_metrics(self.pipeline, self.model_host_stats)).encode(), TEXT_FORMAT
 
     def liveness(self) -> tuple[bool, dict[str, Any]]:
         return host_liveness(self.children(), self.supervisor_ok())
@@ -180,3 +182,33 @@ def _loads(text: str) -> dict[str, Any]:
         return {"error": text[:200]}
     return value if isinstance(value, dict) else {"value": value}
 
+
+# The shared model host's counters (pipeline/runtime/host_runner.py COUNTERS), as
+# Prometheus counters: how many calls the device got, and how many requests and rows
+# joined ones carried (requests / calls: how much the host joined).
+MODEL_HOST_COUNTERS = {
+    "calls": "Model calls the shared model host made.",
+    "requests": "Batches (one worker's request each) the shared model host ran.",
+    "rows": "Rows the shared model host ran.",
+    "joined_calls": "Calls that joined more than one worker's batch.",
+    "one_by_one_reruns": "Joined calls ONNX Runtime refused, rerun batch by batch.",
+}
+
+
+def model_host_metrics(pipeline: str, stats: Callable[[], dict[str, Any]] | None) -> str:
+    """Prometheus text of the shared model host's counters; empty without a host, and
+    one `up 0` line while it does not answer (it may be restarting)."""
+    if stats is None:
+        return ""
+    lines = ["# HELP tidebatch_model_host_up Whether the shared model host answered this scrape.",
+             "# TYPE tidebatch_model_host_up gauge"]
+    try:
+        got = stats()
+    except OSError:
+        return "\n".join([*lines, f'tidebatch_model_host_up{{pipeline="{pipeline}"}} 0.0', ""])
+    lines.append(f'tidebatch_model_host_up{{pipeline="{pipeline}"}} 1.0')
+    for key, text in MODEL_HOST_COUNTERS.items():
+        name = f"tidebatch_model_host_{key}_total"
+        lines += [f"# HELP {name} {text}", f"# TYPE {name} counter",
+                  f'{name}{{pipeline="{pipeline}"}} {float(got.get(key, 0))}']
+    return "\n".join([*lines, ""])

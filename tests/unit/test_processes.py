@@ -157,3 +157,41 @@ def test_child_environment_variables_are_not_warned_about() -> None:
 def test_processes_of_another_type_names_both_it_may_be() -> None:
     with pytest.raises(UserError, match=r"runtime.processes': expected int or str, got a value of type float"):
         load_config(overrides={"runtime": {"processes": 2.5}}, environ={})
+
+
+def test_the_children_share_a_model_host_on_a_gpu_or_when_told() -> None:
+    from pipeline.app.processes import shares_model_host
+
+    assert shares_model_host("auto", "cuda")[0] is True
+    assert shares_model_host("auto", "auto")[0] is False  # auto providers: the CPU rule (each its own)
+    assert shares_model_host("auto", "cpu") == (False, "auto: providers cpu (not a GPU provider): each process its own model")
+    assert shares_model_host(True, "cpu") == (True, "runtime.shared_model_host true")
+    assert shares_model_host(False, "cuda")[0] is False
+
+
+def test_the_model_hosts_counters_on_the_parents_port() -> None:
+    from pipeline.ops.host_http import model_host_metrics
+
+    assert model_host_metrics("ctr", None) == ""
+    text = model_host_metrics("ctr", lambda: {"calls": 3, "requests": 7, "rows": 200, "joined_calls": 2})
+    assert 'tidebatch_model_host_up{pipeline="ctr"} 1.0' in text
+    assert 'tidebatch_model_host_requests_total{pipeline="ctr"} 7.0' in text
+    assert 'tidebatch_model_host_one_by_one_reruns_total{pipeline="ctr"} 0.0' in text
+
+    def down() -> dict:
+        raise ConnectionRefusedError("restarting")
+
+    assert model_host_metrics("ctr", down) == (
+        "# HELP tidebatch_model_host_up Whether the shared model host answered this scrape.\n"
+        "# TYPE tidebatch_model_host_up gauge\n"
+        'tidebatch_model_host_up{pipeline="ctr"} 0.0\n'
+    )
+
+
+def test_shared_model_host_keys_refuse_what_they_cannot_use() -> None:
+    from pipeline.config import load_config
+
+    with pytest.raises(UserError, match=r"runtime.shared_model_host.*'maybe' is not one of auto, true, false"):
+        load_config(None, {"runtime": {"shared_model_host": "maybe"}})
+    with pytest.raises(UserError, match=r"runtime.shared_model_host_max_rows.*must be >= 1"):
+        load_config(None, {"runtime": {"shared_model_host_max_rows": 0}})
