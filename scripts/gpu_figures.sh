@@ -6,11 +6,14 @@
 #      off and on, CenterFace frames/s (step model); the CTR pipeline on CUDA
 #      (bench/pipeline_capacity.py, step capacity);
 #   2. the camera and text pipelines end to end on CUDA (bench/camera_text.py --quick);
-#   3. the demo on CUDA, plain and with CUDA graphs, with its p99.
+#   3. the demo on CUDA, plain and with CUDA graphs, with its p99;
+#   4. issue 46's scale-out (step scale): `run --processes N` with the CUDA model beside N
+#      independent workers and a Kafka passthrough at the same N (bench/processes_scale.py),
+#      CTR and CenterFace frames.
 # Everything goes under $OUT (default out/gpu): one log per step, steps.txt (exit code
 # and seconds of each), gpu.json, camera_text.json, the demos' summaries.
 #   QUICK=1   fewer sizes, threads and requests (a run that fits a short device lease)
-#   STEPS=... the steps to run, of model,capacity,camera_text,demo (default all): a device
+#   STEPS=... the steps to run, of model,capacity,camera_text,demo,scale (default all): a device
 #             call runs at most 10 minutes, so the figures may take two calls
 #   LOCK=...  a prefix for each heavy step (here: "flock /tmp/heavy.lock")
 set -uo pipefail
@@ -23,11 +26,15 @@ LOCK=${LOCK:-}
 if [ "${QUICK:-0}" = 1 ]; then
   GPU_ARGS=(--sizes 1,8,64,512,4096,8192 --threads "1,$(nproc)" --seconds 0.15 --pipeline-requests 8000)
   DEMO_SECONDS=8
+  SCALE_ARGS=(--processes 1,4,12 --requests 60000)
+  CAMERA_ARGS=(--processes 1,4 --requests 4000)
 else
   GPU_ARGS=()
   DEMO_SECONDS=15
+  SCALE_ARGS=(--processes 1,2,4,8,12 --requests 200000)
+  CAMERA_ARGS=(--processes 1,2,4,8 --requests 8000)
 fi
-STEPS=${STEPS:-model,capacity,camera_text,demo}
+STEPS=${STEPS:-model,capacity,camera_text,demo,scale}
 wanted() { [[ ",$STEPS," == *",$1,"* ]]; }
 failed=0
 step() {  # step NAME COMMAND...: its output to $OUT/NAME.log, its exit code and seconds to steps.txt
@@ -65,6 +72,12 @@ if wanted demo; then
 ('provider', 'requests_scored', 'missing', 'scored_late', 'p50_ms', 'p99_ms', 'mean_batch_rows')})" \
       >> "$OUT/steps.txt" 2>/dev/null || echo "$d: no summary" >> "$OUT/steps.txt"
   done
+fi
+if wanted scale; then
+  step scale_ctr "$PY" bench/processes_scale.py --provider cuda --producers 4 "${SCALE_ARGS[@]}" \
+    --out "$OUT/processes_scale.json"
+  step scale_camera "$PY" bench/processes_scale.py --provider cuda --producers 2 --pipeline camera \
+    --cases processes,workers "${CAMERA_ARGS[@]}" --out "$OUT/processes_scale_camera.json"
 fi
 cat "$OUT/steps.txt"
 exit "$failed"
