@@ -49,12 +49,13 @@ def profile_of(bootstrap: str) -> str:
 
 
 @contextmanager
-def local_broker(engine: str = "kafka") -> Iterator[LocalBroker]:
-    """A broker of its own for one measurement: Apache Kafka (one node) or Tansu."""
+def local_broker(engine: str = "kafka", settings: dict[str, str] | None = None) -> Iterator[LocalBroker]:
+    """A broker of its own for one measurement: Apache Kafka (one node) or Tansu.
+    settings: more server.properties for Apache Kafka."""
     if engine not in BROKERS:
         raise ValueError(f"broker {engine!r}: use one of {', '.join(BROKERS)}")
     OUT.mkdir(parents=True, exist_ok=True)
-    broker: LocalBroker = EmbeddedBroker(log_path=OUT / "broker.log") if engine == "tansu" else KafkaBroker()
+    broker: LocalBroker = EmbeddedBroker(log_path=OUT / "broker.log") if engine == "tansu" else KafkaBroker(settings=settings)
     with broker:
         _PROFILES[broker.bootstrap_servers] = broker.profile
         _BROKER_PIDS[broker.bootstrap_servers] = _pids_of(broker)

@@ -143,10 +143,27 @@ class Case:
                 total += _sum(scrape(f"http://127.0.0.1:{port}/metrics"), name)
         return total
 
-    def assigned(self) -> int:
+    def holdings(self) -> list[int]:
+        """Partitions held by each member (each child of a `--processes` host)."""
         if self.kind == "passthrough":
-            return sum(int(f.read_text() or 0) for f in self.ready_files if f.exists())
-        return int(self._metric("tidebatch_assigned_partitions"))
+            return [int(f.read_text() or 0) if f.exists() else 0 for f in self.ready_files]
+        from pipeline.app.demo import scrape_text
+
+        held: list[int] = []
+        for port in self.ports:
+            try:
+                text = scrape_text(f"http://127.0.0.1:{port}/metrics")
+            except OSError:
+                return []
+            held += [int(float(line.rsplit(" ", 1)[1])) for line in text.splitlines()
+                     if line.startswith("tidebatch_assigned_partitions{")]
+        return held
+
+    def settled(self, partitions: int) -> bool:
+        """Every member holds partitions and all are held: the last join is over (the
+        first member holds everything until the others join)."""
+        held = self.holdings()
+        return len(held) == self.n and min(held) > 0 and sum(held) == partitions
 
     def outcomes(self) -> float:
         return self._metric("tidebatch_records_total")
@@ -195,8 +212,9 @@ def measure(kind: str, n: int, bootstrap: str, broker_pids: list[int], args: arg
     env = {"TIDEBATCH_RUNTIME__PROVIDERS": args.provider}
     case = Case(kind, n, bootstrap, inp, out, args.pipeline, env, tag)
     try:
-        wait_until(lambda: case.assigned() >= args.partitions, case, 180, "every partition assigned")
-        time.sleep(1.0)  # the first fetch after a join
+        wait_until(lambda: case.settled(args.partitions), case, 180, "every member holding partitions")
+        time.sleep(3.0)  # a join still under way (Kafka's initial rebalance delay is 3 s)
+        wait_until(lambda: case.settled(args.partitions), case, 60, "every member holding partitions")
         total = len(_VALUES)
         wall0, cpu0 = time.monotonic(), case.cpu_seconds()
         broker0 = sum(process_cpu_seconds(p) for p in broker_pids)

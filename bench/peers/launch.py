@@ -68,6 +68,8 @@ PEERS: dict[str, Peer] = {p.name: p for p in (
          "tidebatch", "adaptive", env={"TIDEBATCH_BATCHING__EXPIRY_ACTION": "route_late"}),
     Peer("tidebatch-p2", "tidebatch run --policy adaptive --processes 2", "tidebatch", "adaptive",
          encodings=("json", "binary"), env={"TIDEBATCH_RUNTIME__PROCESSES": "2"}),
+    Peer("tidebatch-static-p2", "tidebatch run --policy static --processes 2", "tidebatch", "static",
+         encodings=("json", "binary"), env={"TIDEBATCH_RUNTIME__PROCESSES": "2"}),
     Peer("tidebatch-kafka-python", "tidebatch run --policy adaptive, client kafka-python", "tidebatch", "adaptive",
          env={"TIDEBATCH_CLIENT": "kafka-python"}),
 )}
@@ -75,10 +77,9 @@ PEERS: dict[str, Peer] = {p.name: p for p in (
 # request (--only), as the Faust-against-worker script compared them before it was folded in,
 # and so is adaptive shedding what it cannot answer in time (bench/policies.py runs
 # adaptive so): every other row scores every request, the job of bench/peers.py.
-# tidebatch-p2 (issue 46, docs/OPERATIONS.md "Many processes on one host") too, until
-# its figures are in docs/PEERS.md; every other tidebatch row is one process.
-DEFAULT = [n for n in PEERS if n not in ("tidebatch-faust", "tidebatch-kafka-python", "tidebatch-adaptive-route",
-                                         "tidebatch-p2")]
+# The -p2 rows are `run --processes 2` (issue 46, docs/OPERATIONS.md "Many processes on
+# one host"); every other tidebatch row is one process.
+DEFAULT = [n for n in PEERS if n not in ("tidebatch-faust", "tidebatch-kafka-python", "tidebatch-adaptive-route")]
 
 
 @contextmanager
