@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from pipeline.app.processes import (
+    CHILD_COUNT_ENV,
     CHILD_HOST_ID_ENV,
     CHILD_INDEX_ENV,
     CHILD_PORT_FILE_ENV,
@@ -83,11 +84,14 @@ class ChildSeat:
 
     index: int
     port_file: str | None
+    count: int = 1  # the host's children
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> ChildSeat | None:
         index = environ.get(CHILD_INDEX_ENV)
-        return None if index is None else cls(int(index), environ.get(CHILD_PORT_FILE_ENV))
+        if index is None:
+            return None
+        return cls(int(index), environ.get(CHILD_PORT_FILE_ENV), int(environ.get(CHILD_COUNT_ENV, "1")))
 
     def report(self, port: int, registry: Any) -> None:
         """The ops port, written whole (a rename) so the parent never reads half; the
@@ -156,6 +160,7 @@ class Supervisor:
         env = {
             **self.environ,
             CHILD_INDEX_ENV: str(child.index),
+            CHILD_COUNT_ENV: str(len(self.children)),
             CHILD_PORT_FILE_ENV: str(child.port_file),
             CHILD_HOST_ID_ENV: self.host_id,
             CHILD_TOKEN_ENV: self.token,

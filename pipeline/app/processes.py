@@ -16,12 +16,14 @@ from collections import deque
 from collections.abc import Sequence
 
 from pipeline.config import WorkerConfig
+from pipeline.config.tenants import TenantsConfig
 from pipeline.ops.http_config import HttpAuthConfig, HttpTlsConfig, MetricsConfig
 
 # Environment a child is started with (pipeline/config/env.py leaves TIDEBATCH_CHILD_*
 # alone): its index, where it writes its ops port, the host's id for its
 # transactional.id, the token its loopback ops port asks of the parent.
 CHILD_INDEX_ENV = "TIDEBATCH_CHILD_INDEX"
+CHILD_COUNT_ENV = "TIDEBATCH_CHILD_COUNT"  # how many children the host runs
 CHILD_PORT_FILE_ENV = "TIDEBATCH_CHILD_PORT_FILE"
 CHILD_HOST_ID_ENV = "TIDEBATCH_CHILD_HOST_ID"
 CHILD_TOKEN_ENV = "TIDEBATCH_CHILD_OPS_TOKEN"
@@ -75,12 +77,13 @@ def cap_by_partitions(processes: int, why: str, partitions: int | None) -> tuple
     return max(partitions, 1), f"{why}; {partitions} input partitions"
 
 
-def child_config(cfg: WorkerConfig, index: int, host_id: str) -> WorkerConfig:
-    """The host's config as child `index` runs it: one process; its ops endpoints on a
-    free loopback port behind the parent's token (the parent's own port has the
-    configured auth and TLS); a static member id and a transactional.id of its own, the
-    same for every restart of this index (a restarted child fences its dead
-    predecessor), since two members with one id would fence each other for ever."""
+def child_config(cfg: WorkerConfig, index: int, host_id: str, count: int = 1) -> WorkerConfig:
+    """The host's config as child `index` of `count` runs it: one process; its ops
+    endpoints on a free loopback port behind the parent's token (the parent's own port
+    has the configured auth and TLS); a static member id and a transactional.id of its
+    own, the same for every restart of this index (a restarted child fences its dead
+    predecessor), since two members with one id would fence each other for ever; and
+    its share of the tenants' rows/s (tenant_share)."""
     from pipeline.app.compose import group_id_of
 
     runtime = dataclasses.replace(cfg.runtime, processes=1)
@@ -95,7 +98,25 @@ def child_config(cfg: WorkerConfig, index: int, host_id: str) -> WorkerConfig:
         changes.update(group_instance_id=f"{instance}-p{index}", group_instance_id_env=None)
     if cfg.delivery == "exactly_once":
         changes["transactional_id"] = child_transactional_id(cfg, group_id_of(cfg), index, host_id)
+    if cfg.tenants.enabled and count > 1:
+        changes["tenants"] = tenant_share(cfg.tenants, count)
     return dataclasses.replace(cfg, **changes)
+
+
+def tenant_share(tenants: TenantsConfig, count: int) -> TenantsConfig:
+    """One child's part of the host's tenant figures: `capacity_rows_per_s` and each
+    class's `ceiling_rows_per_s` are the host's, so each of `count` children enforces
+    1/count of them (else the host would admit count times a tenant's ceiling). Shares
+    are fractions and stay. Exact when a tenant's requests spread over the partitions
+    (keys hashed over them); a tenant whose requests all land on one child's partitions
+    gets 1/count of its ceiling there (docs/OPERATIONS.md, "Many processes on one host")."""
+    classes = {
+        name: dataclasses.replace(c, ceiling_rows_per_s=None if c.ceiling_rows_per_s is None
+                                  else c.ceiling_rows_per_s / count)
+        for name, c in tenants.classes.items()
+    }
+    capacity = None if tenants.capacity_rows_per_s is None else tenants.capacity_rows_per_s / count
+    return dataclasses.replace(tenants, capacity_rows_per_s=capacity, classes=classes)
 
 
 def child_transactional_id(cfg: WorkerConfig, group_id: str, index: int, host_id: str) -> str:

@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     logs.configure(getattr(args, "log_level", cfg.log_level), getattr(args, "log_format", cfg.log_format),
                    None if seat is None else seat.index)
     if seat is not None:
-        return serve(child_config(cfg, seat.index, os.environ.get(CHILD_HOST_ID_ENV, "host")), seat)
+        return serve(child_config(cfg, seat.index, os.environ.get(CHILD_HOST_ID_ENV, "host"), seat.count), seat)
     rt = cfg.runtime
     processes, why = auto_processes(rt.processes, len(os.sched_getaffinity(0)), rt.providers, rt.intra_op_threads)
     if processes == 1:  # one process, no supervisor: the worker and its ops port here

@@ -195,3 +195,26 @@ def test_shared_model_host_keys_refuse_what_they_cannot_use() -> None:
         load_config(None, {"runtime": {"shared_model_host": "maybe"}})
     with pytest.raises(UserError, match=r"runtime.shared_model_host_max_rows.*must be >= 1"):
         load_config(None, {"runtime": {"shared_model_host_max_rows": 0}})
+
+
+def test_each_child_enforces_its_share_of_the_hosts_tenant_rows_per_s() -> None:
+    # Without the split a host of N children admitted N times a tenant's ceiling.
+    cfg = load_config(overrides={"broker_profile": "kafka", "tenants": {
+        "capacity_rows_per_s": 9000, "classes": {
+            "gold": {"share": 0.5, "ceiling_rows_per_s": 6000, "members": ["a"]},
+            "free": {"share": 0.1, "members": ["b"]},
+        }}}, environ={})
+    child = child_config(cfg, 1, "h", count=3)
+    assert child.tenants.capacity_rows_per_s == 3000
+    assert child.tenants.classes["gold"].ceiling_rows_per_s == 2000
+    assert child.tenants.classes["gold"].share == 0.5
+    assert child.tenants.classes["free"].ceiling_rows_per_s is None
+    assert child_config(cfg, 0, "h").tenants == cfg.tenants  # one child: the host's own
+
+
+def test_a_child_knows_how_many_children_the_host_runs() -> None:
+    from pipeline.app.children import ChildSeat
+
+    seat = ChildSeat.from_env({"TIDEBATCH_CHILD_INDEX": "1", "TIDEBATCH_CHILD_COUNT": "4"})
+    assert seat is not None and (seat.index, seat.count) == (1, 4)
+    assert ChildSeat.from_env({}) is None
