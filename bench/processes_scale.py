@@ -65,9 +65,13 @@ from consumers.profiles import consumer_config  # noqa: E402
 from pipeline.profiling.calibration import ProcessTree, process_cpu_seconds  # noqa: E402
 
 CASES = ("processes", "workers", "passthrough")
-# A drain's backlog is older than any SLO; 1024-row batches as bench/pipeline_capacity.py.
-DRAIN_ENV = {"TIDEBATCH_BATCHING__SLO_MS": "3600000", "TIDEBATCH_BATCHING__MAX_BATCH_ROWS": "1024",
-             "TIDEBATCH_BATCHING__MAX_QUEUE_DELAY_MS": "10", "TIDEBATCH_CREATE_TOPICS": "false"}
+# A drain's backlog is older than any SLO.
+DRAIN_ENV = {"TIDEBATCH_BATCHING__SLO_MS": "3600000", "TIDEBATCH_BATCHING__MAX_QUEUE_DELAY_MS": "10",
+             "TIDEBATCH_CREATE_TOPICS": "false"}
+# CTR: 1024-row batches as bench/pipeline_capacity.py. Never for camera: 1024 frames of
+# 640x480 are a 3.8 GB CenterFace input and tens of GB of activations (the worker was
+# OOM-killed); its pipeline's own batch cap stays.
+CTR_ENV = {"TIDEBATCH_BATCHING__MAX_BATCH_ROWS": "1024"}
 _VALUES: list[tuple[bytes | None, bytes, list[tuple[str, bytes]] | None]] = []  # forked into the producers
 
 
@@ -209,7 +213,7 @@ def output_times(bootstrap: str, topic: str, expect: int, timeout: float) -> np.
 def measure(kind: str, n: int, bootstrap: str, broker_pids: list[int], args: argparse.Namespace, rows: int,
             tag: str) -> dict[str, Any]:
     inp, out = fresh_topics(bootstrap, f"scale-{kind}{n}", partitions=args.partitions)
-    env = {"TIDEBATCH_RUNTIME__PROVIDERS": args.provider}
+    env = {"TIDEBATCH_RUNTIME__PROVIDERS": args.provider, **(CTR_ENV if args.pipeline == "ctr" else {})}
     case = Case(kind, n, bootstrap, inp, out, args.pipeline, env, tag)
     try:
         wait_until(lambda: case.settled(args.partitions), case, 180, "every member holding partitions")
