@@ -152,15 +152,15 @@ class Case:
         if self.kind == "passthrough":
             return [int(f.read_text() or 0) if f.exists() else 0 for f in self.ready_files]
         from pipeline.app.demo import scrape_text
+        from pipeline.ops.stats import from_text
 
         held: list[int] = []
         for port in self.ports:
             try:
-                text = scrape_text(f"http://127.0.0.1:{port}/metrics")
+                series = from_text(scrape_text(f"http://127.0.0.1:{port}/metrics"))
             except OSError:
                 return []
-            held += [int(float(line.rsplit(" ", 1)[1])) for line in text.splitlines()
-                     if line.startswith("tidebatch_assigned_partitions{")]
+            held += [int(v) for v in series.get("tidebatch_assigned_partitions", {}).values()]
         return held
 
     def settled(self, partitions: int) -> bool:

@@ -50,7 +50,7 @@ def auto_processes(setting: int | str, cores: int, providers: str, intra_op_thre
     on the CPU it also needs its ONNX Runtime threads."""
     if setting != "auto":
         return int(setting), f"runtime.processes {setting}"
-    gpu = any(g in providers.lower() for g in GPU_PROVIDERS)
+    gpu = names_gpu(providers)
     if cores < AUTO_MIN_CORES:
         return 1, f"auto: {cores} usable cores < {AUTO_MIN_CORES}, one process"
     per = 2 if gpu else 1 + max(intra_op_threads, 1)
@@ -59,12 +59,17 @@ def auto_processes(setting: int | str, cores: int, providers: str, intra_op_thre
     return n, f"auto: {cores} usable cores, {device}: {per} cores a process, at most {AUTO_MAX}"
 
 
+def names_gpu(providers: str) -> bool:
+    """Whether runtime.providers asks for a GPU provider ("auto" does not: the CPU rules)."""
+    return any(g in providers.lower() for g in GPU_PROVIDERS)
+
+
 def shares_model_host(setting: bool | str, providers: str) -> tuple[bool, str]:
     """(whether the children share one model host, why): runtime.shared_model_host,
     "auto" = on a GPU provider only (RuntimeConfig says why)."""
     if setting != "auto":
         return bool(setting), f"runtime.shared_model_host {str(setting).lower()}"
-    if any(g in providers.lower() for g in GPU_PROVIDERS):
+    if names_gpu(providers):
         return True, f"auto: providers {providers} (a GPU): one model host for every process"
     return False, f"auto: providers {providers} (not a GPU provider): each process its own model"
 

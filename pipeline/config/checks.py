@@ -103,14 +103,19 @@ def validate(cfg: WorkerConfig) -> None:
     validate_schema_registry(cfg.schema_registry, entry.get("codec", "tensor-json"), cfg.pipeline, bad)
 
 
+def check_auto_or_bool(value: bool | str, key: str, bad: Callable[[str, str], Exception]) -> None:
+    """A `bool | str` key: true, false or "auto" (the config loader keeps any other string)."""
+    if isinstance(value, str) and value != "auto":
+        raise bad(key, f"{value!r} is not one of auto, true, false")
+
+
 def validate_device(rt: RuntimeConfig, bad: Callable[[str, str], Exception]) -> None:
     """The runtime section's GPU keys (pipeline/runtime/device.py)."""
     if rt.device_id < 0:
         raise bad("runtime.device_id", "must be >= 0")
     if rt.gpu_mem_limit_mb is not None and rt.gpu_mem_limit_mb < 1:
         raise bad("runtime.gpu_mem_limit_mb", "must be >= 1 (or unset: ONNX Runtime's default)")
-    if isinstance(rt.io_binding, str) and rt.io_binding != "auto":
-        raise bad("runtime.io_binding", f"{rt.io_binding!r} is not one of auto, true, false")
+    check_auto_or_bool(rt.io_binding, "runtime.io_binding", bad)
     if rt.cuda_graphs and rt.io_binding is False:
         raise bad("runtime.cuda_graphs", "needs runtime.io_binding (auto or true): a graph reads and writes fixed buffers")
     if rt.cuda_graphs and str(rt.providers).lower() == "cpu":
@@ -122,8 +127,7 @@ def validate_processes(rt: RuntimeConfig, bad: Callable[[str, str], Exception]) 
     p = rt.processes
     if isinstance(p, bool) or not (p == "auto" or isinstance(p, int) and p >= 1):
         raise bad("runtime.processes", f"{p!r} is neither an integer >= 1 nor auto")
-    if isinstance(rt.shared_model_host, str) and rt.shared_model_host != "auto":
-        raise bad("runtime.shared_model_host", f"{rt.shared_model_host!r} is not one of auto, true, false")
+    check_auto_or_bool(rt.shared_model_host, "runtime.shared_model_host", bad)
     if rt.shared_model_host_max_rows < 1:
         raise bad("runtime.shared_model_host_max_rows", "must be >= 1")
     if rt.child_restarts < 0:

@@ -57,6 +57,15 @@ _CONNECT_TIMEOUT = 30.0  # s; a shared host's supervisor restarts it within this
 _CONNECT_RETRY = 0.1
 
 
+def model_host_env() -> dict[str, str]:
+    """The environment a model process (model_host.py) starts with: this one, with the
+    repository first on PYTHONPATH so `-m pipeline.runtime.model_host` imports from
+    where this worker does."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO_ROOT), env.get("PYTHONPATH")) if p)
+    return env
+
+
 class ModelProcessError(RuntimeError):
     """The model process died or its channel broke; the batch did not run."""
 
@@ -129,8 +138,7 @@ class _Channel:
 
     def _spawn(self, onnx_path: Path, providers: str, intra_op_threads: int, options: str | None) -> socket.socket:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO_ROOT), env.get("PYTHONPATH")) if p)
+        env = model_host_env()
         cmd = [
             sys.executable, "-m", "pipeline.runtime.model_host", "--fd", str(theirs.fileno()),
             "--model", str(onnx_path), "--providers", providers, "--intra-op-threads", str(intra_op_threads),

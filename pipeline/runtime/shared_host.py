@@ -21,13 +21,12 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from pipeline.errors import UserError
 from pipeline.runtime import wire
+from pipeline.runtime.model_process import model_host_env
 
-_REPO_ROOT = Path(__file__).resolve().parents[2]
 _START_TIMEOUT = 60.0  # s; the host imports numpy and ONNX Runtime, nothing more
 _STOP_TIMEOUT = 10.0
 _POLL = 0.05
@@ -54,8 +53,7 @@ class SharedModelHost:
     def start(self) -> SharedModelHost:
         """Spawn the host and return once it accepts connections; a host that exits
         first is a one-line UserError."""
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO_ROOT), env.get("PYTHONPATH")) if p)
+        env = model_host_env()
         cmd = [
             sys.executable, "-m", "pipeline.runtime.model_host", "--listen", self.address,
             "--providers", self.providers, "--intra-op-threads", str(self.intra_op_threads),
