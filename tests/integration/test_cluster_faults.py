@@ -33,7 +33,9 @@ from pathlib import Path
 import pytest
 
 from consumers.brokers.kafka import KafkaBroker
+from consumers.brokers.kafka_node import KafkaNode
 from tests.integration import opsutil
+from tests.integration.fault_timing import baseline_p99, longest_gap_ms, recovery_ms, timeline
 from tests.integration.traffic import OutcomeCollector, PacedProducer
 
 pytestmark = pytest.mark.integration
@@ -48,8 +50,6 @@ PARTITIONS = 3
 SLO_MS = 2000.0
 # Also reported against a tighter bound, for comparison.
 TIGHT_SLO_MS = 1000.0
-WINDOW_MS = 1000
-STEP_MS = 100
 OUT = Path(os.environ.get("FAULT_TESTS_OUT", opsutil.REPO / "out" / "faults" / "recovery.jsonl"))
 
 
@@ -86,53 +86,6 @@ class ReadinessProbe:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
-
-
-# ----------------------------------------------------------------------------- latency
-def p99(values: list[int]) -> float:
-    ordered = sorted(values)
-    return float(ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))])
-
-
-def recovery_ms(results: list[tuple[int, int]], fault_ms: int, slo_ms: float) -> int:
-    """ms from the fault to the end of the last 1 s window (sliding by 100 ms, over
-    result record timestamps) whose p99 latency is over `slo_ms`; 0 if none is."""
-    results = sorted(results)
-    if not results:
-        return 0
-    end = results[-1][0]
-    last_bad = None
-    t = fault_ms
-    lo = 0
-    while t <= end:
-        while lo < len(results) and results[lo][0] <= t - WINDOW_MS:
-            lo += 1
-        window = [lat for ts, lat in results[lo:] if ts <= t]
-        if window and p99(window) > slo_ms:
-            last_bad = t
-        t += STEP_MS
-    return 0 if last_bad is None else last_bad - fault_ms
-
-
-def baseline_p99(results: list[tuple[int, int]], fault_ms: int) -> float | None:
-    """p99 latency over the 3 s before the fault: what "recovered" returns to."""
-    base = [lat for ts, lat in results if fault_ms - 3000 <= ts < fault_ms]
-    return p99(base) if base else None
-
-
-def longest_gap_ms(results: list[tuple[int, int]]) -> int:
-    """The longest time between two consecutive result records (record timestamps):
-    how long nothing came out."""
-    stamps = sorted(ts for ts, _ in results)
-    return max((b - a for a, b in zip(stamps, stamps[1:], strict=False)), default=0)
-
-
-def timeline(results: list[tuple[int, int]], fault_ms: int) -> dict[int, float]:
-    """p99 latency per whole second of result time, relative to the fault."""
-    buckets: dict[int, list[int]] = {}
-    for ts, lat in results:
-        buckets.setdefault((ts - fault_ms) // 1000, []).append(lat)
-    return {sec: p99(lats) for sec, lats in sorted(buckets.items())}
 
 
 # ----------------------------------------------------------------------------- scenario
@@ -288,28 +241,60 @@ def now_ms() -> int:
 
 
 # ----------------------------------------------------------------------------- tests
-def kill_leader_and_restart(run: Run, topic: str, name: str, seed: int) -> None:
-    """SIGKILL the leader of `topic`[0] under traffic, restart it after 6 s, wait until
-    its replicas are back in sync, then check and report."""
+def kill_and_restart(run: Run, victim_of: Callable[[Run], KafkaNode], name: str, seed: int,
+                     outage: bool | None = False) -> None:
+    """SIGKILL the node `victim_of` picks under traffic, restart it after 6 s, wait
+    until its replicas are back in sync, then check and report."""
     traffic(run, seed=seed)
     run.pause(6)
-    victim = run.cluster.leader_of(topic, 0)
+    group_coordinator = coordinator(run)
+    victim = victim_of(run)
     fault = now_ms()
     run.cluster.kill(victim)
     run.pause(6)
     run.cluster.restart(victim)
     run.cluster.wait_in_sync()
-    finish(run, name, fault, node=victim.node_id)
+    finish(run, name, fault, outage=outage, node=victim.node_id, coordinator_at_kill=group_coordinator)
+
+
+def leader_not_coordinating(topic: Callable[[Run], str]) -> Callable[[Run], KafkaNode]:
+    """The leader of one of the topic's partitions that is not the group's coordinator.
+    A node that is both is a second fault in one: the group's offsets move with it,
+    after the cluster fences it (broker.session.timeout.ms, 6 s here) and the new
+    coordinator loads them, and on 2 cores under the suite's load that once took the
+    commits past outage_after_s (then 10 s): test_sigkill_group_coordinator has that fault."""
+    def pick(run: Run) -> KafkaNode:
+        group_coordinator = coordinator(run)
+        leaders = [run.cluster.leader_of(topic(run), p) for p in range(PARTITIONS)]
+        others = [node for node in leaders if node.node_id != group_coordinator]
+        assert others, f"every partition of {topic(run)} is led by the coordinator {group_coordinator}"
+        return others[0]
+    return pick
+
+
+def the_coordinator(run: Run) -> KafkaNode:
+    node_id = coordinator(run)
+    assert node_id is not None, "the group's coordinator is not known"
+    return run.cluster.node(node_id)
 
 
 def test_sigkill_input_partition_leader(kafka_cluster, cluster_topic_factory, unique_group_id, tmp_path) -> None:
     with fault_run(kafka_cluster, cluster_topic_factory, unique_group_id, tmp_path) as run:
-        kill_leader_and_restart(run, run.topics.input, "kill_input_leader", seed=11)
+        kill_and_restart(run, leader_not_coordinating(lambda r: r.topics.input), "kill_input_leader", seed=11)
 
 
 def test_sigkill_output_partition_leader(kafka_cluster, cluster_topic_factory, unique_group_id, tmp_path) -> None:
     with fault_run(kafka_cluster, cluster_topic_factory, unique_group_id, tmp_path) as run:
-        kill_leader_and_restart(run, run.topics.output, "kill_output_leader", seed=12)
+        kill_and_restart(run, leader_not_coordinating(lambda r: r.topics.output), "kill_output_leader", seed=12)
+
+
+def test_sigkill_group_coordinator(kafka_cluster, cluster_topic_factory, unique_group_id, tmp_path) -> None:
+    """The node holding the group's offsets SIGKILLed: commits wait until the cluster
+    fences it (6 s) and another node has loaded the offsets. Whether that passes
+    outage_after_s (15 s) depends on the machine's load: readiness may turn 503 for it
+    (reported), must come back, and every request gets its outcome."""
+    with fault_run(kafka_cluster, cluster_topic_factory, unique_group_id, tmp_path) as run:
+        kill_and_restart(run, the_coordinator, "kill_group_coordinator", seed=14, outage=None)
 
 
 def test_rolling_restart(kafka_cluster, cluster_topic_factory, unique_group_id, tmp_path) -> None:
