@@ -198,27 +198,34 @@ def read_partition_chunks(
         c.close()
 
 
-def _records(c: ConsumerClient, rng: PartitionRange, at: int) -> Iterator[Any]:
-    """Messages of the partition from `at` up to the range end (or the EOF)."""
-    last_progress = time.monotonic()
+def _records(
+    c: ConsumerClient,
+    rng: PartitionRange,
+    at: int,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Iterator[Any]:
+    """Messages of the partition from `at` up to the range end (or the EOF). _STALL_S
+    without a record ends it with one line, whether the polls came back empty or full
+    of errors: a log whose start had passed `at` answered every fetch "out of range",
+    and the read, which looked for empty polls only, went on for the whole CI timeout."""
+    last_progress = clock()
     position = at
+    out_of_range = False
     while position < rng.end:
-        msgs = c.consume(_POLL_RECORDS, _POLL_S)
-        if not msgs and time.monotonic() - last_progress > _STALL_S:
-            raise UserError(
-                f"{rng.topic}[{rng.partition}]: no records at offset {position} for {_STALL_S:.0f} s "
-                f"(range ends at {rng.end})"
-            )
-        for m in msgs:
+        for m in c.consume(_POLL_RECORDS, _POLL_S):
             err = m.error()
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
                     return  # the log ends before the range did (e.g. records were deleted)
                 if err.code() == KafkaError._AUTO_OFFSET_RESET:
                     # Out of range by the broker's word: ask for the same offset again
-                    # (the range was inside the watermarks when the job was made) until
+                    # (the range was inside the watermarks when the job was made; a
+                    # broker has answered so once for an offset it held) until
                     # _STALL_S without progress says the broker will not serve it.
-                    time.sleep(_RESET_BACKOFF_S)
+                    out_of_range = True
+                    sleep(_RESET_BACKOFF_S)
                     c.assign([TopicPartition(rng.topic, rng.partition, position)])
                     continue
                 raise_if_refused(err, rng.topic)
@@ -227,11 +234,22 @@ def _records(c: ConsumerClient, rng: PartitionRange, at: int) -> Iterator[Any]:
                 continue
             if m.offset() < position:
                 continue  # never a record before the one asked for
-            last_progress = time.monotonic()
+            out_of_range = False
             position = m.offset() + 1
             if m.offset() >= rng.end:
                 return
             yield m
+            last_progress = clock()  # after the caller's turn: its time is not the broker's
+        if clock() - last_progress > _STALL_S:
+            if out_of_range:
+                raise UserError(
+                    f"{rng.topic}[{rng.partition}]: offset {position} out of range for {_STALL_S:.0f} s: the broker "
+                    f"no longer holds it (deleted by retention.ms or a delete-records?); range ends at {rng.end}"
+                )
+            raise UserError(
+                f"{rng.topic}[{rng.partition}]: no records at offset {position} for {_STALL_S:.0f} s "
+                f"(range ends at {rng.end})"
+            )
 
 
 def _chunk(rng: PartitionRange, index: int, size: int, msgs: list[Any], codec: Codec, assemble: Assemble) -> Chunk:

@@ -27,6 +27,10 @@ from pipeline.loadgen.ctr_files import flat_rows_table
 from tests.integration.pipeline_helpers import REPO, profile_of, wait_for
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+# Topics of records stamped T0 keep them: under Kafka's 7-day retention.ms the broker's
+# 5-minutely check deletes them once T0 is a week old, and in CI (2026-12-05) it did
+# between a test's produce and its read ("offset 0 out of range", the log began at 150).
+KEEP = {"retention.ms": "-1"}
 N = 300
 BAD = {37, 150, 251}  # request numbers sent as broken messages instead
 
@@ -71,7 +75,7 @@ def rejects(root: Path) -> list[dict]:
 
 @pytest.fixture
 def requests_topic(broker, topic_factory) -> tuple[str, dict[int, tuple[str, int]]]:
-    topic = topic_factory("etl-range", partitions=2)
+    topic = topic_factory("etl-range", partitions=2, config=KEEP)
     return topic, produce_with_times(broker.bootstrap_servers, topic)
 
 

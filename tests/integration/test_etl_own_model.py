@@ -29,6 +29,7 @@ pytest.importorskip("lightgbm")
 pytest.importorskip("onnxmltools")
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+KEEP = {"retention.ms": "-1"}  # records stamped T0 outlive a 7-day retention (test_etl_job.py)
 BAD = {  # line (or record) number -> request and the worker's reason
     7: ({"request_id": "bad-missing", "feature": [0.1, 0.2, 0.3, 0.4, 0.5]}, "missing field 'features'"),
     33: ({"request_id": "bad-size", "features": [0.1, 0.2, 0.3, 0.4]}, "features: dimension 1 must have size 5, got 4"),
@@ -122,7 +123,7 @@ def test_a_topic_range_of_a_users_model_gives_the_workers_sink_rows(
     same records, from the same config: the same rows, but for batch_rows (the worker's
     batches are its own) and what describes a run of the worker (late, scored_at)."""
     bootstrap = kafka_broker.bootstrap_servers
-    inp, out = kafka_topic_factory("etl-own-req", partitions=2), kafka_topic_factory("etl-own-res", partitions=2)
+    inp, out = kafka_topic_factory("etl-own-req", partitions=2, config=KEEP), kafka_topic_factory("etl-own-res", partitions=2)
     dlq = kafka_topic_factory(f"{inp}.dlq", exact=True)
     config = write_config(tmp_path / "churn.yaml", churn, input_topic=inp, output_topic=out, dlq_topic=dlq,
                           sinks={"parquet": {"enabled": True, "path": str(tmp_path / "sink"), "max_open_s": 1}})
@@ -176,7 +177,7 @@ def test_a_topic_range_of_camera_frames(broker, topic_factory, tmp_path: Path) -
     is rejected with the codec's reason."""
     from pipeline.registry.pipelines import get_pipeline
 
-    topic = topic_factory("etl-camera", partitions=1)
+    topic = topic_factory("etl-camera", partitions=1, config=KEEP)
     camera = get_pipeline("camera")
     make = camera.make_samples(5)
     frames = [make(i) for i in range(6)]
