@@ -30,7 +30,7 @@ DELIVERY = "delivery"
 COMMIT = "commit"
 CALL = "call"
 CHANNELS = (DELIVERY, COMMIT, CALL)
-STALL_S = 15.0  # the config's default (pipeline/config/sections.py, outage_after_s)
+STALL_S = 10.0  # the config's default (pipeline/config/sections.py, outage_after_s)
 REPORT_EVERY_S = 10.0
 
 _WHAT = {DELIVERY: ("no delivery acknowledged", "records waiting"), COMMIT: ("no offset commit", "partitions waiting"),

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
@@ -167,10 +167,11 @@ class WorkerMetrics(BatchingMetrics):
             "(in the queue, predicted to miss that), over_ceiling (tenant class)",
             ["pipeline", "rule"], registry=r,
         )
+        # Exported by _LagCollector with its sum, not by the registry on its own.
         self.lag = Gauge(
             "tidebatch_consumer_lag_messages",
             "High watermark minus position, per assigned partition",
-            ["topic", "partition"], registry=r,
+            ["topic", "partition"], registry=None,
         )
         self.last_commit = Gauge(
             "tidebatch_last_commit_timestamp_seconds",
@@ -258,7 +259,7 @@ class WorkerMetrics(BatchingMetrics):
         self.tenants: TenantOutcomes | None = None
         # The per-partition lag gauge has no pipeline label (pipeline/delivery/partitions.py sets it by topic and
         # partition); dashboards and alerts group by pipeline, so also export the sum.
-        r.register(_PipelineLagCollector(self))
+        r.register(_LagCollector(self))
 
 
 
@@ -297,26 +298,30 @@ class _CommitCounter:
         return getattr(self._counter, name)
 
 
-class _PipelineLagCollector(Collector):
-    """tidebatch_pipeline_lag_messages{pipeline}: the sum of this worker's per-partition
-    lag, computed at scrape time so it can never disagree with the per-partition gauge."""
+class _LagCollector(Collector):
+    """tidebatch_consumer_lag_messages{topic,partition} and its sum,
+    tidebatch_pipeline_lag_messages{pipeline}, from one reading of the per-partition
+    gauge, so one scrape never shows them apart. Two readings (the gauge registered on
+    its own, the sum read again later in the scrape) disagreed while the source thread
+    updated the lag between them: 3540 against 1134 in a CI run
+    (tests/integration/test_lag_metric.py; tests/unit/test_metrics_lag.py)."""
 
     def __init__(self, metrics: WorkerMetrics) -> None:
         self._metrics = metrics
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        total = 0.0
-        for family in self._metrics.lag.collect():
-            total += sum(s.value for s in family.samples)
+    def collect(self) -> Iterator[Metric]:
+        families = list(self._metrics.lag.collect())
+        yield from families
         family = GaugeMetricFamily(
             "tidebatch_pipeline_lag_messages",
             "Consumer lag summed over the partitions assigned to this worker",
             labels=["pipeline"],
         )
-        family.add_metric([self._metrics.pipeline], total)
+        family.add_metric([self._metrics.pipeline], sum(s.value for f in families for s in f.samples))
         yield family
 
-    def describe(self) -> Iterator[GaugeMetricFamily]:
+    def describe(self) -> Iterator[Metric]:
         # Without describe() the registry would call collect() at registration time,
         # before self.lag exists on a half-built WorkerMetrics.
+        yield GaugeMetricFamily("tidebatch_consumer_lag_messages", "", labels=["topic", "partition"])
         yield GaugeMetricFamily("tidebatch_pipeline_lag_messages", "", labels=["pipeline"])
