@@ -241,14 +241,19 @@ def now_ms() -> int:
 
 
 # ----------------------------------------------------------------------------- tests
-def kill_and_restart(run: Run, victim_of: Callable[[Run], KafkaNode], name: str, seed: int,
+def kill_and_restart(run: Run, name: str, seed: int, *, topic: str | None = None,
                      outage: bool | None = False) -> None:
-    """SIGKILL the node `victim_of` picks under traffic, restart it after 6 s, wait
+    """SIGKILL under traffic the leader of one of `topic`'s partitions that is not the
+    group's coordinator (None: the coordinator itself), restart it after 6 s, wait
     until its replicas are back in sync, then check and report."""
     traffic(run, seed=seed)
     run.pause(6)
     group_coordinator = coordinator(run)
-    victim = victim_of(run)
+    if topic is None:
+        assert group_coordinator is not None, "the group's coordinator is not known"
+        victim = run.cluster.node(group_coordinator)
+    else:
+        victim = leader_not_coordinating(run, topic, group_coordinator)
     fault = now_ms()
     run.cluster.kill(victim)
     run.pause(6)
@@ -257,19 +262,16 @@ def kill_and_restart(run: Run, victim_of: Callable[[Run], KafkaNode], name: str,
     finish(run, name, fault, outage=outage, node=victim.node_id, coordinator_at_kill=group_coordinator)
 
 
-def leader_not_coordinating(topic: Callable[[Run], str]) -> Callable[[Run], KafkaNode]:
+def leader_not_coordinating(run: Run, topic: str, group_coordinator: int | None) -> KafkaNode:
     """The leader of one of the topic's partitions that is not the group's coordinator.
     A node that is both is a second fault in one: the group's offsets move with it,
     after the cluster fences it (broker.session.timeout.ms, 6 s here) and the new
     coordinator loads them, and on 2 cores under the suite's load that once took the
     commits past outage_after_s (10 s): test_sigkill_group_coordinator has that fault."""
-    def pick(run: Run) -> KafkaNode:
-        group_coordinator = coordinator(run)
-        leaders = [run.cluster.leader_of(topic(run), p) for p in range(PARTITIONS)]
-        others = [node for node in leaders if node.node_id != group_coordinator]
-        assert others, f"every partition of {topic(run)} is led by the coordinator {group_coordinator}"
-        return others[0]
-    return pick
+    leaders = [run.cluster.leader_of(topic, p) for p in range(PARTITIONS)]
+    others = [node for node in leaders if node.node_id != group_coordinator]
+    assert others, f"every partition of {topic} is led by the coordinator {group_coordinator}"
+    return others[0]
 
 
 # One node SIGKILLed holds acks=all results and commits until the cluster fences it
@@ -280,20 +282,14 @@ def leader_not_coordinating(topic: Callable[[Run], str]) -> Callable[[Run], Kafk
 FAILOVER = {"TIDEBATCH_OUTAGE_AFTER_S": "15"}
 
 
-def the_coordinator(run: Run) -> KafkaNode:
-    node_id = coordinator(run)
-    assert node_id is not None, "the group's coordinator is not known"
-    return run.cluster.node(node_id)
-
-
 def test_sigkill_input_partition_leader(kafka_cluster, cluster_topic_factory, unique_group_id, tmp_path) -> None:
     with fault_run(kafka_cluster, cluster_topic_factory, unique_group_id, tmp_path, worker_env=FAILOVER) as run:
-        kill_and_restart(run, leader_not_coordinating(lambda r: r.topics.input), "kill_input_leader", seed=11)
+        kill_and_restart(run, "kill_input_leader", seed=11, topic=run.topics.input)
 
 
 def test_sigkill_output_partition_leader(kafka_cluster, cluster_topic_factory, unique_group_id, tmp_path) -> None:
     with fault_run(kafka_cluster, cluster_topic_factory, unique_group_id, tmp_path, worker_env=FAILOVER) as run:
-        kill_and_restart(run, leader_not_coordinating(lambda r: r.topics.output), "kill_output_leader", seed=12)
+        kill_and_restart(run, "kill_output_leader", seed=12, topic=run.topics.output)
 
 
 def test_sigkill_group_coordinator(kafka_cluster, cluster_topic_factory, unique_group_id, tmp_path) -> None:
@@ -302,7 +298,7 @@ def test_sigkill_group_coordinator(kafka_cluster, cluster_topic_factory, unique_
     outage_after_s (15 s) depends on the machine's load: readiness may turn 503 for it
     (reported), must come back, and every request gets its outcome."""
     with fault_run(kafka_cluster, cluster_topic_factory, unique_group_id, tmp_path, worker_env=FAILOVER) as run:
-        kill_and_restart(run, the_coordinator, "kill_group_coordinator", seed=14, outage=None)
+        kill_and_restart(run, "kill_group_coordinator", seed=14, outage=None)
 
 
 def test_rolling_restart(kafka_cluster, cluster_topic_factory, unique_group_id, tmp_path) -> None:

@@ -118,4 +118,3 @@ def test_broker_statistics_feed_the_connection_counters() -> None:
     assert value("tidebatch_broker_connects_total", {"pipeline": "ctr"}) == 2
     assert value("tidebatch_broker_disconnects_total", {"pipeline": "ctr"}) == 1
     assert value("tidebatch_brokers_up", {"pipeline": "ctr"}) == 1
-
