@@ -133,12 +133,18 @@ def test_promtool_check_metrics_accepts_a_live_worker(busy_worker):
 def test_api_stats_has_a_rolling_window_per_pipeline(busy_worker):
     live, _ = busy_worker
 
-    def two_points() -> dict | None:
+    def saw_the_requests() -> dict | None:
+        # The sampler takes a point a second; the fixture can see all 300 results
+        # before the next point counts them (4 of 6 runs did: a point with 0.0 as the
+        # newest), so wait for the point, not for any two.
         _, doc = get_json(live.url + "/api/stats")
         ctr = doc["pipelines"].get("ctr")
-        return doc if ctr and len(ctr["t"]) >= 2 else None
+        if not ctr or len(ctr["t"]) < 2:
+            return None
+        seen = [any(v is not None and v > 0 for v in ctr[k]) for k in ("throughput_rps", "batch_rows", "p99_ms")]
+        return doc if all(seen) else None
 
-    doc = wait_for(two_points, 30, "two stats points")
+    doc = wait_for(saw_the_requests, 30, "a stats point that counted the 300 requests")
     ctr = doc["pipelines"]["ctr"]
     for key in ("t", "throughput_rps", "p50_ms", "p99_ms", "batch_rows", "queue_rows", "lag"):
         assert len(ctr[key]) == len(ctr["t"]), key
@@ -146,10 +152,6 @@ def test_api_stats_has_a_rolling_window_per_pipeline(busy_worker):
     assert doc["worker"]["pipeline"] == "ctr" and doc["worker"]["ready"] is True
     assert len(doc["worker"]["assigned"]) == 2
     assert doc["worker"]["stats"]["scored"] >= 300
-    # The 300 requests went through inside the window: some point saw them.
-    assert max(v for v in ctr["throughput_rps"] if v is not None) > 0
-    assert any(v is not None and v > 0 for v in ctr["batch_rows"])
-    assert any(v is not None and v > 0 for v in ctr["p99_ms"])
     assert doc["latest"]["ctr"]["lag"] == 0
 
 
