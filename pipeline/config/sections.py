@@ -199,10 +199,10 @@ class WorkerConfig:
     # (consumers/kafka_reachable.py); an authentication or TLS failure exits at once.
     kafka_connect_timeout_s: float = 30.0
     # Writes held up this long make an outage: not ready (pipeline/delivery/kafka_progress.py).
-    # Between two bounds (docs/BROKERS.md, "One broker SIGKILLed: near the threshold"):
-    # above what one SIGKILLed broker holds writes (its fence, 9 s by Kafka's default,
-    # and the failover), and for exactly_once not above transaction_timeout_ms, whose
-    # aborts start the wait again (at 15 s a CI run missed a 20 s quorum loss).
+    # Above what one SIGKILLed broker holds writes (its fence, 9 s by Kafka's default,
+    # and the failover): 15 s where that must never read as an outage (docs/BROKERS.md,
+    # "One broker SIGKILLed: near the threshold"); exactly_once's aborted and resent
+    # records go on waiting, so it may exceed transaction_timeout_ms.
     outage_after_s: float = 10.0
     partitions: int = 4  # for topics this worker creates
     # Request headers copied onto each result (pipeline/delivery/outcomes.py): W3C trace context.

@@ -42,11 +42,20 @@ class _Channel:
     last_ok: float
     waiting: int = 0
     waiting_since: float | None = None
+    # An exactly_once abort gives the open transaction's records and offsets up
+    # unanswered; they are sent again in the next transaction
+    # (pipeline/delivery/transactions.py). `owed`: they still wait, from waiting_since,
+    # until the channel's next success, even while the sampled count is 0 (purged, a
+    # new producer being made, the source loop held in a call). Before, each abort at
+    # transaction_timeout_ms started the wait afresh, and a 20 s quorum loss never
+    # reached an outage_after_s of 15 s (docs/BROKERS.md). Work that merely went away
+    # (partitions revoked, all acknowledged) owes nothing: the next wait is new.
+    owed: bool = False
     failures: int = 0  # since the outage began (or since the last one ended)
 
     def stalled_for(self, now: float) -> float | None:
         """How long work has waited without a success, if longer than nothing."""
-        if not self.waiting or self.waiting_since is None:
+        if (not self.waiting and not self.owed) or self.waiting_since is None:
             return None
         return now - max(self.last_ok, self.waiting_since)
 
@@ -59,6 +68,7 @@ class KafkaProgress:
         self.report_every_s = report_every_s
         self._channels = {name: _Channel(last_ok=now) for name in CHANNELS}
         self._call = ""  # the blocking call the source thread is in
+        self._first_call = ""  # the first of the calls since the loop's last turn
         self._outage_since: float | None = None
         self._next_report = 0.0
         self.outages = 0
@@ -67,7 +77,7 @@ class KafkaProgress:
     def ok(self, channel: str, now: float) -> None:
         """A delivery was acknowledged / an offset commit succeeded."""
         ch = self._channels[channel]
-        ch.last_ok = now
+        ch.last_ok, ch.owed = now, False
         if self._outage_since is None:
             ch.failures = 0  # failures that made no outage are not one's
 
@@ -75,32 +85,69 @@ class KafkaProgress:
         """A delivery or a commit failed (counted for the outage's lines)."""
         self._channels[channel].failures += 1
 
+    def aborted(self, owed: bool = True) -> None:
+        """The open transaction was aborted. owed: its records and offsets are sent again
+        in the next one, so what waited on them goes on waiting (False: every partition
+        of it was let go, nothing of it is this worker's any more)."""
+        for name in (DELIVERY, COMMIT):
+            ch = self._channels[name]
+            # From the later of its start and the last success (stalled_for): a success
+            # in the same turn as the wait began was for earlier work.
+            ch.owed = owed and ch.waiting_since is not None
+            if not ch.owed and not ch.waiting:
+                ch.waiting_since = None
+
+    def settled(self) -> None:
+        """Nothing of an aborted transaction waits any more (the next one had nothing to
+        commit: its partitions were let go)."""
+        self.aborted(owed=False)
+
     def waiting(self, channel: str, count: int, now: float) -> None:
         """`count` items wait on `channel` now (0: none)."""
         ch = self._channels[channel]
-        if count and not ch.waiting:
+        if count and not ch.waiting and not (ch.owed and ch.waiting_since is not None):
             ch.waiting_since = now
-        elif not count:
+        elif not count and not ch.owed:
             ch.waiting_since = None
         ch.waiting = count
 
-    def in_call(self, name: str | None, started: float, now: float) -> None:
+    def in_call(self, name: str | None, started: float, now: float, *, loop: bool = True) -> None:
         """The source thread is in blocking client call `name` since `started` (None:
-        in none)."""
+        in none). loop: said by the source loop itself (it is between calls: its wait
+        ends); False: by the watchdog (pipeline/delivery/watchdog.py), which sees only
+        the gaps between calls. Calls one after another with no loop turn between
+        (flush, abort, a new producer's init_transactions, each shorter than stall_s)
+        add up: the loop samples nothing meanwhile, so no other channel can tell (a
+        quorum test once held it 24 s in four calls and no outage was said)."""
         ch = self._channels[CALL]
         if name is None:
-            ch.last_ok, ch.waiting, ch.waiting_since = now, 0, None
-        else:
-            self._call, ch.waiting, ch.waiting_since = name, 1, started
+            ch.waiting = 0
+            if loop:
+                ch.last_ok, ch.waiting_since, self._first_call = now, None, ""
+            return
+        if ch.waiting_since is None:
+            ch.waiting_since, self._first_call = started, name
+        self._call, ch.waiting = name, 1
 
     # ------------------------------------------------------------------ what follows
     def stalled(self, now: float) -> list[str]:
         """Why the worker's writes are held up (empty: they are not), one reason a channel."""
         return [
-            f"Kafka call {self._call} not returned for {waited:.0f} s" if name == CALL else
-            f"{_WHAT[name][0]} for {waited:.0f} s ({self._channels[name].waiting} {_WHAT[name][1]})"
+            self._calls_held(waited) if name == CALL else
+            f"{_WHAT[name][0]} for {waited:.0f} s ({self._held(name)})"
             for name, waited in self._stalls(now)
         ]
+
+    def _calls_held(self, waited: float) -> str:
+        if self._call == self._first_call:
+            return f"Kafka call {self._call} not returned for {waited:.0f} s"
+        return f"Kafka calls held the source loop for {waited:.0f} s ({self._first_call} first, now {self._call})"
+
+    def _held(self, name: str) -> str:
+        ch = self._channels[name]
+        if not ch.waiting:
+            return "an aborted transaction's, to be sent again"
+        return f"{ch.waiting} {_WHAT[name][1]}"
 
     def _stalls(self, now: float) -> list[tuple[str, float]]:
         out = []

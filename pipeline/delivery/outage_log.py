@@ -55,14 +55,15 @@ class OutageLog:
             self.progress.ok(DELIVERY, now)
         self.progress.waiting(DELIVERY, unacknowledged, now)
         self.progress.waiting(COMMIT, uncommitted, now)
-        self.report(now)
+        self.report(now, loop=True)
 
-    def report(self, now: float) -> None:
-        """Log the lines due now; export the gauges."""
+    def report(self, now: float, loop: bool = False) -> None:
+        """Log the lines due now; export the gauges. loop: the source loop's own turn
+        (else the watchdog's tick)."""
         call = self.calls.current
         with self._lock:
             if call is None:
-                self.progress.in_call(None, now, now)
+                self.progress.in_call(None, now, now, loop=loop)
             else:
                 self.progress.in_call(call.name, call.started, now)
             began = self.progress.outages

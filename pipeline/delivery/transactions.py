@@ -96,7 +96,7 @@ class Transactions:
         self.pipeline = pipeline
         self.stats = stats
         self.fail = fail
-        self.progress = progress
+        self.progress = progress or KafkaProgress(time.monotonic())  # None: a watch nobody reads
         self.sleep = sleep
         self.calls = calls or CallWatch()
         self._renewals: list[float] = []  # monotonic times of recent renewals
@@ -176,6 +176,7 @@ class Transactions:
         letting_go = self._let_go_stale(letting_go)
         offsets = {tp: o for tp, o in self._order.released().items() if self._committed.get(tp) != o}
         if not offsets and not self._open and self._doomed is None:
+            self.progress.settled()
             return True
         began = time.monotonic()
         with self.calls.call("flush", FLUSH_TIMEOUT_S * 2):
@@ -255,8 +256,7 @@ class Transactions:
             break
         self._committed.update(offsets)
         self.tracker.committed(offsets)
-        if self.progress is not None:
-            self.progress.ok(COMMIT, time.monotonic())
+        self.progress.ok(COMMIT, time.monotonic())
         self.metrics.commits.labels(self.pipeline, "ok").inc()
         self.stats.count("commits")
         self._open.clear()
@@ -272,8 +272,8 @@ class Transactions:
             f", {len(dropped)} of partitions being let go are left to their next owner" if dropped else "",
         )
         self.metrics.commits.labels(self.pipeline, "aborted").inc()
-        if self.progress is not None:
-            self.progress.failed(COMMIT)
+        self.progress.failed(COMMIT)
+        self.progress.aborted(owed=len(self._open) > len(dropped))  # what is sent again waits on
         self.stats.count("aborts")
         failed, self._renew_for = self._renew_for, None
         if failed is None:

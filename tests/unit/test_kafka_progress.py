@@ -62,6 +62,75 @@ def test_waiting_counts_from_when_work_began_to_wait() -> None:
     assert p.stalled(110.0) == ["no offset commit for 10 s (1 partitions waiting)"]
 
 
+def test_work_aborted_and_sent_again_goes_on_waiting() -> None:
+    # exactly_once through a lost quorum: each open transaction is aborted at
+    # transaction_timeout_ms (10 s) and its records sent again. The wait must add up
+    # across the aborts: before, each one started it afresh, so with stall_s 15 s a
+    # 20 s quorum loss was never an outage (a CI run of test_cluster_faults.py).
+    p = KafkaProgress(0.0, stall_s=15.0)
+    p.ok(DELIVERY, 1.0)
+    p.waiting(DELIVERY, 40, 2.0)
+    p.aborted()  # pipeline/delivery/transactions.py, at transaction_timeout_ms
+    p.waiting(DELIVERY, 0, 12.0)  # purged, nothing acknowledged
+    p.waiting(DELIVERY, 40, 13.0)  # the same records again
+    assert p.stalled(16.0) == []
+    assert p.stalled(17.0) == ["no delivery acknowledged for 15 s (40 records waiting)"]
+    p.ok(DELIVERY, 18.0)
+    assert p.stalled(18.0) == []
+
+
+def test_aborted_work_waits_while_nothing_is_sampled() -> None:
+    # A new producer being made, or the source loop held in calls shorter than
+    # stall_s each: the sampled count stays 0 for as long, yet the work still waits.
+    p = KafkaProgress(0.0, stall_s=15.0)
+    p.waiting(COMMIT, 3, 2.0)
+    p.aborted()
+    p.waiting(COMMIT, 0, 12.0)
+    assert p.stalled(16.0) == []
+    assert p.stalled(17.0) == ["no offset commit for 15 s (an aborted transaction's, to be sent again)"]
+    p.ok(COMMIT, 40.0)
+    p.waiting(COMMIT, 0, 40.0)
+    assert p.stalled(100.0) == []
+
+
+def test_work_that_went_through_or_was_let_go_starts_a_new_wait() -> None:
+    p = KafkaProgress(0.0, stall_s=15.0)
+    p.waiting(COMMIT, 2, 2.0)
+    p.ok(COMMIT, 10.0)
+    p.waiting(COMMIT, 0, 10.0)  # committed: nothing waits
+    p.aborted()  # an abort with nothing waiting owes nothing
+    p.waiting(COMMIT, 2, 11.0)
+    assert p.stalled(25.0) == [] and p.stalled(26.0) != []
+    # A success in the same turn as the wait began was for earlier work: the aborted
+    # work waits from then (a quorum run: ok and 28 records waiting at one sample).
+    o = KafkaProgress(0.0, stall_s=15.0)
+    o.ok(DELIVERY, 45.0)
+    o.waiting(DELIVERY, 28, 45.0)
+    o.aborted()
+    o.waiting(DELIVERY, 0, 50.0)
+    assert o.stalled(59.0) == [] and o.stalled(60.0) == [
+        "no delivery acknowledged for 15 s (an aborted transaction's, to be sent again)"]
+    q = KafkaProgress(0.0, stall_s=15.0)
+    q.waiting(COMMIT, 2, 2.0)
+    q.aborted(owed=False)  # every partition of it let go
+    q.waiting(COMMIT, 0, 5.0)
+    q.waiting(COMMIT, 2, 6.0)  # new partitions' work: its own wait
+    assert q.stalled(20.0) == [] and q.stalled(21.0) != []
+    s = KafkaProgress(0.0, stall_s=15.0)
+    s.waiting(COMMIT, 2, 2.0)
+    s.aborted()
+    s.waiting(COMMIT, 0, 5.0)
+    s.settled()  # the next transaction had nothing to commit: let go since
+    assert s.stalled(100.0) == []
+    # Partitions revoked with their commit unanswered, new ones assigned 1 s later: a
+    # rebalance, not an abort; the new partitions' wait is their own.
+    r = KafkaProgress(0.0, stall_s=10.0)
+    r.waiting(COMMIT, 2, 2.0)
+    r.waiting(COMMIT, 0, 8.0)
+    r.waiting(COMMIT, 2, 9.0)
+    assert r.stalled(18.0) == [] and r.stalled(19.0) != []
+
+
 def test_failures_before_a_success_are_not_the_outages() -> None:
     p = KafkaProgress(0.0, stall_s=10.0)
     p.failed(COMMIT)
@@ -99,6 +168,26 @@ def test_a_call_that_does_not_return_is_an_outage_of_its_own() -> None:
     assert p.step(16.0) == ["Kafka outage: Kafka call abort_transaction not returned for 10 s; not ready until it ends"]
     p.in_call(None, 30.0, 30.0)
     assert p.step(30.0) == ["Kafka outage over after 24.0 s: deliveries and commits go through again"]
+
+
+def test_calls_one_after_another_without_a_loop_turn_add_up() -> None:
+    # A quorum test's exactly_once worker: flush 4 s, abort 0.6 s, then a new
+    # producer's init_transactions twice (10 s, a 1 s pause, 8 s); the source loop
+    # sampled nothing for 24 s and, each call shorter than stall_s, no outage was said.
+    p = KafkaProgress(0.0, stall_s=15.0)
+    p.in_call(None, 46.0, 46.0)  # the loop's turn
+    p.in_call("flush", 46.6, 47.0)
+    p.in_call("abort_transaction", 50.6, 51.0)
+    p.in_call("init_transactions", 51.2, 52.0)
+    p.in_call(None, 61.2, 61.2, loop=False)  # the watchdog, in the pause between two
+    assert p.stalled(61.5) == []  # in no call just now
+    p.in_call("init_transactions", 62.2, 62.5)
+    assert p.step(62.5) == ["Kafka outage: Kafka calls held the source loop for 16 s "
+                            "(flush first, now init_transactions); not ready until it ends"]
+    p.in_call(None, 70.1, 70.1)  # the loop turns again
+    assert p.step(70.1) == ["Kafka outage over after 23.5 s: deliveries and commits go through again"]
+    p.in_call("commit_transaction", 71.0, 71.0)
+    assert p.stalled(85.0) == [] and p.stalled(86.0) == ["Kafka call commit_transaction not returned for 15 s"]
 
 
 def test_broker_statistics_feed_the_connection_counters() -> None:
