@@ -68,6 +68,7 @@ class KafkaProgress:
         self.report_every_s = report_every_s
         self._channels = {name: _Channel(last_ok=now) for name in CHANNELS}
         self._call = ""  # the blocking call the source thread is in
+        self._call_started = 0.0
         self._first_call = ""  # the first of the calls since the loop's last turn
         self._outage_since: float | None = None
         self._next_report = 0.0
@@ -105,7 +106,7 @@ class KafkaProgress:
     def waiting(self, channel: str, count: int, now: float) -> None:
         """`count` items wait on `channel` now (0: none)."""
         ch = self._channels[channel]
-        if count and not ch.waiting and not (ch.owed and ch.waiting_since is not None):
+        if count and not ch.waiting and not ch.owed:  # owed: waiting_since is set (aborted())
             ch.waiting_since = now
         elif not count and not ch.owed:
             ch.waiting_since = None
@@ -127,7 +128,7 @@ class KafkaProgress:
             return
         if ch.waiting_since is None:
             ch.waiting_since, self._first_call = started, name
-        self._call, ch.waiting = name, 1
+        self._call, self._call_started, ch.waiting = name, started, 1
 
     # ------------------------------------------------------------------ what follows
     def stalled(self, now: float) -> list[str]:
@@ -139,7 +140,7 @@ class KafkaProgress:
         ]
 
     def _calls_held(self, waited: float) -> str:
-        if self._call == self._first_call:
+        if self._call_started == self._channels[CALL].waiting_since:  # one call, not a run of them
             return f"Kafka call {self._call} not returned for {waited:.0f} s"
         return f"Kafka calls held the source loop for {waited:.0f} s ({self._first_call} first, now {self._call})"
 

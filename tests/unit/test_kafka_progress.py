@@ -188,6 +188,12 @@ def test_calls_one_after_another_without_a_loop_turn_add_up() -> None:
     assert p.step(70.1) == ["Kafka outage over after 23.5 s: deliveries and commits go through again"]
     p.in_call("commit_transaction", 71.0, 71.0)
     assert p.stalled(85.0) == [] and p.stalled(86.0) == ["Kafka call commit_transaction not returned for 15 s"]
+    # The same call twice is two calls, not one that has not returned.
+    q = KafkaProgress(0.0, stall_s=15.0)
+    q.in_call("init_transactions", 1.0, 1.0)
+    q.in_call(None, 11.0, 11.0, loop=False)
+    q.in_call("init_transactions", 12.0, 12.0)
+    assert q.stalled(16.0) == ["Kafka calls held the source loop for 15 s (init_transactions first, now init_transactions)"]
 
 
 def test_broker_statistics_feed_the_connection_counters() -> None:
