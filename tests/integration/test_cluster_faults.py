@@ -346,10 +346,13 @@ def lose_quorum(run: Run, kafka_cluster: KafkaBroker, name: str, seed: int, *, e
     traffic(run, seed=seed)
     run.pause(5)
     # Work must be in flight when the quorum goes: a worker with nothing waiting is in
-    # no outage (pipeline/delivery/kafka_progress.py). Once, under load, the traffic's
-    # idempotent producer was still getting its PID ("Coordinator load in progress")
-    # at the kill, no request had reached the worker, and it stayed ready throughout.
+    # no outage (pipeline/delivery/kafka_progress.py), and the input goes dark at once
+    # (the surviving leader's high watermark needs its followers). Twice the worker was
+    # idle at the kill and rightly stayed ready throughout: once no request had reached
+    # it yet (the traffic's producer still getting its PID), once in a CI run it had
+    # simply caught up. A burst just before the kill leaves it fetched, unscored work.
     opsutil.wait_for(lambda: run.collector.seen() >= 200, 60, "results flowing before the fault")
+    run.producer.burst(2000)
     down = kafka_cluster.nodes[1:]
     fault = now_ms()
     for node in down:

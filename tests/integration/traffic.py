@@ -32,6 +32,7 @@ class PacedProducer:
         self.count = int(seconds * rate)
         self._producer = Producer(producer_config(KAFKA, bootstrap))
         self._topic = topic
+        self._bootstrap = bootstrap
         self._make = get_pipeline("ctr").make_samples(seed)
         self._thread = threading.Thread(target=self._run, name="paced-producer", daemon=True)
 
@@ -42,29 +43,42 @@ class PacedProducer:
     def _run(self) -> None:
         began = time.monotonic()
         for i in range(self.count):
-            key, value, headers = self._make(i)
-            rid = orjson.loads(value)["request_id"]
-
-            def on_delivery(err, _msg, rid: str = rid) -> None:
-                if err is None:
-                    self.delivered.append(rid)
-                else:
-                    self.errors.append(str(err))
-
             delay = began + i / self.rate - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
-            while True:
-                try:
-                    self._producer.produce(self._topic, value=value, key=key, headers=headers or None,
-                                           on_delivery=on_delivery)
-                    break
-                except BufferError:
-                    self._producer.poll(0.05)
+            self._send(self._producer, i)
             self._producer.poll(0)
         # Through a fault the last records may wait for a new leader: librdkafka keeps
         # retrying them until message.timeout.ms.
         self._producer.flush(120)
+
+    def burst(self, n: int) -> None:
+        """`n` more requests at once, beside the paced ones, returning once the broker
+        has them all: a worker then holds fetched, unscored work for a while. Counted
+        in `count` and `delivered` like the others."""
+        producer = Producer(producer_config(KAFKA, self._bootstrap))
+        first, self.count = self.count, self.count + n
+        for i in range(first, first + n):
+            self._send(producer, i)
+        producer.flush(60)
+
+    def _send(self, producer: Producer, i: int) -> None:
+        """Request `i`, its delivery counted in `delivered` or `errors`."""
+        key, value, headers = self._make(i)
+        rid = orjson.loads(value)["request_id"]
+
+        def on_delivery(err, _msg, rid: str = rid) -> None:
+            if err is None:
+                self.delivered.append(rid)
+            else:
+                self.errors.append(str(err))
+
+        while True:
+            try:
+                producer.produce(self._topic, value=value, key=key, headers=headers or None, on_delivery=on_delivery)
+                return
+            except BufferError:
+                producer.poll(0.05)
 
     @property
     def running(self) -> bool:
